@@ -1,0 +1,218 @@
+"""Time one optimizer step on GPT-2 parameter shapes (random weights and gradients), CPU or GPU.
+
+    python benchmarks/optimizer_step.py [--preset gpt2-small] [--repeats 5] [--device cpu]
+
+Every optimizer is timed in alternation with AdamW(foreach=True) over the same parameters, so its ratio
+to AdamW is measured under the same machine load (this matters on shared CPUs). Each row reports the
+median step time; the ratio is median(optimizer) / median(AdamW steps interleaved with it). Before
+timing, our MERIT and the authors' per-parameter MERIT take one step from identical states and must agree
+(allclose, rtol 1e-5 / atol 1e-7).
+
+Parameters are grouped as `worker.optim.build_optimizer` does: weight decay 0.1 on matrices, none on
+vectors. Sophia-G's `update_hessian()` (every 10 steps in training) is not part of the timed step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytorch_optimizer
+import torch
+
+from worker.names import MODEL_PRESETS
+from worker.optim import MERIT, SophiaG
+
+VOCAB = 50257  # GPT-2's BPE vocabulary
+N_POSITIONS = 1024  # GPT-2's context length
+
+
+def gpt2_shapes(preset: str) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every GPT-2 parameter (HF layout: Conv1D weights are (in, out); lm_head is tied)."""
+    shape = MODEL_PRESETS[preset]
+    d, n_layer = shape["n_embd"], shape["n_layer"]
+    out: list[tuple[str, tuple[int, ...]]] = [("wte", (VOCAB, d)), ("wpe", (N_POSITIONS, d))]
+    for i in range(n_layer):
+        out += [
+            (f"h{i}.ln_1.w", (d,)), (f"h{i}.ln_1.b", (d,)),
+            (f"h{i}.attn.c_attn.w", (d, 3 * d)), (f"h{i}.attn.c_attn.b", (3 * d,)),
+            (f"h{i}.attn.c_proj.w", (d, d)), (f"h{i}.attn.c_proj.b", (d,)),
+            (f"h{i}.ln_2.w", (d,)), (f"h{i}.ln_2.b", (d,)),
+            (f"h{i}.mlp.c_fc.w", (d, 4 * d)), (f"h{i}.mlp.c_fc.b", (4 * d,)),
+            (f"h{i}.mlp.c_proj.w", (4 * d, d)), (f"h{i}.mlp.c_proj.b", (d,)),
+        ]
+    out += [("ln_f.w", (d,)), ("ln_f.b", (d,))]
+    return out
+
+
+class AuthorsMERIT(torch.optim.Optimizer):
+    """The authors' public MERIT (ICML 2025), per parameter, transcribed: the baseline ours must match."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                state["step"] += 1
+                exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                adam_step = exp_avg / exp_avg_sq.sqrt().add(group["eps"])
+                if group["weight_decay"] != 0:
+                    adam_step.add_(p, alpha=group["weight_decay"])
+                if grad.dim() >= 2:
+                    weight_abs = p.abs()
+                    adam_abs = adam_step.abs()
+                    weight_ratio = weight_abs.max() / adam_abs.max()
+                    row_weight_norm = weight_abs.amax(dim=1, keepdim=True).expand_as(grad)
+                    col_weight_norm = weight_abs.amax(dim=0, keepdim=True).expand_as(grad)
+                    row_adam_norm = adam_abs.amax(dim=1, keepdim=True).expand_as(grad)
+                    col_adam_norm = adam_abs.amax(dim=0, keepdim=True).expand_as(grad)
+                    row_trust_ratio = row_weight_norm / row_adam_norm
+                    col_trust_ratio = col_weight_norm / col_adam_norm
+                    idx = (row_weight_norm == 0) | (row_adam_norm == 0) | (col_weight_norm == 0) | (col_adam_norm == 0)
+                    trust_ratio = torch.max(col_trust_ratio, row_trust_ratio)
+                    trust_ratio = trust_ratio.clamp(min=weight_ratio)
+                    trust_ratio[idx] = 1
+                    adam_step.mul_(trust_ratio)
+                    adam_step = adam_step.sign() * adam_step.abs().clamp(None, 1)
+                    p.add_(adam_step, alpha=-group["lr"])
+                else:
+                    weight_max = p.abs().max()
+                    adam_max = adam_step.abs().max()
+                    trust = 1 if (weight_max == 0 or adam_max == 0) else weight_max / adam_max
+                    adam_step.mul_(trust)
+                    adam_step = adam_step.sign() * adam_step.abs().clamp(None, 1)
+                    p.add_(adam_step, alpha=-group["lr"])
+
+
+def make_params(preset: str, device: torch.device, seed: int) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(seed)
+    params = []
+    for name, shape in gpt2_shapes(preset):
+        if name.endswith(("ln_1.w", "ln_2.w", "ln_f.w")):
+            init = torch.ones(shape)  # LayerNorm gains start at 1
+        else:
+            init = torch.randn(shape, generator=gen) * 0.02  # GPT-2's init std
+        p = torch.nn.Parameter(init.to(device))
+        p.grad = (torch.randn(shape, generator=gen) * 1e-3).to(device)
+        params.append(p)
+    return params
+
+
+def groups(params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+FACTORIES: dict[str, Callable[[list[dict[str, Any]]], torch.optim.Optimizer]] = {
+    "AdamW(fused)": lambda g: torch.optim.AdamW(g, lr=1e-3, fused=True),
+    "MERIT (ours)": lambda g: MERIT(g, lr=1e-3),
+    "MERIT (authors)": lambda g: AuthorsMERIT(g, lr=1e-3),
+    "Lion": lambda g: pytorch_optimizer.Lion(g, lr=1e-4),
+    "LAMB": lambda g: pytorch_optimizer.Lamb(g, lr=1e-3),
+    "Sophia-G": lambda g: SophiaG(g, lr=2e-4, bs=480 * 1024),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_step(opt: torch.optim.Optimizer, device: torch.device) -> float:
+    sync(device)
+    start = time.perf_counter()
+    opt.step()
+    sync(device)
+    return (time.perf_counter() - start) * 1e3  # ms
+
+
+def check_merit_matches_authors(preset: str, device: torch.device) -> float:
+    """One step of ours and the authors' MERIT from identical states; returns the max abs difference."""
+    ours, theirs = make_params(preset, device, seed=1), make_params(preset, device, seed=1)
+    MERIT(groups(ours), lr=1e-3).step()
+    AuthorsMERIT(groups(theirs), lr=1e-3).step()
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        if not torch.allclose(a, b, rtol=1e-5, atol=1e-7):
+            raise SystemExit(f"MERIT (ours) and MERIT (authors) disagree on a {tuple(a.shape)} parameter")
+        worst = max(worst, (a - b).abs().max().item())
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="gpt2-small", choices=sorted(MODEL_PRESETS))
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per optimizer (median reported)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per optimizer first")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--only", nargs="*", default=None, help=f"subset of {list(FACTORIES)}")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+
+    n_params = sum(torch.Size(s).numel() for _, s in gpt2_shapes(args.preset))
+    print(f"{args.preset}: {n_params / 1e6:.1f}M parameters, device={device}, torch {torch.__version__}, "
+          f"threads={torch.get_num_threads()}, repeats={args.repeats}")
+
+    diff = check_merit_matches_authors(args.preset, device)
+    print(f"check: MERIT (ours) == MERIT (authors) after one step "
+          f"(allclose rtol 1e-5, atol 1e-7; max |diff| {diff:.2e})")
+    gc.collect()
+
+    params = make_params(args.preset, device, seed=0)
+    adamw = torch.optim.AdamW(groups(params), lr=1e-3, foreach=True)
+    for _ in range(args.warmup):
+        adamw.step()
+    adamw_all: list[float] = []
+    rows: list[tuple[str, float, float]] = []
+    for name, factory in FACTORIES.items():
+        if args.only is not None and name not in args.only:
+            continue
+        opt = factory(groups(params))
+        for _ in range(args.warmup):
+            opt.step()
+        mine, base = [], []
+        for _ in range(args.repeats):  # alternate, so both see the same load
+            base.append(timed_step(adamw, device))
+            mine.append(timed_step(opt, device))
+        adamw_all += base
+        rows.append((name, statistics.median(mine), statistics.median(mine) / statistics.median(base)))
+        print(f"  timed {name}", file=sys.stderr, flush=True)
+        del opt
+        gc.collect()
+
+    print(f"\n{'optimizer':<18}{'step (ms)':>12}{'x AdamW(foreach)':>19}")
+    print(f"{'AdamW(foreach)':<18}{statistics.median(adamw_all):>12.1f}{1.0:>18.2f}x")
+    for name, ms, ratio in rows:
+        print(f"{name:<18}{ms:>12.1f}{ratio:>18.2f}x")
+    merit = {name: ratio for name, _, ratio in rows}.get("MERIT (ours)")
+    if merit is not None:
+        print(f"\nMERIT / AdamW(foreach) = {merit:.2f}x (target <= 1.5x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Shared fixtures: one real Ray cluster for the whole session (started like production, with
+`ray start --head`, bound to 127.0.0.1), and one token cache for the built-in corpus."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def token_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache of tokenised corpora for the session, shared with Ray workers through the env."""
+    path = tmp_path_factory.mktemp("token-cache")
+    os.environ["BATCHSWEEP_CACHE"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def ray_address(token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A local Ray cluster in its own processes, so services under test can restart around it."""
+    from worker.launch import TRAIN_ENV
+
+    port, dashboard = free_port(), free_port()
+    import worker  # noqa: F401  (sets the loopback-only Ray env vars that `ray start` must inherit)
+
+    env = {**os.environ, **TRAIN_ENV, "BATCHSWEEP_CACHE": str(token_cache), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    cmd = [
+        str(BIN / "ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
+        "--num-cpus=4", "--disable-usage-stats",
+        f"--ray-client-server-port={free_port()}", f"--min-worker-port={20000}", f"--max-worker-port={29999}",
+    ]
+    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=180)
+    address = f"127.0.0.1:{port}"
+    previous = os.environ.get("RAY_ADDRESS")
+    os.environ["RAY_ADDRESS"] = address
+    for key, value in TRAIN_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        yield address
+    finally:
+        import ray
+
+        ray.shutdown()
+        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        if previous is None:
+            os.environ.pop("RAY_ADDRESS", None)
+        else:
+            os.environ["RAY_ADDRESS"] = previous
+
+
+@pytest.fixture(scope="session")
+def ray_session(ray_address: str) -> Iterator[str]:
+    """This test process connected to the session's cluster as a driver."""
+    from worker.launch import init_ray
+
+    init_ray(ray_address)
+    yield ray_address
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    """A fresh sweep data directory (SQLite stores for MLflow, Optuna, the service)."""
+    path = tmp_path / "sweeps-data"
+    path.mkdir()
+    old = {k: os.environ.get(k) for k in ("SWEEPS_DATA_DIR", "MLFLOW_TRACKING_URI", "SWEEPS_OPTUNA_STORAGE")}
+    os.environ["SWEEPS_DATA_DIR"] = str(path)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ.pop("SWEEPS_OPTUNA_STORAGE", None)
+    try:
+        yield path
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(path, ignore_errors=True)

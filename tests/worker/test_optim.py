@@ -1,0 +1,463 @@
+"""worker.optim: the registry, MERIT and Sophia-G against independent references, and each optimizer
+actually optimizing. Small tensors only: the whole module runs in a few seconds on one thread."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from worker.config import OptimizerConfig
+from worker.names import OPTIMIZER_NAMES
+from worker.optim import MERIT, OPTIMIZERS, SophiaG, build_optimizer
+
+Nested = list  # a matrix as a list of rows of floats, or a vector as a list of floats
+
+
+_merit_module = importlib.import_module("worker.optim._merit")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+# How MERIT walks a matrix: CPU default (host checks, one block per small matrix), CPU with blocks of
+# a few rows (the blocked path big matrices take), and the accelerator path (no host checks: the mask
+# and the clip always run). All three must give the same numbers.
+_MERIT_MODES = ["cpu", "cpu-small-blocks", "no-host-checks"]
+
+
+def _merit(params: list, mode: str, monkeypatch: pytest.MonkeyPatch, **kw: float) -> MERIT:  # noqa: ANN001
+    if mode == "cpu-small-blocks":
+        monkeypatch.setattr(_merit_module, "_CPU_BLOCK_ELEMS", 8)
+    opt = MERIT(params, **kw)
+    if mode == "no-host-checks":
+        opt._host_checks = False
+    return opt
+
+
+# ------------------------------------------------------------------------------------------------
+# MERIT: slow per-element reference, written from the formula (float64 Python floats)
+
+
+def _ref_merit_matrix(
+    w: Nested, g: Nested, m: Nested, v: Nested, *, lr: float, b1: float, b2: float, eps: float, wd: float
+) -> int:
+    """One MERIT step on a matrix held as lists of rows, in place. Returns how many updates were clipped."""
+    n_rows, n_cols = len(w), len(w[0])
+    u = [[0.0] * n_cols for _ in range(n_rows)]
+    for i in range(n_rows):
+        for j in range(n_cols):
+            m[i][j] = b1 * m[i][j] + (1 - b1) * g[i][j]
+            v[i][j] = b2 * v[i][j] + (1 - b2) * g[i][j] * g[i][j]
+            u[i][j] = m[i][j] / (math.sqrt(v[i][j]) + eps)
+            if wd != 0:
+                u[i][j] += wd * w[i][j]
+    row_w = [max(abs(w[i][j]) for j in range(n_cols)) for i in range(n_rows)]
+    row_u = [max(abs(u[i][j]) for j in range(n_cols)) for i in range(n_rows)]
+    col_w = [max(abs(w[i][j]) for i in range(n_rows)) for j in range(n_cols)]
+    col_u = [max(abs(u[i][j]) for i in range(n_rows)) for j in range(n_cols)]
+    max_w, max_u = max(row_w), max(row_u)
+    clipped = 0
+    for i in range(n_rows):
+        for j in range(n_cols):
+            if 0.0 in (row_w[i], row_u[i], col_w[j], col_u[j]):
+                r = 1.0
+            else:
+                # max_u > 0 and max_w > 0 here, since this row's norms are non-zero
+                r = max(row_w[i] / row_u[i], col_w[j] / col_u[j], max_w / max_u)
+            x = u[i][j] * r
+            if abs(x) > 1:
+                clipped += 1
+            w[i][j] -= lr * max(-1.0, min(1.0, x))
+    return clipped
+
+
+def _ref_merit_vector(
+    w: Nested, g: Nested, m: Nested, v: Nested, *, lr: float, b1: float, b2: float, eps: float, wd: float
+) -> int:
+    u = []
+    for k in range(len(w)):
+        m[k] = b1 * m[k] + (1 - b1) * g[k]
+        v[k] = b2 * v[k] + (1 - b2) * g[k] * g[k]
+        u.append(m[k] / (math.sqrt(v[k]) + eps) + (wd * w[k] if wd != 0 else 0.0))
+    max_w, max_u = max(abs(x) for x in w), max(abs(x) for x in u)
+    r = 1.0 if max_w == 0 or max_u == 0 else max_w / max_u
+    clipped = 0
+    for k in range(len(w)):
+        x = u[k] * r
+        clipped += abs(x) > 1
+        w[k] -= lr * max(-1.0, min(1.0, x))
+    return clipped
+
+
+def _merit_cases() -> dict[str, tuple[torch.Tensor, list[torch.Tensor]]]:
+    """name -> (initial w, one gradient per step), float64."""
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
+
+    steps = 3
+    cases: dict[str, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+    cases["matrix"] = (randn(5, 7, scale=0.1), [randn(5, 7) for _ in range(steps)])
+    w = randn(5, 7, scale=0.1)
+    w[1, :] = 0.0
+    w[:, 2] = 0.0
+    cases["zero_row_and_col_in_w"] = (w, [randn(5, 7) for _ in range(steps)])
+    grads = [randn(6, 4) for _ in range(steps)]
+    for gr in grads:
+        gr[3, :] = 0.0  # u's row 3 is zero when wd == 0
+    cases["zero_grad_row"] = (randn(6, 4, scale=0.1), grads)
+    cases["zero_matrix"] = (torch.zeros(3, 4, dtype=torch.float64), [randn(3, 4) for _ in range(steps)])
+    cases["large_w_clip_bites"] = (randn(4, 6, scale=10.0), [randn(4, 6) for _ in range(steps)])
+    cases["vector"] = (randn(9, scale=0.1), [randn(9) for _ in range(steps)])
+    cases["zero_vector"] = (torch.zeros(6, dtype=torch.float64), [randn(6) for _ in range(steps)])
+    cases["large_vector_clip_bites"] = (randn(8, scale=10.0), [randn(8) for _ in range(steps)])
+    return cases
+
+
+@pytest.mark.parametrize("mode", _MERIT_MODES)
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+@pytest.mark.parametrize("case", list(_merit_cases()))
+def test_merit_matches_per_element_reference(case: str, wd: float, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    w0, grads = _merit_cases()[case]
+    hp = {"lr": 0.05, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "wd": wd}
+
+    p = torch.nn.Parameter(w0.clone())
+    opt = _merit([p], mode, monkeypatch, lr=hp["lr"], betas=(hp["b1"], hp["b2"]), eps=hp["eps"], weight_decay=wd)
+    ref_w, ref_m, ref_v = w0.tolist(), torch.zeros_like(w0).tolist(), torch.zeros_like(w0).tolist()
+    ref_step = _ref_merit_matrix if w0.dim() == 2 else _ref_merit_vector
+    clipped = 0
+    for g in grads:
+        p.grad = g.clone()
+        opt.step()
+        clipped += ref_step(ref_w, g.tolist(), ref_m, ref_v, **hp)
+        torch.testing.assert_close(p.detach(), torch.tensor(ref_w, dtype=torch.float64), rtol=1e-10, atol=1e-13)
+    state = opt.state[p]
+    torch.testing.assert_close(state["exp_avg"], torch.tensor(ref_m, dtype=torch.float64), rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(state["exp_avg_sq"], torch.tensor(ref_v, dtype=torch.float64), rtol=1e-12, atol=1e-15)
+    assert state["step"] == len(grads)
+    if "clip_bites" in case:
+        assert clipped > 0, "the case must exercise the clip to [-1, 1]"
+
+
+# ------------------------------------------------------------------------------------------------
+# MERIT: the authors' per-parameter algorithm, transcribed
+
+
+@torch.no_grad()
+def _authors_merit_step(
+    params: list[torch.Tensor], state: dict[int, dict[str, torch.Tensor]], *,
+    lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
+) -> None:
+    """The authors' MERIT.step for one parameter group (ICML 2025 public code), transcribed."""
+    beta1, beta2 = betas
+    for p in params:
+        if p.grad is None:
+            continue
+        grad = p.grad
+        st = state.setdefault(id(p), {})
+        if not st:
+            st["exp_avg"] = torch.zeros_like(p)
+            st["exp_avg_sq"] = torch.zeros_like(p)
+        exp_avg, exp_avg_sq = st["exp_avg"], st["exp_avg_sq"]
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        adam_step = exp_avg / exp_avg_sq.sqrt().add(eps)
+        if weight_decay != 0:
+            adam_step.add_(p, alpha=weight_decay)
+        if grad.dim() >= 2:
+            weight_abs = p.abs()
+            adam_abs = adam_step.abs()
+            weight_ratio = weight_abs.max() / adam_abs.max()
+            row_weight_norm = weight_abs.amax(dim=1, keepdim=True).expand_as(grad)
+            col_weight_norm = weight_abs.amax(dim=0, keepdim=True).expand_as(grad)
+            row_adam_norm = adam_abs.amax(dim=1, keepdim=True).expand_as(grad)
+            col_adam_norm = adam_abs.amax(dim=0, keepdim=True).expand_as(grad)
+            row_trust_ratio = row_weight_norm / row_adam_norm
+            col_trust_ratio = col_weight_norm / col_adam_norm
+            idx = (row_weight_norm == 0) | (row_adam_norm == 0) | (col_weight_norm == 0) | (col_adam_norm == 0)
+            trust_ratio = torch.max(col_trust_ratio, row_trust_ratio)
+            trust_ratio = trust_ratio.clamp(min=weight_ratio)
+            trust_ratio[idx] = 1
+            adam_step.mul_(trust_ratio)
+            adam_step = adam_step.sign() * adam_step.abs().clamp(None, 1)
+            p.add_(adam_step, alpha=-lr)
+        else:
+            weight_max = p.abs().max()
+            adam_max = adam_step.abs().max()
+            trust = 1 if (weight_max == 0 or adam_max == 0) else weight_max / adam_max
+            adam_step.mul_(trust)
+            adam_step = adam_step.sign() * adam_step.abs().clamp(None, 1)
+            p.add_(adam_step, alpha=-lr)
+
+
+def _gpt2_like_shapes(vocab: int = 97, n_pos: int = 16, d: int = 32) -> list[tuple[int, ...]]:
+    layer = [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+    return [(vocab, d), (n_pos, d), *layer, *layer, (d,), (d,)]
+
+
+def _compare_with_authors(
+    shapes: list[tuple[int, ...]], grads_fn, steps: int, mode: str, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+    scale: float = 0.02,
+) -> None:
+    gen = torch.Generator().manual_seed(1)
+    ours = [torch.nn.Parameter(torch.randn(s, generator=gen) * scale) for s in shapes]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    hp = {"lr": 1e-2, "betas": (0.9, 0.999), "eps": 1e-6}
+    decay = [i for i, s in enumerate(shapes) if len(s) >= 2]
+    no_decay = [i for i, s in enumerate(shapes) if len(s) < 2]
+    opt = _merit([{"params": [ours[i] for i in decay], "weight_decay": 0.1},
+                  {"params": [ours[i] for i in no_decay], "weight_decay": 0.0}], mode, monkeypatch, **hp)
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for step in range(steps):
+        for a, b in zip(ours, theirs):
+            a.grad = grads_fn(a.shape, gen, step)
+            b.grad = a.grad.clone()
+        opt.step()
+        _authors_merit_step([theirs[i] for i in decay], state, weight_decay=0.1, **hp)
+        _authors_merit_step([theirs[i] for i in no_decay], state, weight_decay=0.0, **hp)
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+@pytest.mark.parametrize("mode", _MERIT_MODES)
+def test_merit_matches_authors_algorithm_on_gpt2_like_shapes(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    shapes = _gpt2_like_shapes() + [(3, 4, 5)]  # plus a 3-D tensor: reduced over dims 1 and 0 like theirs
+    def grads(shape: torch.Size, gen: torch.Generator, step: int) -> torch.Tensor:
+        return torch.randn(shape, generator=gen) * 1e-3
+
+    _compare_with_authors(shapes, grads, 3, mode, monkeypatch)
+
+
+@pytest.mark.parametrize("mode", _MERIT_MODES)
+def test_merit_matches_authors_on_zero_gradients_and_large_weights(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Zero gradient rows (mask path) and weights far above 1 (clip path) in float32, vs the authors.
+    def grads(shape: torch.Size, gen: torch.Generator, step: int) -> torch.Tensor:
+        g = torch.randn(shape, generator=gen)
+        if len(shape) >= 2:
+            g[0] = 0.0
+        return g
+
+    _compare_with_authors(_gpt2_like_shapes(), grads, 3, mode, monkeypatch, scale=5.0)
+
+
+@pytest.mark.parametrize("mode", _MERIT_MODES)
+def test_merit_nan_stays_nan_like_the_authors(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Divergence must stay visible: a NaN gradient makes NaN parameters, exactly where the authors' do
+    # (the NaN row/column max-norm spreads it along its row and column).
+    def grads(shape: torch.Size, gen: torch.Generator, step: int) -> torch.Tensor:
+        g = torch.randn(shape, generator=gen) * 1e-3
+        if step == 1:
+            g.view(-1)[0] = float("nan")
+        return g
+
+    _compare_with_authors([(6, 5), (5,)], grads, 2, mode, monkeypatch)
+    p = torch.nn.Parameter(torch.randn(6, 5) * 0.02)
+    opt = MERIT([p], lr=1e-3)
+    p.grad = torch.randn(6, 5)
+    p.grad[2, 3] = float("nan")
+    opt.step()
+    assert torch.isnan(p[2, 3])
+
+
+def test_merit_skips_params_without_grad() -> None:
+    a, b = torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(4))
+    before = b.detach().clone()
+    opt = MERIT([a, b], lr=1e-2)
+    a.grad = torch.randn(3, 4)
+    opt.step()
+    assert torch.equal(b.detach(), before)
+    assert len(opt.state[b]) == 0  # no state for a parameter that never had a gradient
+    assert opt.state[a]["step"] == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Sophia-G
+
+
+def _ref_sophia_step(w: list[float], g: list[float], m: list[float], h: list[float], *,
+                     lr: float, b1: float, rho: float, wd: float, bs: int) -> None:
+    for k in range(len(w)):
+        w[k] *= 1 - lr * wd
+        m[k] = b1 * m[k] + (1 - b1) * g[k]
+        ratio = min(abs(m[k]) / (rho * bs * h[k] + 1e-15), 1.0)
+        sign = (m[k] > 0) - (m[k] < 0)
+        w[k] -= lr * sign * ratio
+
+
+@pytest.mark.parametrize("per_tensor", [True, False])  # CPU path, and the _foreach path accelerators take
+def test_sophia_matches_per_element_reference(per_tensor: bool) -> None:
+    gen = torch.Generator().manual_seed(2)
+    hp = {"lr": 0.01, "b1": 0.965, "rho": 0.04, "wd": 0.1, "bs": 64}
+    b2 = 0.99
+    w0 = torch.randn(4, 5, generator=gen, dtype=torch.float64)
+    p = torch.nn.Parameter(w0.clone())
+    opt = SophiaG([p], lr=hp["lr"], betas=(hp["b1"], b2), rho=hp["rho"], weight_decay=hp["wd"], bs=hp["bs"])
+    opt._per_tensor = per_tensor
+    ref_w, ref_m, ref_h = w0.flatten().tolist(), [0.0] * 20, [0.0] * 20
+    for step in range(2):
+        if step == 0:
+            # Hessian refresh from a (sampled-label) gradient before the first step.
+            hg = torch.randn(4, 5, generator=gen, dtype=torch.float64) * 0.1
+            p.grad = hg.clone()
+            opt.update_hessian()
+            ref_h = [b2 * h + (1 - b2) * x * x for h, x in zip(ref_h, hg.flatten().tolist())]
+        g = torch.randn(4, 5, generator=gen, dtype=torch.float64) * 0.1
+        g[0, 0] = 0.0  # sign(0) = 0: no move
+        p.grad = g.clone()
+        opt.step()
+        _ref_sophia_step(ref_w, g.flatten().tolist(), ref_m, ref_h, **hp)
+        expected = torch.tensor(ref_w, dtype=torch.float64)
+        torch.testing.assert_close(p.detach().flatten(), expected, rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(opt.state[p]["hessian"].flatten(), torch.tensor(ref_h, dtype=torch.float64))
+    # Both the clipped (ratio 1) and the unclipped branch were exercised.
+    ratios = [abs(m) / (hp["rho"] * hp["bs"] * h + 1e-15) for m, h in zip(ref_m, ref_h)]
+    assert min(ratios) < 1 < max(ratios)
+
+
+# ------------------------------------------------------------------------------------------------
+# registry
+
+
+class _TinyClassifier(torch.nn.Module):
+    """Embedding -> LayerNorm -> Linear head tied to the embedding, plus an untied MLP: every kind of
+    parameter the registry must place (matrix, bias, LayerNorm, tied pair, frozen)."""
+
+    def __init__(self, n_in: int = 8, hidden: int = 16, n_classes: int = 5) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(n_in, hidden)
+        self.ln = torch.nn.LayerNorm(hidden)
+        self.out = torch.nn.Linear(hidden, n_classes)
+        self.emb = torch.nn.Embedding(n_classes, hidden)
+        self.head = torch.nn.Linear(hidden, n_classes, bias=False)
+        self.head.weight = self.emb.weight  # tied, as GPT-2's wte / lm_head
+        self.frozen = torch.nn.Parameter(torch.ones(3, 3), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.ln(torch.tanh(self.fc(x)))
+        return self.out(h) + 0.1 * self.head(h)
+
+
+def test_registry_keys_match_names() -> None:
+    assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES  # the service validates against OPTIMIZER_NAMES without torch
+    assert [n for n, e in OPTIMIZERS.items() if e.needs_hessian] == ["sophia"]
+    assert OPTIMIZERS["sophia"].hessian_interval == 10
+    assert all(e.name == n for n, e in OPTIMIZERS.items())
+
+
+def test_build_optimizer_param_groups() -> None:
+    model = _TinyClassifier()
+    opt = build_optimizer(OptimizerConfig(name="adamw", lr=1e-3, weight_decay=0.1), model, tokens_per_step=64)
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"])  # decay on matrices only
+    assert all(p.dim() < 2 for p in no_decay["params"])  # none on biases / LayerNorm
+    ids = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert len(ids) == len(set(ids))  # the tied embedding / head appears once
+    assert id(model.emb.weight) in ids
+    assert id(model.frozen) not in ids  # requires_grad=False is left out
+    assert set(ids) == {id(p) for p in model.parameters() if p.requires_grad}
+    assert opt.defaults["betas"] == OPTIMIZERS["adamw"].default_betas
+    assert opt.defaults["eps"] == OPTIMIZERS["adamw"].default_eps
+    assert opt.defaults["foreach"] is True
+
+
+def test_build_optimizer_keywords() -> None:
+    model = _TinyClassifier()
+    sophia = build_optimizer(OptimizerConfig(name="sophia", lr=1e-3, extra={"rho": 0.05}), model, tokens_per_step=4096)
+    assert sophia.defaults["bs"] == 4096  # bs is tokens per step
+    assert sophia.defaults["rho"] == 0.05
+    assert sophia.defaults["betas"] == (0.965, 0.99)
+    merit_cfg = OptimizerConfig(name="merit", lr=1e-3, betas=(0.8, 0.99), eps=1e-7)
+    merit = build_optimizer(merit_cfg, model, tokens_per_step=1)
+    assert merit.defaults["betas"] == (0.8, 0.99) and merit.defaults["eps"] == 1e-7  # config overrides defaults
+    fused = build_optimizer(OptimizerConfig(name="adamw", extra={"fused": True}), model, tokens_per_step=1)
+    assert fused.defaults["fused"] is True and not fused.defaults["foreach"]
+    with pytest.raises(ValueError, match="takes no eps"):
+        build_optimizer(OptimizerConfig(name="lion", eps=1e-8), model, tokens_per_step=1)
+    with pytest.raises(ValueError, match="unknown extra keyword 'rh0'.*rho"):
+        build_optimizer(OptimizerConfig(name="sophia", extra={"rh0": 0.1}), model, tokens_per_step=1)
+    with pytest.raises(ValueError, match="not allowed"):
+        build_optimizer(OptimizerConfig(name="adamw", extra={"lr": 0.1}), model, tokens_per_step=1)
+
+
+def test_build_optimizer_unknown_name_lists_valid_names() -> None:
+    cfg = OptimizerConfig.model_construct(name="sgd")  # bypasses the config's own name check
+    with pytest.raises(ValueError) as info:
+        build_optimizer(cfg, _TinyClassifier(), tokens_per_step=1)
+    message = str(info.value)
+    assert "'sgd'" in message and all(name in message for name in OPTIMIZER_NAMES)
+
+
+_LR = {"adamw": 1e-2, "lamb": 1e-2, "lion": 3e-3, "merit": 2e-2, "sophia": 1e-2}
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_each_optimizer_reduces_loss(name: str) -> None:
+    torch.manual_seed(0)
+    model = _TinyClassifier()
+    x = torch.randn(64, 8)
+    y = (x @ torch.randn(8, 5)).argmax(dim=1)  # a learnable fixed labelling
+    entry = OPTIMIZERS[name]
+    opt = build_optimizer(OptimizerConfig(name=name, lr=_LR[name], weight_decay=0.01), model, tokens_per_step=len(x))
+
+    def loss_fn() -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+    with torch.no_grad():
+        initial = loss_fn().item()
+    for step in range(50):
+        if entry.needs_hessian and step % entry.hessian_interval == 0:
+            # Gauss-Newton-Bartlett: backward on labels sampled from the model's own distribution.
+            opt.zero_grad(set_to_none=True)
+            logits = model(x)
+            sampled = torch.distributions.Categorical(logits=logits.detach()).sample()
+            torch.nn.functional.cross_entropy(logits, sampled).backward()
+            opt.update_hessian()  # type: ignore[attr-defined]
+        opt.zero_grad(set_to_none=True)
+        loss_fn().backward()
+        opt.step()
+    with torch.no_grad():
+        final = loss_fn().item()
+    assert final < 0.5 * initial, f"{name}: loss {initial:.4f} -> {final:.4f}"
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_state_dict_round_trip(name: str) -> None:
+    torch.manual_seed(0)
+    model = _TinyClassifier()
+    x, y = torch.randn(16, 8), torch.randint(0, 5, (16,))
+    cfg = OptimizerConfig(name=name, lr=1e-2, weight_decay=0.1)
+    opt = build_optimizer(cfg, model, tokens_per_step=16)
+
+    def train_step(m: torch.nn.Module, o: torch.optim.Optimizer) -> None:
+        o.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        if hasattr(o, "update_hessian"):
+            o.update_hessian()
+        o.step()
+
+    for _ in range(2):
+        train_step(model, opt)
+    saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    if name == "merit":
+        assert {k for s in saved_opt["state"].values() for k in s} == {"step", "exp_avg", "exp_avg_sq"}
+
+    restored = _TinyClassifier()
+    restored.load_state_dict(saved_model)
+    restored_opt = build_optimizer(cfg, restored, tokens_per_step=16)
+    restored_opt.load_state_dict(saved_opt)
+    train_step(model, opt)
+    train_step(restored, restored_opt)
+    for (key, a), b in zip(model.state_dict().items(), restored.state_dict().values()):
+        assert torch.equal(a, b), f"{name}: {key} differs after the restored step"

@@ -1,0 +1,109 @@
+"""Launch one training run on the current Ray cluster.
+
+Multi-worker runs go through Ray Train (`TorchTrainer`, DDP: gloo on CPU, NCCL on GPU), with
+checkpoints and `FailureConfig` so a killed worker resumes from the last report instead of
+restarting. A single-worker run may take the light path: the same loop in one Ray task, no Train
+controller (Train V2 start-up costs 12-27 s a run on this machine kind, see RECON.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from worker.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+# Train V2 knobs (RECON.md): reports block up to the health-check interval (default 2 s); a leaked
+# placement group must become an error, not a hang.
+TRAIN_ENV: dict[str, str] = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
+    "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "120",
+}
+
+
+@dataclass
+class RunResult:
+    final: dict[str, Any]  # last metrics, with "status": completed | diverged
+    history: list[dict[str, Any]] = field(default_factory=list)  # every report, in order
+
+    @property
+    def status(self) -> str:
+        return str(self.final.get("status"))
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
+    """Connect to `address` (or $RAY_ADDRESS), else start a local cluster bound to loopback only."""
+    if ray.is_initialized():
+        return
+    for key, value in TRAIN_ENV.items():
+        os.environ.setdefault(key, value)  # a locally started cluster inherits them
+    address = address or os.environ.get("RAY_ADDRESS")
+    runtime_env = {"env_vars": {k: os.environ[k] for k in TRAIN_ENV}}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        ray.init(
+            address="local",  # a new cluster, never one a stale `ray start` left in /tmp/ray
+            num_cpus=num_cpus,
+            _node_ip_address="127.0.0.1",
+            include_dashboard=True,  # Train V2's placement-group cleaner needs the State API
+            dashboard_host="127.0.0.1",
+            runtime_env=runtime_env,
+            log_to_driver=False,
+        )
+
+
+@ray.remote
+def _train_light(config: dict[str, Any]) -> dict[str, Any]:
+    from worker.loop import train
+    from worker.session import LocalSession
+
+    session = LocalSession()
+    final = train(TrainConfig.model_validate(config), session)
+    return {"final": final, "history": session.reports}
+
+
+def run_training(
+    cfg: TrainConfig,
+    *,
+    light: bool = True,
+    storage_path: str | None = None,
+    name: str | None = None,
+    max_failures: int = 2,
+) -> RunResult:
+    """Run `cfg` on the current Ray cluster (starting a local one if none) and wait for it."""
+    init_ray()
+    cpus = cfg.threads_per_worker or 1
+    if light and cfg.num_workers == 1:
+        task = _train_light.options(num_cpus=cpus, num_gpus=1 if cfg.use_gpu else 0)
+        out = ray.get(task.remote(cfg.model_dump(mode="json")))
+        return RunResult(final=out["final"], history=out["history"])
+
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from worker.loop import train_loop_per_worker
+
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=cfg.model_dump(mode="json"),
+        scaling_config=ScalingConfig(
+            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker={"CPU": cpus}
+        ),
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_path or str(Path(tempfile.gettempdir()) / "batchsweep-train"),
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
+        ),
+    )
+    out = trainer.fit().return_value  # raises TrainingFailedError once max_failures are spent
+    return RunResult(final=out["final"], history=out["history"])

@@ -1,0 +1,118 @@
+"""Where a training loop reports to: Ray Train, a Ray Tune function trainable, or plain Python.
+
+The loop in `worker.loop` is the same on every path; only reporting, checkpoints and ranks differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+Metrics = dict[str, Any]
+
+
+class Session(Protocol):
+    world_rank: int
+    world_size: int
+    local_rank: int
+
+    def report(self, metrics: Metrics, checkpoint_dir: Path | None = None) -> None: ...
+
+    def restored_checkpoint(self) -> contextlib.AbstractContextManager[Path | None]: ...
+
+
+class LocalSession:
+    """In-process: reports go to a list (and an optional callback); checkpoints to `checkpoint_root`."""
+
+    def __init__(
+        self,
+        on_report: Callable[[Metrics], None] | None = None,
+        *,
+        checkpoint_root: Path | None = None,
+        resume_from: Path | None = None,
+    ) -> None:
+        self.world_rank, self.world_size, self.local_rank = 0, 1, 0
+        self.reports: list[Metrics] = []
+        self._on_report = on_report
+        self._root = checkpoint_root
+        self._resume_from = resume_from
+        self.checkpoints: list[Path] = []
+
+    def report(self, metrics: Metrics, checkpoint_dir: Path | None = None) -> None:
+        self.reports.append(dict(metrics))
+        if checkpoint_dir is not None and self._root is not None:
+            import shutil
+
+            dest = self._root / f"checkpoint_{len(self.checkpoints):06d}"
+            shutil.copytree(checkpoint_dir, dest)
+            self.checkpoints.append(dest)
+        if self._on_report is not None:
+            self._on_report(dict(metrics))
+
+    @contextlib.contextmanager
+    def restored_checkpoint(self) -> Iterator[Path | None]:
+        yield self._resume_from
+
+
+class RayTrainSession:
+    """Inside a Ray Train worker (`TorchTrainer`): every rank reports; rank 0 attaches the checkpoint."""
+
+    def __init__(self) -> None:
+        import ray.train
+
+        ctx = ray.train.get_context()
+        self.world_rank = ctx.get_world_rank()
+        self.world_size = ctx.get_world_size()
+        self.local_rank = ctx.get_local_rank()
+        self.history: list[Metrics] = []
+
+    def report(self, metrics: Metrics, checkpoint_dir: Path | None = None) -> None:
+        import ray.train
+
+        self.history.append(dict(metrics))
+        checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+    @contextlib.contextmanager
+    def restored_checkpoint(self) -> Iterator[Path | None]:
+        import ray.train
+
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            yield None
+            return
+        with checkpoint.as_directory() as path:
+            yield Path(path)
+
+
+class TuneSession:
+    """Inside a Tune function trainable, the light single-worker path: no Train controller."""
+
+    def __init__(self) -> None:
+        self.world_rank, self.world_size, self.local_rank = 0, 1, 0
+
+    def report(self, metrics: Metrics, checkpoint_dir: Path | None = None) -> None:
+        from ray import tune
+
+        checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
+        tune.report(metrics, checkpoint=checkpoint)
+
+    @contextlib.contextmanager
+    def restored_checkpoint(self) -> Iterator[Path | None]:
+        from ray import tune
+
+        checkpoint = tune.get_checkpoint()
+        if checkpoint is None:
+            yield None
+            return
+        with checkpoint.as_directory() as path:
+            yield Path(path)
+
+
+@contextlib.contextmanager
+def scratch_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="batchsweep-ckpt-") as d:
+        yield Path(d)
