@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import worker  # noqa: F401  (before anything imports ray: pins local Ray clusters to loopback)
+
 BIN = Path(sys.executable).parent
 
 
@@ -36,8 +38,6 @@ def ray_address(token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     from worker.launch import TRAIN_ENV
 
     port, dashboard = free_port(), free_port()
-    import worker  # noqa: F401  (sets the loopback-only Ray env vars that `ray start` must inherit)
-
     env = {**os.environ, **TRAIN_ENV, "BATCHSWEEP_CACHE": str(token_cache), "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     cmd = [
@@ -92,3 +92,31 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
             else:
                 os.environ[k] = v
         shutil.rmtree(path, ignore_errors=True)
+
+
+TINY_SWEEP = """
+name: tiny
+model: {preset: gpt2-nano, seq_len: 32}
+data: {source: builtin}
+optimizers: [{name: adamw}, {name: merit}]
+batch_sizes: [4, 8]
+token_budget: 4096
+lr: {min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 2}
+seeds: 2
+degradation: {tolerance: 0.05, baseline: adamw}
+resources: {max_concurrent_trials: 2}
+eval_every_tokens: 1024
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(ray_session: str, tmp_path_factory: pytest.TempPathFactory):  # -> (SweepOutcome, SweepRuntime)
+    """One real tiny sweep (2 optimizers x 2 batch sizes x 3 trials) recorded in MLflow, for the
+    tests of what a sweep records and of the figures made from it."""
+    from sweeps.driver import run_sweep
+    from sweeps.runtime import SweepRuntime
+    from sweeps.spec import SweepSpec
+
+    runtime = SweepRuntime.from_env(tmp_path_factory.mktemp("tiny-sweep"))
+    outcome = run_sweep(SweepSpec.from_yaml(TINY_SWEEP), runtime=runtime)
+    return outcome, runtime

@@ -1,0 +1,586 @@
+"""The answer of a sweep: from trial results to "the largest batch size without degradation".
+
+Pure: no torch, no Ray, no MLflow. Input is a list of `TrialResult` plus the spec's numbers
+(`AnalysisInput`, or `AnalysisInput.from_spec(spec)`); output is the report dict of `build_report`,
+whose schema is the pydantic model `Report` (`validate_report`, `report_to_json`).
+
+Rules
+-----
+Cells. A cell is one (optimizer, batch size). Its trials are the search trials (role "search") and
+the seed re-runs (role "seed") of that optimizer and batch size. `trials` counts all of them and
+`trial_status` counts them by status (completed, pruned, diverged, failed), so the counts sum to `trials`.
+
+Best lr. The best lr of a cell is the lr of its completed search trial with the lowest final val loss
+(ties: the smaller lr, then the smaller seed, so the input order does not matter). Pruned, diverged
+and failed trials never give the best lr. That trial is the cell's "best run".
+
+Cell loss. The cell's samples are the final val losses of the completed runs at the best lr: the best
+search trial (seed one) plus every completed "seed" run of the cell whose lr equals the best lr
+(relative tolerance 1e-9). `seeds` is their number, `val_losses` the samples (best run first, then
+by seed), `val_loss_mean` their mean and `val_loss_ci95` the two-sided 95% Student-t interval
+mean -/+ t(0.975, n-1) x sd / sqrt(n), sd with n-1. With n = 1 the interval is [mean, mean] and
+`ci_available` is false. A cell with no completed search trial has best_lr, val_loss_mean null,
+val_loss_ci95 [null, null], seeds 0. The t quantile is computed (`t_quantile`, regularized
+incomplete beta + bisection), not looked up, so non-integer Welch degrees of freedom work too.
+
+lr at edge. `lr_at_edge` is true when the best lr lies within a factor `LR_EDGE_FACTOR` (1.5) of an end
+of the search range: best_lr <= lr_min x 1.5 or best_lr >= lr_max / 1.5 (a log distance of ln 1.5).
+The optimum may then lie outside the range, and the cell's loss is an upper bound. Null without a best lr.
+
+References. The reference batch size is the smallest batch size of the spec. Each optimizer is judged
+against two reference losses: "self", its own cell mean at the reference batch size, and "baseline",
+the baseline optimizer's cell mean at the reference batch size. A missing reference cell makes that
+reference null, and everything judged against it null.
+
+Degradation-free. Cell B is degradation-free against reference R when mean(B) <= (1 + tolerance) x R.
+The reference cell itself is degradation-free against its own reference by definition (for "self"
+always, for "baseline" only for the baseline optimizer). `degradation_free` holds the per-cell verdict
+(null without a mean or without a reference).
+
+The answer. `largest_degradation_free_batch_size` is the largest tested B such that B and every
+smaller tested batch size are degradation-free. The chain is walked from the smallest batch size up
+and stops at the first cell that fails or has no mean (a missing, all-pruned, all-diverged or
+all-failed cell breaks the chain). Null if even the smallest batch size fails or the reference is null.
+
+Within noise. The verdict is decided at two boundary cells: the answer A, and the next larger tested
+batch size N (the one that broke the chain); when A is null, N is the smallest batch size. Cells
+without a mean and the reference cell itself (which is degradation-free by definition) are skipped.
+At each boundary cell B the difference d = mean(B) - (1 + tol) x mean(ref) gets a Welch 95% interval
+from both cells' seed samples: var = s_B^2/n_B + (1 + tol)^2 s_ref^2/n_ref, Welch-Satterthwaite
+degrees of freedom, d -/+ t(0.975, df) sqrt(var). The reference is a noisy mean too, which is why
+both samples enter (rather than only B's interval shifted by the reference). With both variances 0
+the interval is [d, d]. A check needs at least 2 samples in both cells; otherwise its interval is
+null. `within_noise` is true when any boundary interval straddles 0 (lo <= 0 <= hi); false when every
+boundary cell has an interval and none straddles 0; null otherwise (no boundary cell, or an interval
+missing and none straddling). `noise_checks` lists each boundary check.
+
+Steps/tokens to reference. From the cell's best run's curve (tokens, val loss), the first point (by
+tokens) whose val loss <= (1 + tol) x the "self" reference gives `tokens_to_reference`;
+`steps_to_reference` = tokens // (batch_size x seq_len). Null if never reached, with no curve, or
+without a self reference. The curve should include the final evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "CI_LEVEL",
+    "LR_EDGE_FACTOR",
+    "ROLES",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "AnalysisInput",
+    "CellReport",
+    "NoiseCheck",
+    "OptimizerReport",
+    "Report",
+    "TrialResult",
+    "build_report",
+    "mean_ci95",
+    "report_to_json",
+    "t_quantile",
+    "validate_report",
+    "welch_diff_ci95",
+]
+
+SCHEMA_VERSION = 1
+CI_LEVEL = 0.95
+# best lr within this factor of lr_min or lr_max (log distance ln 1.5) is "at the edge" of the search.
+LR_EDGE_FACTOR = 1.5
+ROLES = ("search", "seed")
+STATUSES = ("completed", "pruned", "diverged", "failed")
+_LR_REL_TOL = 1e-9  # seed runs match the best lr up to float round-off (it travels through JSON/MLflow)
+
+
+# --------------------------------------------------------------------------------------------------
+# Input
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One finished trial. `val_loss` is the final val loss (required when completed);
+    `curve` holds (tokens seen, val loss) at each evaluation."""
+
+    optimizer: str
+    batch_size: int
+    lr: float
+    seed: int
+    role: Literal["search", "seed"]
+    status: Literal["completed", "pruned", "diverged", "failed"]
+    val_loss: float | None
+    tokens: int
+    steps: int
+    curve: tuple[tuple[int, float], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got role={self.role!r}")
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got status={self.status!r}")
+        if not self.batch_size > 0:
+            raise ValueError(f"batch_size must be > 0, got batch_size={self.batch_size}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got lr={self.lr}")
+        if self.status == "completed" and (self.val_loss is None or not math.isfinite(self.val_loss)):
+            raise ValueError(f"a completed trial needs a finite val_loss, got val_loss={self.val_loss}")
+        object.__setattr__(self, "curve", tuple((int(t), float(v)) for t, v in self.curve))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
+        return cls(**{**d, "curve": tuple(tuple(p) for p in d.get("curve", ()))})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer,
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "seed": self.seed,
+            "role": self.role,
+            "status": self.status,
+            "val_loss": self.val_loss,
+            "tokens": self.tokens,
+            "steps": self.steps,
+            "curve": [list(p) for p in self.curve],
+        }
+
+
+@dataclass(frozen=True)
+class AnalysisInput:
+    """The spec's numbers the analysis needs (`from_spec` takes them from a `SweepSpec`)."""
+
+    sweep: str
+    batch_sizes: tuple[int, ...]
+    optimizers: tuple[str, ...]
+    baseline: str
+    tolerance: float
+    lr_min: float
+    lr_max: float
+    seeds: int
+    seq_len: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
+        object.__setattr__(self, "optimizers", tuple(self.optimizers))
+        b = self.batch_sizes
+        if not b or any(x <= 0 for x in b) or any(b[i] <= b[i - 1] for i in range(1, len(b))):
+            raise ValueError(f"batch_sizes must be non-empty, > 0 and strictly increasing, got {list(b)}")
+        if not self.optimizers or len(set(self.optimizers)) != len(self.optimizers):
+            raise ValueError(f"optimizers must be non-empty and distinct, got {list(self.optimizers)}")
+        if self.baseline not in self.optimizers:
+            raise ValueError(f"baseline={self.baseline!r} is not among optimizers {list(self.optimizers)}")
+        if not self.tolerance >= 0:
+            raise ValueError(f"tolerance must be >= 0, got tolerance={self.tolerance}")
+        if not 0 < self.lr_min < self.lr_max:
+            raise ValueError(f"need 0 < lr_min < lr_max, got lr_min={self.lr_min}, lr_max={self.lr_max}")
+        if self.seeds < 1 or self.seq_len < 1:
+            raise ValueError(f"seeds and seq_len must be >= 1, got seeds={self.seeds}, seq_len={self.seq_len}")
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> AnalysisInput:
+        """From a `sweeps.spec.SweepSpec` (duck-typed: this module does not import the spec)."""
+        return cls(
+            sweep=spec.name,
+            batch_sizes=tuple(spec.batch_sizes),
+            optimizers=tuple(o.name for o in spec.optimizers),
+            baseline=spec.degradation.baseline,
+            tolerance=spec.degradation.tolerance,
+            lr_min=spec.lr.min,
+            lr_max=spec.lr.max,
+            seeds=spec.seeds,
+            seq_len=spec.model.seq_len,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics (stdlib only)
+# --------------------------------------------------------------------------------------------------
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-16:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_bt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    bt = math.exp(log_bt)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return bt * _betacf(a, b, x) / a
+    return 1.0 - bt * _betacf(b, a, 1.0 - x) / b
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Quantile of Student's t with `df` (> 0, real) degrees of freedom: P(T <= t) = p."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must lie in (0, 1), got p={p}")
+    if not df > 0:
+        raise ValueError(f"df must be > 0, got df={df}")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    if df == 1:  # Cauchy: exact
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:  # exact
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    # For t > 0: P(T > t) = I_x(df/2, 1/2) / 2 with x = df / (df + t^2); solve for x by bisection
+    # (I_x is increasing in x, so larger x = smaller t).
+    target = 2.0 * (1.0 - p)
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if _betainc(df / 2.0, 0.5, mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    x = 0.5 * (lo + hi)
+    return math.sqrt(df * (1.0 - x) / x)
+
+
+def mean_ci95(samples: Sequence[float]) -> tuple[float, float, float, bool]:
+    """(mean, lo, hi, ci_available): Student-t 95% interval of the mean; n = 1 gives (m, m, m, False)."""
+    n = len(samples)
+    if n == 0:
+        raise ValueError("mean_ci95 needs at least one sample")
+    mean = statistics.fmean(samples)
+    if n == 1:
+        return mean, mean, mean, False
+    half = t_quantile(0.5 + CI_LEVEL / 2, n - 1) * statistics.stdev(samples) / math.sqrt(n)
+    return mean, mean - half, mean + half, True
+
+
+def welch_diff_ci95(
+    x: Sequence[float], y: Sequence[float], scale: float = 1.0
+) -> tuple[float, float, float] | None:
+    """(d, lo, hi) for d = mean(x) - scale x mean(y), Welch 95% interval; None with < 2 samples in either."""
+    if len(x) < 2 or len(y) < 2:
+        return None
+    d = statistics.fmean(x) - scale * statistics.fmean(y)
+    a = statistics.variance(x) / len(x)
+    b = scale * scale * statistics.variance(y) / len(y)
+    var = a + b
+    if var == 0.0:
+        return d, d, d
+    df = var * var / (a * a / (len(x) - 1) + b * b / (len(y) - 1))
+    half = t_quantile(0.5 + CI_LEVEL / 2, df) * math.sqrt(var)
+    return d, d - half, d + half
+
+
+# --------------------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Cell:
+    optimizer: str
+    batch_size: int
+    trials: list[TrialResult]
+    best: TrialResult | None = None
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.samples) if self.samples else None
+
+
+def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult]) -> _Cell:
+    cell = _Cell(optimizer, batch_size, trials)
+    search = [t for t in trials if t.role == "search" and t.status == "completed"]
+    if not search:
+        return cell
+    best = min(search, key=lambda t: (t.val_loss, t.lr, t.seed))
+    seeds = sorted(
+        (
+            t
+            for t in trials
+            if t.role == "seed" and t.status == "completed" and math.isclose(t.lr, best.lr, rel_tol=_LR_REL_TOL)
+        ),
+        key=lambda t: t.seed,
+    )
+    cell.best = best
+    cell.samples = [best.val_loss] + [t.val_loss for t in seeds]  # type: ignore[list-item]
+    return cell
+
+
+def _lr_at_edge(lr: float, lr_min: float, lr_max: float) -> bool:
+    return lr <= lr_min * LR_EDGE_FACTOR or lr >= lr_max / LR_EDGE_FACTOR
+
+
+def _judge(
+    cells: list[_Cell], ref: _Cell | None, tol: float, is_ref_cell: Any
+) -> tuple[list[bool | None], int | None, bool | None, list[dict[str, Any]]]:
+    """Per-cell verdicts, the answer, within_noise and the noise checks against one reference."""
+    ref_mean = ref.mean if ref is not None else None
+    if ref_mean is None:
+        return [None] * len(cells), None, None, []
+    threshold = (1.0 + tol) * ref_mean
+    verdicts: list[bool | None] = []
+    for c in cells:
+        if c.mean is None:
+            verdicts.append(None)
+        elif is_ref_cell(c):
+            verdicts.append(True)
+        else:
+            verdicts.append(c.mean <= threshold)
+
+    answer_idx: int | None = None
+    for i, v in enumerate(verdicts):
+        if v is not True:
+            break
+        answer_idx = i
+    answer = cells[answer_idx].batch_size if answer_idx is not None else None
+
+    # Boundary cells: the answer and the next larger batch size (the smallest one when there is no answer).
+    boundary = [0] if answer_idx is None else [answer_idx, answer_idx + 1]
+    boundary = [i for i in boundary if i < len(cells)]
+    checks: list[dict[str, Any]] = []
+    for i in boundary:
+        c = cells[i]
+        if c.mean is None or is_ref_cell(c):
+            continue
+        ci = welch_diff_ci95(c.samples, ref.samples, 1.0 + tol)  # type: ignore[union-attr]
+        d = c.mean - threshold
+        if ci is None:
+            checks.append({"batch_size": c.batch_size, "diff_mean": d, "diff_ci95": None, "straddles_zero": None})
+        else:
+            checks.append(
+                {"batch_size": c.batch_size, "diff_mean": ci[0], "diff_ci95": [ci[1], ci[2]],
+                 "straddles_zero": ci[1] <= 0.0 <= ci[2]}
+            )
+    if any(ch["straddles_zero"] is True for ch in checks):
+        within: bool | None = True
+    elif checks and all(ch["straddles_zero"] is False for ch in checks):
+        within = False
+    else:
+        within = None
+    return verdicts, answer, within, checks
+
+
+def _to_reference(cell: _Cell, self_ref: float | None, tol: float, seq_len: int) -> tuple[int | None, int | None]:
+    if cell.best is None or self_ref is None:
+        return None, None
+    threshold = (1.0 + tol) * self_ref
+    for tokens, loss in sorted(cell.best.curve, key=lambda p: p[0]):
+        if math.isfinite(loss) and loss <= threshold:
+            return tokens // (cell.batch_size * seq_len), tokens
+    return None, None
+
+
+def build_report(
+    results: Iterable[TrialResult | dict[str, Any]],
+    *,
+    inputs: AnalysisInput | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """The sweep's report (schema: `Report`; rules: this module's docstring).
+
+    Pass the spec's numbers either as `inputs=AnalysisInput(...)` (or `AnalysisInput.from_spec(spec)`)
+    or as the keyword arguments of `AnalysisInput`: sweep, batch_sizes, optimizers, baseline,
+    tolerance, lr_min, lr_max, seeds, seq_len. Results may be `TrialResult`s or their dicts. A result
+    of an optimizer or batch size outside the spec is refused (ValueError).
+    """
+    if inputs is None:
+        inputs = AnalysisInput(**kwargs)
+    elif kwargs:
+        raise TypeError(f"pass either inputs= or keyword arguments, not both (got {sorted(kwargs)})")
+    trials = [r if isinstance(r, TrialResult) else TrialResult.from_dict(r) for r in results]
+
+    by_cell: dict[tuple[str, int], list[TrialResult]] = {
+        (o, b): [] for o in inputs.optimizers for b in inputs.batch_sizes
+    }
+    stray = sorted({(t.optimizer, t.batch_size) for t in trials if (t.optimizer, t.batch_size) not in by_cell})
+    if stray:
+        raise ValueError(
+            f"results for cells outside the sweep {stray}; optimizers {list(inputs.optimizers)}, "
+            f"batch_sizes {list(inputs.batch_sizes)}"
+        )
+    for t in trials:
+        by_cell[(t.optimizer, t.batch_size)].append(t)
+
+    cells = {o: [_make_cell(o, b, by_cell[(o, b)]) for b in inputs.batch_sizes] for o in inputs.optimizers}
+    ref_b = inputs.batch_sizes[0]
+    tol = inputs.tolerance
+    baseline_ref = cells[inputs.baseline][0]
+
+    optimizers: dict[str, Any] = {}
+    for o in inputs.optimizers:
+        row = cells[o]
+        self_ref = row[0]
+        v_self, ans_self, noise_self, checks_self = _judge(
+            row, self_ref, tol, lambda c: c.batch_size == ref_b
+        )
+        v_base, ans_base, noise_base, checks_base = _judge(
+            row, baseline_ref, tol, lambda c: c.optimizer == inputs.baseline and c.batch_size == ref_b
+        )
+        cell_dicts = []
+        for i, c in enumerate(row):
+            status = {s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}
+            steps, tokens = _to_reference(c, self_ref.mean, tol, inputs.seq_len)
+            if c.samples:
+                mean, lo, hi, avail = mean_ci95(c.samples)
+                ci: list[float | None] = [lo, hi]
+            else:
+                mean, ci, avail = None, [None, None], False
+            best_lr = c.best.lr if c.best is not None else None
+            cell_dicts.append(
+                {
+                    "batch_size": c.batch_size,
+                    "best_lr": best_lr,
+                    "val_loss_mean": mean,
+                    "val_loss_ci95": ci,
+                    "ci_available": avail,
+                    "val_losses": list(c.samples),
+                    "seeds": len(c.samples),
+                    "trials": len(c.trials),
+                    "trial_status": status,
+                    "lr_at_edge": _lr_at_edge(best_lr, inputs.lr_min, inputs.lr_max) if best_lr is not None else None,
+                    "degradation_free": {"self": v_self[i], "baseline": v_base[i]},
+                    "steps_to_reference": steps,
+                    "tokens_to_reference": tokens,
+                }
+            )
+        optimizers[o] = {
+            "cells": cell_dicts,
+            "reference_val_loss": {"self": self_ref.mean, "baseline": baseline_ref.mean},
+            "largest_degradation_free_batch_size": {"self": ans_self, "baseline": ans_base},
+            "within_noise": {"self": noise_self, "baseline": noise_base},
+            "noise_checks": {"self": checks_self, "baseline": checks_base},
+        }
+
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "sweep": inputs.sweep,
+        "reference_batch_size": ref_b,
+        "baseline": inputs.baseline,
+        "tolerance": tol,
+        "seq_len": inputs.seq_len,
+        "lr_range": [inputs.lr_min, inputs.lr_max],
+        "seeds_planned": inputs.seeds,
+        "optimizers": optimizers,
+        "warnings": [],  # filled by the driver: data repeated, best lr at the edge of the range
+    }
+    validate_report(report)  # the report always matches its documented schema
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# Schema
+# --------------------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ByReference(_Schema, Generic[T]):
+    """One value per reference: "self" (the optimizer at the reference batch) and "baseline"."""
+
+    self: T
+    baseline: T
+
+
+class TrialStatusCounts(_Schema):
+    completed: int
+    pruned: int
+    diverged: int
+    failed: int
+
+
+class NoiseCheck(_Schema):
+    """d = mean(B) - (1 + tol) x reference mean at one boundary cell, with its Welch 95% interval."""
+
+    batch_size: int
+    diff_mean: float
+    diff_ci95: tuple[float, float] | None  # None: fewer than 2 samples in B or in the reference cell
+    straddles_zero: bool | None
+
+
+class CellReport(_Schema):
+    batch_size: int
+    best_lr: float | None  # None: no completed search trial
+    val_loss_mean: float | None
+    val_loss_ci95: tuple[float | None, float | None]  # [mean, mean] with one seed; [None, None] without a mean
+    ci_available: bool  # at least 2 samples
+    val_losses: list[float]  # the samples: best search trial first, then seed runs by seed
+    seeds: int  # len(val_losses)
+    trials: int  # all trials of the cell, search and seed, any status
+    trial_status: TrialStatusCounts  # sums to trials
+    lr_at_edge: bool | None  # None: no best lr
+    degradation_free: ByReference[bool | None]
+    steps_to_reference: int | None
+    tokens_to_reference: int | None
+
+
+class OptimizerReport(_Schema):
+    cells: list[CellReport]  # batch size ascending
+    reference_val_loss: ByReference[float | None]
+    largest_degradation_free_batch_size: ByReference[int | None]
+    within_noise: ByReference[bool | None]
+    noise_checks: ByReference[list[NoiseCheck]]
+
+
+class Report(_Schema):
+    """The schema of `build_report`'s dict (rules: the module docstring)."""
+
+    schema_version: Literal[1]
+    sweep: str
+    reference_batch_size: int  # the smallest batch size of the spec
+    baseline: str
+    tolerance: float
+    seq_len: int
+    lr_range: tuple[float, float]
+    seeds_planned: int
+    optimizers: dict[str, OptimizerReport]  # in the spec's order
+    warnings: list[str] = []  # things a reader must know before trusting the answer
+
+
+def validate_report(report: dict[str, Any]) -> Report:
+    """Check a report dict against the schema (pydantic ValidationError if it does not match)."""
+    return Report.model_validate(report)
+
+
+def report_to_json(report: dict[str, Any] | Report, *, indent: int | None = 2) -> str:
+    """Strict JSON (no NaN/Infinity) of a validated report."""
+    model = report if isinstance(report, Report) else validate_report(report)
+    return json.dumps(model.model_dump(mode="json"), indent=indent, allow_nan=False)

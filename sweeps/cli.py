@@ -1,0 +1,386 @@
+"""`sweeps`: the project's console script.
+
+  sweeps run SPEC.yaml [--id ID] [--report report.json]   run (or resume) a sweep on Ray, print the answer
+  sweeps show report.json                                 print a report's answer as tables
+
+Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
+  sweeps submit SPEC.yaml [--watch] [--dry-run]           submit; --watch follows the progress and prints the answer
+  sweeps list [--status running]                          your sweeps, newest first
+  sweeps status ID | cancel ID | report ID                one sweep
+  sweeps serve [--host 127.0.0.1] [--port 8000]           start the service
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch-size sweeps: how large can the batch get?")
+console = Console()
+err = Console(stderr=True)
+
+
+def _load_spec(path: Path) -> Any:
+    from pydantic import ValidationError
+
+    from sweeps.spec import SpecError, SpecLoadError, SweepSpec, format_validation_error
+
+    try:
+        return SweepSpec.load(path)
+    except ValidationError as exc:
+        err.print(f"[red]invalid sweep spec {path}:[/]")
+        for p in format_validation_error(exc):
+            err.print(f"  [bold]{p['field']}[/]: {p['message']}")
+        raise typer.Exit(2) from None
+    except (SpecError, SpecLoadError, FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]invalid sweep spec {path}:[/] {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def run(
+    spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
+    sweep_id: Optional[str] = typer.Option(None, "--id", help="sweep id; the same id resumes (default: the spec's name)"),
+    report: Optional[Path] = typer.Option(None, "--report", help="write the report JSON here"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="default $SWEEPS_DATA_DIR or ./.batchsweep"),
+) -> None:
+    """Run a sweep on the current Ray cluster ($RAY_ADDRESS) or a fresh local one."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    spec = _load_spec(spec_path)
+    from sweeps.driver import run_sweep
+    from sweeps.runtime import SweepRuntime
+
+    runtime = SweepRuntime.from_env(data_dir)
+    console.print(
+        f"[bold]{spec.name}[/]: {', '.join(spec.optimizer_names)} x batch {spec.batch_sizes}, "
+        f"{spec.total_trials} trials of {spec.token_budget:,} tokens, {spec.resources.max_concurrent_trials} at a time"
+    )
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
+    ) as bars:
+        trials = bars.add_task("trials", total=spec.total_trials)
+        cells = bars.add_task("cells", total=len(spec.cells()))
+        best = bars.add_task("", total=None, start=False)
+
+        def on_progress(p: dict[str, Any]) -> None:
+            bars.update(trials, completed=p["trials_done"])
+            bars.update(cells, completed=p["cells_done"])
+            leaders = [
+                f"{c['cell']} {c['best_val_loss']:.3f}" for c in p["cells"] if c["best_val_loss"] is not None
+            ]
+            bars.update(best, description="best so far: " + (", ".join(leaders[-4:]) or "-"))
+
+        outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps(outcome.report, indent=2))
+    _print_report(outcome.report)
+    ideal = sum(outcome.trial_train_time_s) / spec.resources.max_concurrent_trials
+    console.print(
+        f"status: [bold]{outcome.status}[/] in {outcome.wall_time_s:.0f} s "
+        f"(trials' own training time / concurrency: {ideal:.0f} s)"
+    )
+    if report:
+        console.print(f"report: {report}")
+    console.print(f"runs: MLflow experiment [bold]{outcome.sweep_id}[/] (id {outcome.experiment_id}); browse with")
+    console.print(f"  mlflow ui --backend-store-uri {outcome.tracking_uri}")
+
+
+@app.command()
+def show(report_path: Path = typer.Argument(..., help="a report JSON written by `sweeps run --report`")) -> None:
+    """Print a report's answer as tables."""
+    try:
+        report = json.loads(report_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        err.print(f"[red]cannot read report {report_path}:[/] {exc}")
+        raise typer.Exit(2) from None
+    _print_report(report)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    tol = report["tolerance"]
+    for name, opt in report["optimizers"].items():
+        t = Table(title=f"{name}", title_justify="left")
+        for col in ("batch", "best lr", "val loss (mean)", "95% CI", "seeds", "trials c/p/d/f", "lr at edge"):
+            t.add_column(col)
+        for c in opt["cells"]:
+            ci = c.get("val_loss_ci95") or [None, None]
+            st = c.get("trial_status", {})
+            t.add_row(
+                str(c["batch_size"]),
+                f"{c['best_lr']:.2e}" if c.get("best_lr") else "-",
+                f"{c['val_loss_mean']:.4f}" if c.get("val_loss_mean") is not None else "-",
+                f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci[0] is not None else "-",
+                str(c.get("seeds", "-")),
+                "/".join(str(st.get(k, 0)) for k in ("completed", "pruned", "diverged", "failed")),
+                "yes" if c.get("lr_at_edge") else "",
+            )
+        console.print(t)
+    answer = Table(title=f"largest degradation-free batch size (tolerance {tol:.1%}, reference batch {report['reference_batch_size']})", title_justify="left")
+    for col in ("optimizer", "vs itself", "within noise", f"vs {report['baseline']}", "within noise"):
+        answer.add_column(col)
+    for name, opt in report["optimizers"].items():
+        ans, noise = opt["largest_degradation_free_batch_size"], opt["within_noise"]
+        answer.add_row(
+            name, str(ans["self"] if ans["self"] is not None else "none"), "yes" if noise.get("self") else "no",
+            str(ans["baseline"] if ans["baseline"] is not None else "none"), "yes" if noise.get("baseline") else "no",
+        )
+    console.print(answer)
+    for w in report.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Client of the HTTP service (service/): submit, list, status, cancel, report; and serve to start it
+# --------------------------------------------------------------------------------------------------
+
+_URL = typer.Option("http://127.0.0.1:8000", "--url", envvar="SWEEPS_URL", help="service URL")
+_TOKEN = typer.Option(None, "--token", envvar="SWEEPS_TOKEN", help="bearer token (see SWEEPS_TOKENS of the service)")
+_FINAL = ("succeeded", "failed", "cancelled")
+
+
+def _client(url: str, token: Optional[str]) -> Any:
+    import httpx
+
+    if not token:
+        err.print("[red]no token:[/] pass --token or set SWEEPS_TOKEN")
+        raise typer.Exit(2)
+    return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def _call(client: Any, method: str, path: str, **kw: Any) -> Any:
+    """The response of a successful call; an error answer is printed (code, message, fields) and exits."""
+    import httpx
+
+    try:
+        resp = client.request(method, path, **kw)
+    except httpx.TransportError as exc:
+        err.print(f"[red]cannot reach the service at {client.base_url}:[/] {exc}")
+        raise typer.Exit(3) from None
+    if resp.is_success:
+        return resp
+    try:
+        e = resp.json()["error"]
+        err.print(f"[red]{resp.status_code} {e['code']}:[/] {e['message']}")
+        for d in e.get("details", []):
+            err.print(f"  [bold]{d.get('field') or '(spec)'}[/]: {d.get('message')} (value: {json.dumps(d.get('value'))})")
+    except (ValueError, KeyError, TypeError):
+        err.print(f"[red]{resp.status_code}:[/] {resp.text[:500]}")
+    raise typer.Exit(2 if resp.status_code == 422 else 1)
+
+
+def _progress_line(s: dict[str, Any]) -> str:
+    p = s["progress"]
+    return f"{p['trials_done']}/{p['trials_total']} trials, {p['cells_done']}/{p['cells_total']} cells"
+
+
+@app.command()
+def submit(
+    spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
+    watch: bool = typer.Option(False, "--watch", help="follow the progress, then print the answer"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate only: nothing is stored or started"),
+    idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key", help="a retry with the same key returns the same sweep"),
+    url: str = _URL,
+    token: Optional[str] = _TOKEN,
+) -> None:
+    """Submit a sweep to the service; prints its id (with --watch: its progress and answer)."""
+    try:
+        body = spec_path.read_bytes()
+    except OSError as exc:
+        err.print(f"[red]cannot read {spec_path}:[/] {exc}")
+        raise typer.Exit(2) from None
+    kind = "application/json" if spec_path.suffix.lower() == ".json" else "application/yaml"
+    headers = {"Content-Type": kind} | ({"Idempotency-Key": idempotency_key} if idempotency_key else {})
+    with _client(url, token) as client:
+        resp = _call(client, "POST", "/sweeps", content=body, headers=headers, params={"dry_run": "true"} if dry_run else None)
+        out = resp.json()
+        if dry_run:
+            console.print(f"valid: [bold]{out['spec']['name']}[/], {out['cells']} cells, {out['total_trials']} trials")
+            return
+        console.print(out["id"] if not watch else f"submitted [bold]{out['id']}[/]{' (replayed)' if out['replayed'] else ''}")
+        if watch:
+            _watch(client, out["id"])
+
+
+def _watch(client: Any, sweep_id: str) -> None:
+    """Progress bars from the event stream; reconnects if the service restarts meanwhile."""
+    import httpx
+
+    final: dict[str, Any] | None = None
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=False,
+    ) as bars:
+        trials = bars.add_task("trials", total=None)
+        cells = bars.add_task("cells", total=None)
+        best = bars.add_task("", total=None, start=False)
+        failures = 0
+        while final is None:
+            try:
+                with client.stream("GET", f"/sweeps/{sweep_id}/events", timeout=httpx.Timeout(30, read=None)) as resp:
+                    if resp.status_code != 200:
+                        resp.read()
+                        _call(client, "GET", f"/sweeps/{sweep_id}")  # prints the error and exits
+                    failures = 0
+                    lines: list[str] = []
+                    for line in resp.iter_lines():
+                        if line:
+                            lines.append(line)
+                            continue
+                        event, data = _sse_event(lines)
+                        lines = []
+                        if event not in ("progress", "end"):
+                            continue
+                        s = json.loads(data)
+                        p = s["progress"]
+                        bars.update(trials, total=p["trials_total"], completed=p["trials_done"], description=f"trials ({s['status']})")
+                        bars.update(cells, total=p["cells_total"], completed=p["cells_done"])
+                        leaders = [f"{c['cell']} {c['best_val_loss']:.3f}" for c in p["cells"] if c.get("best_val_loss") is not None]
+                        bars.update(best, description="best so far: " + (", ".join(leaders[-4:]) or "-"))
+                        if event == "end":
+                            final = s
+                            break
+            except httpx.TransportError as exc:
+                failures += 1
+                if failures > 30:
+                    err.print(f"[red]lost the service:[/] {exc}")
+                    raise typer.Exit(3) from None
+                time.sleep(min(10.0, 0.5 * failures))  # the service may be restarting
+    _print_final(client, final)
+
+
+def _sse_event(lines: list[str]) -> tuple[str, str]:
+    """(event, data) of one server-sent event's lines."""
+    event, data = "message", []
+    for line in lines:
+        if line.startswith("event:"):
+            event = line[len("event:") :].strip()
+        elif line.startswith("data:"):
+            data.append(line[len("data:") :].removeprefix(" "))
+    return event, "\n".join(data)
+
+
+def _print_final(client: Any, s: dict[str, Any]) -> None:
+    console.print(f"[bold]{s['id']}[/]: {s['status']} ({_progress_line(s)})")
+    if s.get("error"):
+        console.print(f"[red]error:[/] {s['error']}")
+    if s["status"] in ("succeeded", "cancelled"):
+        report = client.get(f"/sweeps/{s['id']}/report")
+        if report.is_success:
+            _print_report(report.json())
+    if s.get("mlflow_url"):
+        console.print(f"MLflow: {s['mlflow_url']}")
+    elif s.get("experiment_id"):
+        console.print(f"MLflow experiment id {s['experiment_id']} (name {s['id']})")
+
+
+@app.command("list")
+def list_sweeps(
+    status: Optional[list[str]] = typer.Option(None, "--status", help="only these statuses (repeat the flag)"),
+    limit: int = typer.Option(20, "--limit", min=1, max=100),
+    offset: int = typer.Option(0, "--offset", min=0),
+    url: str = _URL,
+    token: Optional[str] = _TOKEN,
+) -> None:
+    """Your sweeps, newest first."""
+    with _client(url, token) as client:
+        page = _call(client, "GET", "/sweeps", params={"status": status or [], "limit": limit, "offset": offset}).json()
+    t = Table(title=f"sweeps {offset + 1}-{offset + len(page['items'])} of {page['total']}", title_justify="left")
+    for col in ("id", "status", "trials", "cells", "created"):
+        t.add_column(col)
+    for s in page["items"]:
+        p = s["progress"]
+        t.add_row(s["id"], s["status"], f"{p['trials_done']}/{p['trials_total']}", f"{p['cells_done']}/{p['cells_total']}", s["created_at"][:19])
+    console.print(t)
+
+
+@app.command()
+def status(
+    sweep_id: str = typer.Argument(...),
+    as_json: bool = typer.Option(False, "--json", help="print the sweep JSON"),
+    url: str = _URL,
+    token: Optional[str] = _TOKEN,
+) -> None:
+    """A sweep's status and progress: per cell, trials done and the best val loss so far."""
+    with _client(url, token) as client:
+        s = _call(client, "GET", f"/sweeps/{sweep_id}").json()
+    if as_json:
+        console.print_json(data=s)
+        return
+    console.print(f"[bold]{s['id']}[/]: {s['status']}{' (cancel requested)' if s['cancel_requested'] and s['status'] not in _FINAL else ''}, {_progress_line(s)}")
+    console.print(f"created {s['created_at']}, started {s['started_at'] or '-'}, finished {s['finished_at'] or '-'}")
+    t = Table()
+    for col in ("cell", "search", "seeds", "best lr", "best val loss", "done"):
+        t.add_column(col)
+    for c in s["progress"]["cells"]:
+        t.add_row(
+            c["cell"], f"{c['search_done']}/{c['search_total']}", f"{c['seeds_done']}/{c['seeds_total']}",
+            f"{c['best_lr']:.2e}" if c.get("best_lr") else "-",
+            f"{c['best_val_loss']:.4f}" if c.get("best_val_loss") is not None else "-",
+            "yes" if c["finished"] else "",
+        )
+    console.print(t)
+    if s.get("error"):
+        console.print(f"[red]error:[/] {s['error']}")
+    if s.get("mlflow_url") or s.get("experiment_id"):
+        console.print(f"MLflow: {s.get('mlflow_url') or 'experiment id ' + str(s['experiment_id'])}")
+
+
+@app.command()
+def cancel(sweep_id: str = typer.Argument(...), url: str = _URL, token: Optional[str] = _TOKEN) -> None:
+    """Stop a sweep's Ray work; finished trials are kept and reported."""
+    with _client(url, token) as client:
+        s = _call(client, "POST", f"/sweeps/{sweep_id}/cancel").json()
+    console.print(f"{s['id']}: {s['status']}{'' if s['status'] in _FINAL else ', cancelling'}")
+
+
+@app.command()
+def report(
+    sweep_id: str = typer.Argument(...),
+    out: Optional[Path] = typer.Option(None, "--out", help="also write the report JSON here"),
+    as_json: bool = typer.Option(False, "--json", help="print the report JSON instead of tables"),
+    url: str = _URL,
+    token: Optional[str] = _TOKEN,
+) -> None:
+    """A finished sweep's answer (the service answers 409 while it runs)."""
+    with _client(url, token) as client:
+        rep = _call(client, "GET", f"/sweeps/{sweep_id}/report").json()
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(rep, indent=2))
+    if as_json:
+        console.print_json(data=rep)
+    else:
+        _print_report(rep)
+
+
+@app.command()
+def serve(
+    host: Optional[str] = typer.Option(None, "--host", help="default $SWEEPS_HOST or 127.0.0.1"),
+    port: Optional[int] = typer.Option(None, "--port", help="default $SWEEPS_PORT or 8000"),
+    log_level: str = typer.Option("info", "--log-level"),
+) -> None:
+    """Start the HTTP service (settings from the environment: SWEEPS_*, RAY_ADDRESS, MLFLOW_TRACKING_URI)."""
+    from service.server import serve as run_server
+    from service.settings import Settings
+
+    overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    run_server(Settings(**overrides), log_level=log_level)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,183 @@
+"""Run one sweep end to end: spec -> per-cell searches on Ray Tune -> MLflow -> report.
+
+`run_sweep` is resumable: calling it again with the same sweep id continues from the Optuna storage
+(finished trials are never run again) and appends to the same MLflow experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeps.analysis import AnalysisInput, TrialResult, build_report
+from sweeps.plan import DriverOnly
+from sweeps.runtime import SweepRuntime
+from sweeps.search import METRIC, MODE, CellSearcher, PerCellASHA, open_storage, run_trial
+from sweeps.spec import SweepSpec
+
+log = logging.getLogger(__name__)
+
+Progress = dict[str, Any]
+
+
+@dataclass
+class SweepOutcome:
+    sweep_id: str
+    status: str  # succeeded | cancelled
+    report: dict[str, Any]
+    experiment_id: str
+    summary_run_id: str
+    tracking_uri: str
+    wall_time_s: float
+    trial_train_time_s: list[float] = field(default_factory=list)  # each trial's own training time
+    warnings: list[str] = field(default_factory=list)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    sweep_id: str | None = None,
+    runtime: SweepRuntime | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> SweepOutcome:
+    """Run (or resume) a sweep on the current Ray cluster; returns the report and where it is recorded."""
+    from ray import tune
+
+    from sweeps.record import SweepRecorder
+    from worker.data import prepare_data, train_sequences_available
+    from worker.launch import init_ray
+
+    started = time.perf_counter()
+    sweep_id = sweep_id or spec.name
+    runtime = runtime or SweepRuntime.from_env()
+    runtime.ensure()
+
+    # the data first, in the driver: a bad source fails here, before any trial, and trials share the cache
+    data = prepare_data(spec.data)
+    warnings: list[str] = []
+    available = train_sequences_available(data, spec.model.seq_len) * spec.model.seq_len
+    if spec.token_budget > available:
+        warnings.append(
+            f"token_budget={spec.token_budget} exceeds the {available} training tokens of {data.description}: "
+            f"trials repeat data ({spec.token_budget / available:.2f} epochs), which favours small batches"
+        )
+        log.warning(warnings[-1])
+
+    init_ray(runtime.ray_address)
+    storage = open_storage(runtime.optuna_storage)
+    searcher = CellSearcher(spec, sweep_id, storage)
+    recorder = SweepRecorder(
+        tracking_uri=runtime.tracking_uri, artifact_root=runtime.artifact_root, sweep_id=sweep_id, spec=spec,
+        cancelling=lambda: searcher.cancelling,
+    )
+
+    class _Progress(DriverOnly, tune.Callback):
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            if on_progress:
+                on_progress(searcher.progress())
+
+        on_trial_error = on_trial_complete
+
+        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            if on_progress:
+                on_progress(searcher.progress())
+
+    class _Cancel(DriverOnly, tune.Stopper):
+        def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+            return False
+
+        def stop_all(self) -> bool:
+            stop = bool(should_stop and should_stop())
+            if stop:
+                searcher.cancelling = True
+            return stop
+
+    res = spec.resources
+    scheduler: Any = None
+    if spec.pruning.enabled:
+        scheduler = PerCellASHA(
+            max_t=spec.token_budget,
+            grace_period=max(1, int(spec.pruning.grace_fraction * spec.token_budget)),
+            reduction_factor=spec.pruning.reduction_factor,
+        )
+    if res.workers_per_trial == 1:
+        resources: dict[str, float] = {"cpu": res.cpus_per_worker, "gpu": res.gpus_per_worker}
+    else:  # the trial function only drives a TorchTrainer, whose workers ask for the real resources
+        resources = {"cpu": 0.01}
+    tuner = tune.Tuner(
+        tune.with_resources(run_trial, resources),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, scheduler=scheduler, metric=METRIC, mode=MODE, num_samples=-1,
+            max_concurrent_trials=res.max_concurrent_trials, reuse_actors=True,
+        ),
+        run_config=tune.RunConfig(
+            name=f"{sweep_id}-{int(time.time())}",
+            storage_path=str(runtime.ray_results),
+            callbacks=[recorder, _Progress()],
+            stop=_Cancel(),
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=0),
+            checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
+        ),
+    )
+    if on_progress:
+        on_progress(searcher.progress())
+    if not all(c.finished() for c in searcher.cells):
+        tuner.fit()
+    cancelled = searcher.cancelling
+    if cancelled:
+        recorder.mark_cancelled()
+
+    results, train_times = collect_results(searcher)
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report["warnings"] = [*report["warnings"], *warnings, *_edge_warnings(report)]
+    status = "cancelled" if cancelled else "succeeded"
+    summary_run_id = recorder.write_summary(report, status=status)
+    if on_progress:
+        on_progress(searcher.progress())
+    return SweepOutcome(
+        sweep_id=sweep_id, status=status, report=report, experiment_id=recorder.experiment_id,
+        summary_run_id=summary_run_id, tracking_uri=runtime.tracking_uri,
+        wall_time_s=time.perf_counter() - started, trial_train_time_s=train_times, warnings=report["warnings"],
+    )
+
+
+def collect_results(searcher: CellSearcher) -> tuple[list[TrialResult], list[float]]:
+    """Every finished trial of every cell, read back from the Optuna storage."""
+    results, times = [], []
+    for cell in searcher.cells:
+        for role in ("search", "seed"):
+            for t in cell.trials(role):
+                status = t.user_attrs.get("status", "failed")
+                val = t.value if t.value is not None and math.isfinite(t.value) else None
+                if status == "pruned" and t.intermediate_values:
+                    val = t.intermediate_values[max(t.intermediate_values)]
+                results.append(
+                    TrialResult(
+                        optimizer=cell.optimizer, batch_size=cell.batch_size, lr=float(t.params["lr"]),
+                        seed=int(t.user_attrs.get("seed", 0)), role=role, status=status,
+                        val_loss=val if status in ("completed", "pruned") else None,
+                        tokens=int(t.user_attrs.get("tokens", 0)), steps=int(t.user_attrs.get("steps", 0)),
+                        curve=tuple(tuple(p) for p in json.loads(t.user_attrs.get("curve", "[]"))),
+                    )
+                )
+                times.append(float(t.user_attrs.get("train_time_s", 0.0)))
+    return results, times
+
+
+def _edge_warnings(report: dict[str, Any]) -> list[str]:
+    out = []
+    for name, opt in report["optimizers"].items():
+        for cell in opt["cells"]:
+            if cell.get("lr_at_edge"):
+                out.append(
+                    f"{name} bs={cell['batch_size']}: best lr {cell['best_lr']:.2e} is at the edge of the searched "
+                    f"range; widen lr.min/lr.max"
+                )
+    return out

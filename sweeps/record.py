@@ -1,0 +1,251 @@
+"""MLflow layout of a sweep, written from one place (the sweep driver) so workers never contend.
+
+  experiment  <sweep id>                     tags: batchsweep.sweep_id, batchsweep.spec_name
+    run  "merit bs=64"                       a cell (role=cell); its trials nest under it
+      run  "merit bs=64 lr=3.1e-03 seed=0"   a trial (role=search|seed); metrics with step = tokens seen
+    run  "summary"                           role=summary: spec.yaml, report.json, cells.csv
+
+All MLflow calls run on one background thread fed by a queue: the Tune event loop only enqueues, so
+recording never delays scheduling. `close()` drains the queue.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+
+from sweeps.plan import DriverOnly, cell_key, run_name
+from sweeps.search import trial_status
+from sweeps.spec import SweepSpec
+
+log = logging.getLogger(__name__)
+
+TAG = "batchsweep."
+# what the worker reports, as opposed to the keys Ray Tune adds to every result
+NOT_METRICS = {"tokens", "done", "status", "step"}
+TUNE_KEYS = {
+    "time_this_iter_s", "time_total_s", "timestamp", "training_iteration", "iterations_since_restore",
+    "time_since_restore", "pid", "node_ip", "checkpoint_dir_name", "timesteps_total", "episodes_total",
+    "timesteps_since_restore", "should_checkpoint", "date", "hostname", "trial_id", "experiment_tag",
+}
+MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "cancelled": "KILLED"}
+
+
+def ensure_store(tracking_uri: str) -> None:
+    """Create (migrate) the SQLite store once, before any concurrent writer (RECON: schema races)."""
+    if tracking_uri.startswith("sqlite:"):
+        MlflowClient(tracking_uri).search_experiments(max_results=1)
+
+
+def flatten(prefix: str, value: Any) -> dict[str, str]:
+    if isinstance(value, dict):
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            out |= flatten(f"{prefix}.{k}" if prefix else str(k), v)
+        return out
+    return {prefix: json.dumps(value) if isinstance(value, (list, tuple)) else str(value)}
+
+
+class SweepRecorder(DriverOnly, Callback):
+    """Tune callback that mirrors trials into MLflow, plus the cell and summary runs."""
+
+    def __init__(
+        self,
+        *,
+        tracking_uri: str,
+        artifact_root: Path | None,
+        sweep_id: str,
+        spec: SweepSpec,
+        cancelling: Callable[[], bool] = lambda: False,
+    ) -> None:
+        ensure_store(tracking_uri)
+        self._cancelling = cancelling  # trials cut short by a cancel are "cancelled", not "pruned"
+        self.client = MlflowClient(tracking_uri)
+        self.tracking_uri, self.sweep_id, self.spec = tracking_uri, sweep_id, spec
+        exp = self.client.get_experiment_by_name(sweep_id)
+        if exp is None:
+            location = None
+            if artifact_root is not None and not tracking_uri.startswith("http"):
+                location = (artifact_root / sweep_id).resolve().as_uri()
+            self.experiment_id = self.client.create_experiment(
+                sweep_id, artifact_location=location,
+                tags={f"{TAG}sweep_id": sweep_id, f"{TAG}spec_name": spec.name},
+            )
+        else:
+            self.experiment_id = exp.experiment_id
+        self._cells: dict[str, str] = {}  # cell key -> run id
+        self._trials: dict[str, str] = {}  # tune trial id -> run id
+        for run in self.client.search_runs([self.experiment_id], f"tags.`{TAG}role` = 'cell'", max_results=1000):
+            self._cells[run.data.tags[f"{TAG}cell"]] = run.info.run_id
+        for opt, bs in spec.cells():
+            if cell_key(opt, bs) not in self._cells:
+                run = self.client.create_run(
+                    self.experiment_id, run_name=run_name(opt, bs),
+                    tags={f"{TAG}sweep_id": sweep_id, f"{TAG}role": "cell", f"{TAG}cell": cell_key(opt, bs),
+                          f"{TAG}optimizer": opt, f"{TAG}batch_size": str(bs)},
+                )
+                self._cells[cell_key(opt, bs)] = run.info.run_id
+        self._mark_stale_trials()
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="mlflow-recorder", daemon=True)
+        self._thread.start()
+
+    # ---- Tune callback ---------------------------------------------------------------------------
+
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        c = trial.config
+        self._queue.put(lambda: self._start_trial(trial.trial_id, c))
+
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
+        metrics = _metrics_of(result)
+        self._queue.put(lambda: self._log(trial.trial_id, metrics))
+
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        status = trial_status(trial.last_result, error=False)
+        if status == "pruned" and self._cancelling():
+            status = "cancelled"
+        self._queue.put(lambda: self._end_trial(trial.trial_id, status))
+
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        self._queue.put(lambda: self._end_trial(trial.trial_id, "failed"))
+
+    # ---- driver-side calls -----------------------------------------------------------------------
+
+    def mark_cancelled(self) -> None:
+        """Trials still open when a sweep is cancelled end as KILLED (they re-run on resume)."""
+        self._queue.put(lambda: [self._end_trial(t, "cancelled") for t in list(self._trials)])
+
+    def write_summary(self, report: dict[str, Any], *, status: str) -> str:
+        """Cell runs get their answer; one summary run holds spec, report and tables. Returns its id."""
+        self.close()
+        for name, opt in report["optimizers"].items():
+            for cell in opt["cells"]:
+                run_id = self._cells.get(cell_key(name, cell["batch_size"]))
+                if run_id is None:
+                    continue
+                metrics = {k: cell[k] for k in ("val_loss_mean", "best_lr") if cell.get(k) is not None}
+                if cell.get("val_loss_ci95") and cell.get("val_loss_mean") is not None:
+                    metrics["val_loss_ci95_low"], metrics["val_loss_ci95_high"] = cell["val_loss_ci95"]
+                now = int(time.time() * 1000)
+                self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+                self.client.set_terminated(run_id, "FINISHED")
+        existing = self.client.search_runs([self.experiment_id], f"tags.`{TAG}role` = 'summary'", max_results=1)
+        if existing:
+            run_id = existing[0].info.run_id
+        else:
+            run_id = self.client.create_run(
+                self.experiment_id, run_name="summary",
+                tags={f"{TAG}sweep_id": self.sweep_id, f"{TAG}role": "summary"},
+            ).info.run_id
+        params = flatten("", {k: v for k, v in self.spec.model_dump(mode="json").items() if k != "optimizers"})
+        params["optimizers"] = ",".join(self.spec.optimizer_names)
+        self.client.log_batch(
+            run_id,
+            params=[Param(k, v[:6000]) for k, v in params.items()] if not existing else [],
+            tags=[RunTag(f"{TAG}status", status)],
+            metrics=[
+                Metric(f"largest_degradation_free_bs/{name}/{ref}", float(bs), int(time.time() * 1000), 0)
+                for name, opt in report["optimizers"].items()
+                for ref, bs in opt["largest_degradation_free_batch_size"].items() if bs is not None
+            ],
+        )
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "spec.yaml").write_text(self.spec.to_yaml())
+            (Path(d) / "report.json").write_text(json.dumps(report, indent=2))
+            (Path(d) / "cells.csv").write_text(cells_csv(report))
+            self.client.log_artifacts(run_id, d)
+        self.client.set_terminated(run_id, "FINISHED")
+        return run_id
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    # ---- the writer thread ---------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        while (job := self._queue.get()) is not None:
+            try:
+                job()
+            except Exception:  # a failed write must not take the sweep down; it is logged
+                log.exception("MLflow write failed")
+
+    def _start_trial(self, trial_id: str, c: dict[str, Any]) -> None:
+        train = c["train"]
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=run_name(c["optimizer"], c["batch_size"], c["lr"], c["seed"]),
+            tags={
+                "mlflow.parentRunId": self._cells[c["cell"]], f"{TAG}sweep_id": self.sweep_id,
+                f"{TAG}role": c["role"], f"{TAG}cell": c["cell"], f"{TAG}optimizer": c["optimizer"],
+                f"{TAG}batch_size": str(c["batch_size"]), f"{TAG}lr": repr(c["lr"]), f"{TAG}seed": str(c["seed"]),
+                f"{TAG}status": "running", f"{TAG}tune_trial_id": trial_id,
+                f"{TAG}optuna_number": str(c.get("optuna_number")),
+            },
+        )
+        self._trials[trial_id] = run.info.run_id
+        params = flatten("", {k: v for k, v in train.items() if k not in ("optimizer",)})
+        params |= flatten("optimizer", train["optimizer"])
+        self.client.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
+
+    def _log(self, trial_id: str, metrics: list[tuple[str, float, int]]) -> None:
+        run_id = self._trials.get(trial_id)
+        if run_id is None or not metrics:
+            return
+        now = int(time.time() * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v, step in metrics])
+
+    def _end_trial(self, trial_id: str, status: str) -> None:
+        run_id = self._trials.pop(trial_id, None)
+        if run_id is None:
+            return
+        self.client.set_tag(run_id, f"{TAG}status", status)
+        self.client.set_terminated(run_id, MLFLOW_STATUS[status])
+
+    def _mark_stale_trials(self) -> None:
+        """Trial runs left RUNNING by an interrupted driver are closed as KILLED (status interrupted)."""
+        stale = self.client.search_runs(
+            [self.experiment_id], f"tags.`{TAG}status` = 'running'", max_results=1000
+        )
+        for run in stale:
+            self.client.set_tag(run.info.run_id, f"{TAG}status", "interrupted")
+            self.client.set_terminated(run.info.run_id, "KILLED")
+
+
+def _metrics_of(result: dict[str, Any]) -> list[tuple[str, float, int]]:
+    step = int(result.get("tokens", 0))  # tokens seen: curves at different batch sizes line up
+    out = []
+    for key, value in result.items():
+        if key in NOT_METRICS or key in TUNE_KEYS or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if math.isfinite(value):
+            out.append((key, float(value), step))
+    return out
+
+
+def cells_csv(report: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["optimizer", "batch_size", "best_lr", "val_loss_mean", "ci95_low", "ci95_high", "seeds", "trials", "lr_at_edge"])
+    for name, opt in report["optimizers"].items():
+        for c in opt["cells"]:
+            ci = c.get("val_loss_ci95") or [None, None]
+            w.writerow([name, c["batch_size"], c.get("best_lr"), c.get("val_loss_mean"), ci[0], ci[1],
+                        c.get("seeds"), c.get("trials"), c.get("lr_at_edge")])
+    return buf.getvalue()

@@ -1,0 +1,102 @@
+"""A sweep driver that lives on the Ray cluster as a detached, named actor.
+
+The service never runs a sweep in its own process: it creates `SweepActor` (name `sweep:<id>` in
+namespace `batchsweep`, lifetime detached), asks it for its state, and cancels it. A restarted
+service finds running drivers again by name. Importing this module does not import torch: the actor's
+methods import the driver inside the actor process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from typing import Any
+
+import ray
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "batchsweep"
+
+
+def actor_name(sweep_id: str) -> str:
+    return f"sweep:{sweep_id}"
+
+
+@ray.remote(num_cpus=0, max_concurrency=16, max_restarts=0)
+class SweepActor:
+    """Runs `sweeps.driver.run_sweep` on a thread; `state()` answers while it runs."""
+
+    def __init__(self, sweep_id: str, spec: dict[str, Any], env: dict[str, str] | None = None) -> None:
+        import os
+
+        for key, value in (env or {}).items():
+            os.environ[key] = value  # MLflow/Optuna/data-dir settings of the service that launched it
+        self.sweep_id, self.spec = sweep_id, spec
+        self._state: dict[str, Any] = {
+            "status": "queued", "progress": None, "report": None, "error": None,
+            "experiment_id": None, "started_at": None, "finished_at": None,
+        }
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> bool:
+        with self._lock:
+            if self._thread is not None:
+                return False
+            self._thread = threading.Thread(target=self._run, name=f"sweep-{self.sweep_id}", daemon=True)
+            self._state |= {"status": "running", "started_at": time.time()}
+            self._thread.start()
+            return True
+
+    def state(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._state)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def _update(self, **kw: Any) -> None:
+        with self._lock:
+            self._state |= kw
+
+    def _run(self) -> None:
+        from sweeps.driver import run_sweep
+        from sweeps.spec import SweepSpec
+
+        try:
+            spec = SweepSpec.model_validate(self.spec)
+            outcome = run_sweep(
+                spec, sweep_id=self.sweep_id,
+                on_progress=lambda p: self._update(progress=p),
+                should_stop=self._cancel.is_set,
+            )
+            self._update(
+                status=outcome.status, report=outcome.report, experiment_id=outcome.experiment_id,
+                finished_at=time.time(),
+            )
+        except BaseException as exc:  # reported to the service as the sweep's error, never lost
+            log.exception("sweep %s failed", self.sweep_id)
+            self._update(
+                status="failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}",
+                finished_at=time.time(),
+            )
+
+
+def launch(sweep_id: str, spec: dict[str, Any], env: dict[str, str] | None = None) -> ray.actor.ActorHandle:
+    """Create (or find) the sweep's detached driver and start it. Idempotent per sweep id."""
+    handle = SweepActor.options(  # type: ignore[attr-defined]
+        name=actor_name(sweep_id), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+    ).remote(sweep_id, spec, env)
+    ray.get(handle.start.remote())
+    return handle
+
+
+def find(sweep_id: str) -> ray.actor.ActorHandle | None:
+    try:
+        return ray.get_actor(actor_name(sweep_id), namespace=NAMESPACE)
+    except ValueError:
+        return None

@@ -1,0 +1,358 @@
+"""The search: one Optuna study per cell (optimizer, batch size), all cells' trials in one Ray Tune run.
+
+Why not `ray.tune.search.optuna.OptunaSearch`: it drives one study per searcher, hard-codes the
+`NopPruner`, records ASHA-stopped trials as COMPLETE with their partial loss and cannot add the seed
+re-runs a cell needs after its search. Running one Tuner per cell instead would leave trial slots idle
+at every cell's tail. So `CellSearcher` talks to Optuna directly (ask/tell, TPE over log lr, the
+studies in a persistent RDB storage) and multiplexes every cell through one Tuner, and
+`PerCellASHA` prunes search trials against trials of their own cell only, at equal tokens seen.
+
+The Optuna storage is the sweep's source of truth: a re-run of the same sweep id loads the studies,
+counts finished trials (never run again), marks trials left RUNNING by an interruption as FAIL and
+asks for replacements.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
+
+from sweeps.plan import DriverOnly, cell_key, cell_order, study_name, warm_start_lrs
+from sweeps.spec import SweepSpec
+
+log = logging.getLogger(__name__)
+
+METRIC, MODE, TIME_ATTR = "val_loss", "min", "tokens"
+FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+# FAIL trials with these statuses were cut short by the sweep itself and are run again on resume
+RERUN_STATUSES = ("interrupted", "cancelled")
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna RDB storage for any SQLAlchemy URL; SQLite waits on a busy file instead of failing."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    return optuna.storages.RDBStorage(url, **kwargs)
+
+
+def spec_fingerprint(spec: SweepSpec) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Cell:
+    optimizer: str
+    batch_size: int
+    study: optuna.Study
+    n_search: int
+    n_seeds: int
+    previous: Cell | None = None  # same optimizer, next smaller batch size
+    # tune trial id -> the Optuna trial of a search run, or (seed, lr) of a seed re-run
+    running: dict[str, optuna.trial.Trial | tuple[int, float]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return cell_key(self.optimizer, self.batch_size)
+
+    def trials(self, role: str, states: tuple[TrialState, ...] = FINISHED_STATES) -> list[optuna.trial.FrozenTrial]:
+        return [
+            t for t in self.study.get_trials(deepcopy=False, states=states)
+            if t.user_attrs.get("role") == role and t.user_attrs.get("status") not in RERUN_STATUSES
+        ]
+
+    def search_finished(self) -> int:
+        return len(self.trials("search"))
+
+    def search_asked(self) -> int:
+        return self.search_finished() + sum(1 for v in self.running.values() if not isinstance(v, tuple))
+
+    def best(self) -> optuna.trial.FrozenTrial | None:
+        done = [t for t in self.trials("search", (TrialState.COMPLETE,)) if t.value is not None and math.isfinite(t.value)]
+        return min(done, key=lambda t: t.value) if done else None  # type: ignore[arg-type, return-value]
+
+    def seeds_recorded(self) -> set[int]:
+        return {int(t.user_attrs["seed"]) for t in self.trials("seed")}
+
+    def seeds_wanted(self) -> list[int]:
+        """Seed indices 1..n_seeds-1 (the search trial is seed 0) neither recorded nor running."""
+        running = {v[0] for v in self.running.values() if isinstance(v, tuple)}
+        return [s for s in range(1, self.n_seeds) if s not in self.seeds_recorded() and s not in running]
+
+    def finished(self) -> bool:
+        if self.search_finished() < self.n_search:
+            return False
+        return self.best() is None or (not self.seeds_wanted() and not self.running)
+
+
+class CellSearcher(DriverOnly, Searcher):
+    """Suggests the next trial of the first cell (in `cell_order`) that has one to give."""
+
+    def __init__(self, spec: SweepSpec, sweep_id: str, storage: optuna.storages.BaseStorage, seed: int = 0) -> None:
+        super().__init__(metric=METRIC, mode=MODE)
+        self.spec, self.sweep_id = spec, sweep_id
+        self.cancelling = False  # set by the driver: trials ending now are re-run on resume
+        self.distribution = FloatDistribution(spec.lr.min, spec.lr.max, log=True)
+        self._lock = threading.Lock()
+        fingerprint = spec_fingerprint(spec)
+        self.cells: list[Cell] = []
+        by_opt: dict[str, Cell] = {}
+        for opt, bs in cell_order(spec.optimizer_names, spec.batch_sizes):
+            study = optuna.create_study(
+                storage=storage,
+                study_name=study_name(sweep_id, opt, bs),
+                direction="minimize",
+                sampler=optuna.samplers.TPESampler(seed=seed + len(self.cells), n_startup_trials=2),
+                load_if_exists=True,
+            )
+            stored = study.user_attrs.get("spec_fingerprint")
+            if stored is None:
+                study.set_user_attr("spec_fingerprint", fingerprint)
+            elif stored != fingerprint:
+                raise ValueError(
+                    f"sweep id {sweep_id!r} was started with a different spec (fingerprint {stored}, "
+                    f"now {fingerprint}); use a new sweep id"
+                )
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+                if t.state == TrialState.RUNNING:  # left behind by an interrupted run: replaced, not resumed
+                    optuna.trial.Trial(study, t._trial_id).set_user_attr("status", "interrupted")
+                    study.tell(t.number, state=TrialState.FAIL)
+            cell = Cell(opt, bs, study, spec.lr.trials_per_batch_size, spec.seeds, previous=by_opt.get(opt))
+            by_opt[opt] = cell
+            self.cells.append(cell)
+        self._by_trial: dict[str, Cell] = {}
+        self._curves: dict[str, list[tuple[int, float]]] = {}
+        self._started: dict[str, float] = {}
+
+    # ---- Tune's Searcher interface ---------------------------------------------------------------
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        with self._lock:
+            for cell in self.cells:
+                config = self._next_of(cell, trial_id)
+                if config is not None:
+                    self._by_trial[trial_id] = cell
+                    self._curves[trial_id] = []
+                    self._started[trial_id] = time.time()
+                    return config
+            if all(c.finished() for c in self.cells):
+                return Searcher.FINISHED
+            return None  # waiting: a cell's seeds need its search to end first
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if METRIC in result and TIME_ATTR in result:
+            self._curves.setdefault(trial_id, []).append((int(result[TIME_ATTR]), float(result[METRIC])))
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        with self._lock:
+            cell = self._by_trial.pop(trial_id, None)
+            if cell is None:
+                return
+            handle = cell.running.pop(trial_id)
+            result = result or {}
+            status = "cancelled" if self.cancelling and not error and result.get("status") != "completed" else trial_status(result, error)
+            val = result.get(METRIC)
+            attrs = {
+                "status": status,
+                "tokens": int(result.get(TIME_ATTR, 0)),
+                "steps": int(result.get("step", 0)),
+                "curve": json.dumps(self._curves.pop(trial_id, [])),
+                "train_time_s": float(result.get("train_time_s", time.time() - self._started.pop(trial_id, time.time()))),
+                "tune_trial_id": trial_id,
+            }
+            if isinstance(handle, tuple):  # seed re-run: recorded whole at the end
+                seed, lr = handle
+                state = TrialState.COMPLETE if status == "completed" else TrialState.FAIL
+                cell.study.add_trial(
+                    optuna.trial.create_trial(
+                        params={"lr": lr},
+                        distributions={"lr": self.distribution},
+                        value=float(val) if state == TrialState.COMPLETE and val is not None else None,
+                        state=state,
+                        user_attrs={"role": "seed", "seed": seed, **attrs},
+                    )
+                )
+                return
+            trial = handle
+            for k, v in attrs.items():
+                trial.set_user_attr(k, v)
+            if status == "completed" and val is not None and math.isfinite(val):
+                cell.study.tell(trial, float(val))
+            elif status == "diverged":
+                cell.study.tell(trial, math.inf)  # a bad lr, which TPE must learn from
+            elif status == "pruned":
+                if val is not None:
+                    trial.report(float(val), step=attrs["tokens"])
+                cell.study.tell(trial, state=TrialState.PRUNED)
+            else:
+                cell.study.tell(trial, state=TrialState.FAIL)
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing to save: the state lives in the Optuna storage."""
+        with open(checkpoint_path, "w") as f:
+            json.dump({"state": "optuna storage", "sweep_id": self.sweep_id}, f)
+
+    def restore(self, checkpoint_path: str) -> None:  # pragma: no cover - resume reloads from Optuna
+        pass
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def _next_of(self, cell: Cell, trial_id: str) -> dict[str, Any] | None:
+        if cell.search_asked() < cell.n_search:
+            prev = cell.previous
+            if prev is not None and prev.best() is None and prev.search_finished() < prev.n_search:
+                return None  # wait for the smaller batch's first result: it seeds this cell's search
+            if not cell.study.trials and prev is not None and (best := prev.best()) is not None:
+                for lr in warm_start_lrs(
+                    best.params["lr"], prev.batch_size, cell.batch_size, lr_min=self.spec.lr.min, lr_max=self.spec.lr.max
+                )[: cell.n_search]:
+                    cell.study.enqueue_trial({"lr": lr}, user_attrs={"warm_start": True})
+            trial = cell.study.ask({"lr": self.distribution})
+            trial.set_user_attr("role", "search")
+            trial.set_user_attr("seed", 0)
+            cell.running[trial_id] = trial
+            return self._config(cell, trial.params["lr"], seed=0, role="search", number=trial.number)
+        if cell.search_finished() >= cell.n_search and cell.best() is not None:
+            wanted = cell.seeds_wanted()
+            if wanted:
+                lr = float(cell.best().params["lr"])  # type: ignore[union-attr]
+                cell.running[trial_id] = (wanted[0], lr)
+                return self._config(cell, lr, seed=wanted[0], role="seed", number=None)
+        return None
+
+    def _config(self, cell: Cell, lr: float, *, seed: int, role: str, number: int | None) -> dict[str, Any]:
+        train = self.spec.train_config(cell.optimizer, cell.batch_size, lr, seed)
+        # sweeps record from the driver: no per-trial checkpoints (an interrupted trial is re-run whole)
+        train = train.model_copy(update={"checkpoint_every_evals": 0})
+        return {
+            "sweep_id": self.sweep_id, "cell": cell.key, "optimizer": cell.optimizer,
+            "batch_size": cell.batch_size, "lr": lr, "seed": seed, "role": role,
+            "optuna_number": number, "train": train.model_dump(mode="json"),
+        }
+
+    # ---- progress ------------------------------------------------------------------------------
+
+    def progress(self) -> dict[str, Any]:
+        with self._lock:
+            cells = []
+            for c in self.cells:
+                best = c.best()
+                cells.append({
+                    "cell": c.key, "optimizer": c.optimizer, "batch_size": c.batch_size,
+                    "search_done": c.search_finished(), "search_total": c.n_search,
+                    "seeds_done": len(c.seeds_recorded()) + (1 if best else 0), "seeds_total": c.n_seeds,
+                    "best_lr": float(best.params["lr"]) if best else None,
+                    "best_val_loss": float(best.value) if best else None,  # type: ignore[arg-type]
+                    "finished": c.finished(), "running": len(c.running),
+                })
+            done = sum(c["search_done"] + len(self.cells[i].seeds_recorded()) for i, c in enumerate(cells))
+            return {
+                "cells_done": sum(c["finished"] for c in cells), "cells_total": len(cells),
+                "trials_done": done, "trials_total": self.spec.total_trials, "cells": cells,
+            }
+
+
+def trial_status(result: dict[str, Any] | None, error: bool) -> str:
+    """completed | diverged | pruned | failed, from a trial's last result."""
+    if error:
+        return "failed"
+    status = (result or {}).get("status")
+    if status in ("completed", "diverged"):
+        return str(status)
+    return "pruned"  # stopped by the scheduler before its budget was spent
+
+
+class PerCellASHA(DriverOnly, FIFOScheduler):
+    """ASHA per cell: a search trial is compared only with trials of its own cell, at equal tokens
+    seen (`tokens` is the time attribute). Seed re-runs are never stopped."""
+
+    def __init__(self, *, max_t: int, grace_period: int, reduction_factor: int) -> None:
+        super().__init__()
+        self._kw = dict(
+            time_attr=TIME_ATTR, metric=METRIC, mode=MODE, max_t=max_t,
+            grace_period=grace_period, reduction_factor=reduction_factor, brackets=1,
+        )
+        self._asha: dict[str, AsyncHyperBandScheduler] = {}
+        self._cell_of: dict[str, str] = {}
+
+    def _for(self, trial: Trial) -> AsyncHyperBandScheduler | None:
+        if trial.config.get("role") != "search":
+            return None
+        cell = trial.config["cell"]
+        if cell not in self._asha:
+            self._asha[cell] = AsyncHyperBandScheduler(**self._kw)  # type: ignore[arg-type]
+        return self._asha[cell]
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        if (asha := self._for(trial)) is not None:
+            asha.on_trial_add(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        if (asha := self._for(trial)) is None or not math.isfinite(result.get(METRIC, math.inf)):
+            return TrialScheduler.CONTINUE
+        return asha.on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
+        if (asha := self._for(trial)) is not None and trial.trial_id in asha._trial_info:
+            if METRIC in result and TIME_ATTR in result and math.isfinite(result[METRIC]):
+                asha.on_trial_complete(tune_controller, trial, result)
+            else:
+                asha.on_trial_remove(tune_controller, trial)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        if (asha := self._for(trial)) is not None and trial.trial_id in asha._trial_info:
+            asha.on_trial_remove(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
+        self.on_trial_remove(tune_controller, trial)
+
+
+def run_trial(config: dict[str, Any]) -> None:
+    """Tune function trainable: one trial, on the light path (1 worker) or through Ray Train."""
+    from worker.config import TrainConfig
+
+    cfg = TrainConfig.model_validate(config["train"])
+    if cfg.num_workers == 1:
+        from worker.loop import train
+        from worker.session import TuneSession
+
+        train(cfg, TuneSession())  # its last report carries the final status
+        return
+    from ray import tune
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from worker.loop import train_loop_per_worker
+
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=cfg.model_dump(mode="json"),
+        scaling_config=ScalingConfig(
+            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+            resources_per_worker={"CPU": cfg.threads_per_worker or 1},
+        ),
+        run_config=RunConfig(
+            name=f"{config['sweep_id']}-{tune.get_context().get_trial_id()}",
+            storage_path=tune.get_context().get_trial_dir(),
+            callbacks=[TuneReportCallback()],
+            failure_config=FailureConfig(max_failures=1),
+        ),
+    )
+    trainer.fit()

@@ -1,0 +1,515 @@
+"""`SweepSpec`: the public contract of a batch-size sweep (CLI and HTTP service alike).
+
+A sweep asks, for each optimizer, "how large can the global batch get before the validation loss at a
+fixed token budget degrades?". The spec names the model, the data, the optimizers, the batch sizes,
+the token budget of every trial, the learning-rate search, the number of seeds and the tolerance of
+"no degradation". It is validated in full before anything runs; every refusal names the field and the
+bad value (see `format_validation_error` for the machine-readable form).
+
+Load with `SweepSpec.from_yaml(text_or_path)`, `SweepSpec.from_json(text_or_path)` or
+`SweepSpec.load(path)` (by suffix); `spec.model_dump(mode="json")` validates back to an equal spec.
+The cap on the number of trials is a validation context value:
+`SweepSpec.model_validate(data, context={"max_trials": N})` (default `DEFAULT_MAX_TRIALS`).
+
+This module must not import torch: the HTTP service imports it. `worker.config` and `worker.names`
+are torch-free.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from worker.config import DataConfig, ModelConfig, OptimizerConfig, TrainConfig, split_batch
+from worker.names import OPTIMIZER_NAMES
+
+__all__ = [
+    "DEFAULT_MAX_TRIALS",
+    "NAME_PATTERN",
+    "DegradationSpec",
+    "FieldProblem",
+    "LRSearchSpec",
+    "OptimizerSpec",
+    "PruningSpec",
+    "ResourcesSpec",
+    "ScheduleSpec",
+    "SpecError",
+    "SpecLoadError",
+    "SweepSpec",
+    "format_validation_error",
+]
+
+# Cap on optimizers x batch_sizes x (lr.trials_per_batch_size + seeds - 1) unless the validation
+# context says otherwise: SweepSpec.model_validate(data, context={"max_trials": N}).
+DEFAULT_MAX_TRIALS = 1000
+
+# Sweep names become MLflow experiment names, Ray Tune directories and URL path segments.
+NAME_PATTERN = re.compile(r"[a-z0-9-]{1,64}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors that carry the field they are about
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One refusal: `field` is a dotted path relative to where the validator sits ("" for the spot itself)."""
+
+    field: str
+    message: str
+    value: Any = None
+
+
+class SpecError(ValueError):
+    """Raised inside validators; pydantic wraps it, `format_validation_error` unwraps its problems."""
+
+    def __init__(self, problems: list[FieldProblem] | FieldProblem):
+        self.problems = [problems] if isinstance(problems, FieldProblem) else list(problems)
+        super().__init__("; ".join(p.message for p in self.problems))
+
+
+class SpecLoadError(ValueError):
+    """The file or text could not be read or parsed (before validation)."""
+
+
+def _problem(field: str, message: str, value: Any = None) -> SpecError:
+    return SpecError(FieldProblem(field, message, value))
+
+
+# --------------------------------------------------------------------------------------------------
+# Parts
+# --------------------------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OptimizerSpec(_Strict):
+    """One optimizer of the sweep: `worker.config.OptimizerConfig` minus lr (the lr is searched)."""
+
+    name: str
+    betas: tuple[float, float] | None = None  # None: the optimizer's own default
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    eps: float | None = Field(default=None, gt=0.0)
+    extra: dict[str, Any] = Field(default_factory=dict)  # optimizer-specific keywords (e.g. sophia's rho)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if v not in OPTIMIZER_NAMES:
+            raise _problem("", f"unknown optimizer {v!r}; valid optimizers: {', '.join(OPTIMIZER_NAMES)}", v)
+        return v
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not all(0.0 <= b < 1.0 for b in v):
+            raise _problem("", f"betas must lie in [0, 1), got betas={list(v)}", list(v))
+        return v
+
+    def to_optimizer_config(self, lr: float) -> OptimizerConfig:
+        return OptimizerConfig(
+            name=self.name,
+            lr=lr,
+            weight_decay=self.weight_decay,
+            betas=self.betas,
+            eps=self.eps,
+            extra=dict(self.extra),
+        )
+
+
+class LRSearchSpec(_Strict):
+    """Peak lr searched log-uniformly in [min, max], `trials_per_batch_size` trials per cell."""
+
+    min: float = Field(gt=0.0)
+    max: float = Field(gt=0.0)
+    trials_per_batch_size: int = Field(default=6, ge=1)
+
+    @model_validator(mode="after")
+    def _order(self) -> LRSearchSpec:
+        if not self.min < self.max:
+            raise _problem(
+                "min", f"lr.min must be < lr.max, got min={self.min}, max={self.max}", {"min": self.min, "max": self.max}
+            )
+        return self
+
+
+class ScheduleSpec(_Strict):
+    """Linear warm-up to the peak lr, then cosine decay to min_lr_ratio x peak."""
+
+    warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+
+
+class DegradationSpec(_Strict):
+    """Mean val loss at B <= (1 + tolerance) x the reference's counts as no degradation."""
+
+    tolerance: float = Field(default=0.01, ge=0.0, lt=1.0)
+    baseline: str  # must be one of the spec's optimizers
+
+
+class ResourcesSpec(_Strict):
+    workers_per_trial: int = Field(default=1, ge=1)  # Ray Train workers (data parallel) per trial
+    gpus_per_worker: float = Field(default=0.0, ge=0.0)  # 0: CPU; fractions allowed (Ray)
+    cpus_per_worker: int = Field(default=1, ge=1)  # also the torch threads of each worker
+    max_concurrent_trials: int = Field(default=1, ge=1)
+    max_micro_batch: int = Field(default=32, ge=1)  # sequences per forward pass; the rest is grad accumulation
+
+
+class PruningSpec(_Strict):
+    """ASHA early stopping of search trials (seed re-runs are never pruned)."""
+
+    enabled: bool = True
+    grace_fraction: float = Field(default=0.3, gt=0.0, le=1.0)  # of the token budget, before any pruning
+    reduction_factor: int = Field(default=3, ge=2)
+
+
+# --------------------------------------------------------------------------------------------------
+# The spec
+# --------------------------------------------------------------------------------------------------
+
+
+class SweepSpec(_Strict):
+    """A batch-size x optimizer sweep. See sweeps/examples/demo.yaml for a commented example."""
+
+    name: str
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    optimizers: list[OptimizerSpec]
+    batch_sizes: list[int]  # global batch in sequences; strictly increasing
+    token_budget: int = Field(gt=0)  # tokens per trial, the same at every batch size
+    lr: LRSearchSpec
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
+    seeds: int = Field(default=1, ge=1)  # runs at each cell's best lr, the search trial included
+    degradation: DegradationSpec
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    pruning: PruningSpec = Field(default_factory=PruningSpec)
+    eval_every_tokens: int | None = Field(default=None, gt=0)  # None: token_budget / 10
+    grad_clip: float | None = Field(default=1.0, gt=0.0)  # None: no clipping
+
+    # ---- field checks ---------------------------------------------------------------------------
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_PATTERN.fullmatch(v):
+            raise _problem("", f"name must be 1..64 characters of [a-z0-9-], got name={v!r}", v)
+        return v
+
+    @field_validator("optimizers")
+    @classmethod
+    def _optimizers(cls, v: list[OptimizerSpec]) -> list[OptimizerSpec]:
+        if not v:
+            raise _problem("", "optimizers must not be empty; list at least one, e.g. [{name: adamw}]", [])
+        seen: dict[str, int] = {}
+        problems = []
+        for i, opt in enumerate(v):
+            if opt.name in seen:
+                problems.append(
+                    FieldProblem(
+                        f"{i}.name",
+                        f"optimizers has a duplicate name {opt.name!r} (entries {seen[opt.name]} and {i})",
+                        opt.name,
+                    )
+                )
+            else:
+                seen[opt.name] = i
+        if problems:
+            raise SpecError(problems)
+        return v
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _batch_sizes(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise _problem("", "batch_sizes must not be empty, e.g. [16, 32, 64]", [])
+        bad = [b for b in v if b <= 0]
+        if bad:
+            raise _problem("", f"batch_sizes must all be > 0, got {bad} in batch_sizes={v}", v)
+        dups = sorted({b for b in v if v.count(b) > 1})
+        if dups:
+            raise _problem("", f"batch_sizes has duplicates {dups}, got batch_sizes={v}", v)
+        for i in range(1, len(v)):
+            if v[i] <= v[i - 1]:
+                raise _problem(
+                    "",
+                    f"batch_sizes must be strictly increasing, got {v[i - 1]} before {v[i]} "
+                    f"(index {i - 1} and {i}) in batch_sizes={v}",
+                    v,
+                )
+        return v
+
+    # ---- cross-field checks ---------------------------------------------------------------------
+
+    @model_validator(mode="after")
+    def _cross(self, info: ValidationInfo) -> SweepSpec:
+        problems: list[FieldProblem] = []
+        names = [o.name for o in self.optimizers]
+
+        if self.degradation.baseline not in names:
+            problems.append(
+                FieldProblem(
+                    "degradation.baseline",
+                    f"degradation.baseline={self.degradation.baseline!r} is not among the spec's optimizers "
+                    f"{names}; add it to optimizers or pick one of them",
+                    self.degradation.baseline,
+                )
+            )
+
+        largest, seq_len = self.batch_sizes[-1], self.model.seq_len
+        if self.token_budget < largest * seq_len:
+            problems.append(
+                FieldProblem(
+                    "token_budget",
+                    f"token_budget={self.token_budget} is smaller than one step at the largest batch: "
+                    f"batch_sizes max {largest} x model.seq_len {seq_len} = {largest * seq_len} tokens",
+                    self.token_budget,
+                )
+            )
+
+        workers = self.resources.workers_per_trial
+        unsplittable = []
+        for b in self.batch_sizes:
+            try:
+                split_batch(b, workers, self.resources.max_micro_batch)
+            except ValueError:
+                unsplittable.append(b)
+        if unsplittable:
+            problems.append(
+                FieldProblem(
+                    "resources.workers_per_trial",
+                    f"resources.workers_per_trial={workers} must divide every batch size; "
+                    f"batch_sizes {unsplittable} cannot be split evenly over {workers} workers",
+                    workers,
+                )
+            )
+
+        cap = DEFAULT_MAX_TRIALS
+        if info.context and info.context.get("max_trials") is not None:
+            cap = int(info.context["max_trials"])
+        total = self.total_trials
+        if total > cap:
+            problems.append(
+                FieldProblem(
+                    "total_trials",
+                    f"total trials {total} = {len(self.optimizers)} optimizers x {len(self.batch_sizes)} batch sizes "
+                    f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {self.seeds} seeds - 1) "
+                    f"exceeds the cap max_trials={cap}; reduce optimizers, batch_sizes, "
+                    f"lr.trials_per_batch_size or seeds",
+                    total,
+                )
+            )
+
+        if problems:
+            raise SpecError(problems)
+
+        # Last guard: every cell must map onto a valid TrainConfig (the worker's own checks), so a spec
+        # that passes here cannot fail at launch for a config reason. Both lr ends are tried.
+        for opt, b in self.cells():
+            for lr in (self.lr.min, self.lr.max):
+                try:
+                    self.train_config(opt, b, lr, seed=0)
+                except (ValidationError, ValueError) as exc:
+                    detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+                    raise _problem(
+                        "",
+                        f"cell optimizer={opt!r}, batch_size={b}, lr={lr} is not a valid training run: {detail}",
+                        {"optimizer": opt, "batch_size": b, "lr": lr},
+                    ) from None
+        return self
+
+    # ---- derived --------------------------------------------------------------------------------
+
+    @property
+    def total_trials(self) -> int:
+        """optimizers x batch_sizes x (lr.trials_per_batch_size + seeds - 1): the search trial is seed one."""
+        return len(self.optimizers) * len(self.batch_sizes) * (self.lr.trials_per_batch_size + self.seeds - 1)
+
+    @property
+    def optimizer_names(self) -> list[str]:
+        return [o.name for o in self.optimizers]
+
+    def cells(self) -> list[tuple[str, int]]:
+        """(optimizer, batch_size) pairs: optimizers in the order given, batch sizes ascending."""
+        return [(o.name, b) for o in self.optimizers for b in self.batch_sizes]
+
+    def optimizer(self, name: str) -> OptimizerSpec:
+        for o in self.optimizers:
+            if o.name == name:
+                return o
+        raise KeyError(f"optimizer {name!r} is not in sweep {self.name!r}; its optimizers: {self.optimizer_names}")
+
+    def train_config(self, optimizer: str, batch_size: int, lr: float, seed: int) -> TrainConfig:
+        """The `TrainConfig` of one trial of this sweep (cell `(optimizer, batch_size)` at `lr`, `seed`)."""
+        if batch_size not in self.batch_sizes:
+            raise ValueError(f"batch_size={batch_size} is not in sweep {self.name!r}; its batch_sizes: {self.batch_sizes}")
+        return TrainConfig(
+            model=self.model,
+            data=self.data,
+            optimizer=self.optimizer(optimizer).to_optimizer_config(lr),
+            batch_size=batch_size,
+            max_micro_batch=self.resources.max_micro_batch,
+            num_workers=self.resources.workers_per_trial,
+            use_gpu=self.resources.gpus_per_worker > 0,
+            threads_per_worker=self.resources.cpus_per_worker,
+            token_budget=self.token_budget,
+            warmup_fraction=self.schedule.warmup_fraction,
+            min_lr_ratio=self.schedule.min_lr_ratio,
+            grad_clip=self.grad_clip,
+            eval_every_tokens=self.eval_every_tokens,
+            seed=seed,
+        )
+
+    # ---- loading --------------------------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, data: Any, *, max_trials: int | None = None) -> SweepSpec:
+        context = {"max_trials": max_trials} if max_trials is not None else None
+        return cls.model_validate(data, context=context)
+
+    @classmethod
+    def from_yaml(cls, text_or_path: str | os.PathLike[str], *, max_trials: int | None = None) -> SweepSpec:
+        """A `Path` (or a str naming an existing file) is read; any other str is YAML text."""
+        text, where = _read(text_or_path)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecLoadError(f"invalid YAML{where}: {exc}") from None
+        return cls.from_mapping(data, max_trials=max_trials)
+
+    @classmethod
+    def from_json(cls, text_or_path: str | os.PathLike[str], *, max_trials: int | None = None) -> SweepSpec:
+        """A `Path` (or a str naming an existing file) is read; any other str is JSON text."""
+        text, where = _read(text_or_path)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecLoadError(f"invalid JSON{where}: {exc}") from None
+        return cls.from_mapping(data, max_trials=max_trials)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, max_trials: int | None = None) -> SweepSpec:
+        """Read a spec file: .yaml/.yml as YAML, .json as JSON."""
+        p = Path(path)
+        if not p.is_file():
+            raise SpecLoadError(f"spec file not found: {str(p)!r}")
+        suffix = p.suffix.lower()
+        if suffix in (".yaml", ".yml"):
+            return cls.from_yaml(p, max_trials=max_trials)
+        if suffix == ".json":
+            return cls.from_json(p, max_trials=max_trials)
+        raise SpecLoadError(f"unknown spec file type {suffix!r} of {str(p)!r}; use .yaml, .yml or .json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _read(text_or_path: str | os.PathLike[str]) -> tuple[str, str]:
+    if isinstance(text_or_path, os.PathLike):
+        p = Path(text_or_path)
+    elif isinstance(text_or_path, str) and "\n" not in text_or_path and os.path.isfile(text_or_path):
+        p = Path(text_or_path)
+    elif isinstance(text_or_path, str):
+        return text_or_path, ""
+    else:
+        raise SpecLoadError(f"expected spec text or a path, got {type(text_or_path).__name__}")
+    try:
+        return p.read_text(encoding="utf-8"), f" in {str(p)!r}"
+    except OSError as exc:
+        raise SpecLoadError(f"cannot read spec file {str(p)!r}: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors for people and machines
+# --------------------------------------------------------------------------------------------------
+
+
+def format_validation_error(exc: ValidationError) -> list[dict[str, Any]]:
+    """`[{"field": "lr.min", "message": "...", "value": ...}, ...]`, one entry per refusal.
+
+    `field` is a dotted path into the spec (list items by index: "optimizers.1.name"); "total_trials"
+    for the trial cap. `value` is the refused value, made JSON-safe (repr() where it is not).
+    Unknown keys get the closest valid field name as a suggestion.
+    """
+    out: list[dict[str, Any]] = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, SpecError):
+            for p in cause.problems:
+                field = ".".join(s for s in (loc, p.field) if s)
+                out.append({"field": field, "message": p.message, "value": _json_safe(p.value)})
+            continue
+        message = err["msg"]
+        if message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        if err["type"] == "extra_forbidden":
+            message = _unknown_field_message(err["loc"])
+        out.append({"field": loc, "message": message, "value": _json_safe(err.get("input"))})
+    return out
+
+
+def _unknown_field_message(loc: tuple[Any, ...]) -> str:
+    valid = _fields_at(loc[:-1])
+    key = str(loc[-1])
+    message = f"unknown field {key!r}"
+    if valid:
+        close = difflib.get_close_matches(key, valid, n=1)
+        if close:
+            message += f"; did you mean {close[0]!r}"
+        message += f"; valid fields: {', '.join(valid)}"
+    return message
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the model at `loc` inside a SweepSpec (list indices skipped); [] if unknown."""
+    model: Any = SweepSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)

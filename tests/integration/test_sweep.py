@@ -1,0 +1,158 @@
+"""A real tiny sweep on a local Ray cluster: what it records in MLflow and Optuna, its report, and
+resume after an interruption with no finished trial run again."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from sweeps.analysis import validate_report
+from sweeps.driver import run_sweep
+from sweeps.plan import study_name
+from sweeps.runtime import SweepRuntime
+from sweeps.search import open_storage
+from sweeps.spec import SweepSpec
+
+pytestmark = pytest.mark.ray
+
+TRIAL_ROLES = ("search", "seed")
+
+
+def _trial_runs(client: MlflowClient, experiment_id: str) -> list:
+    runs = client.search_runs([experiment_id], max_results=1000)
+    return [r for r in runs if r.data.tags.get("batchsweep.role") in TRIAL_ROLES]
+
+
+def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
+    outcome, runtime = tiny_sweep
+    spec_trials = 2 * 2 * (2 + 2 - 1)
+    assert outcome.status == "succeeded"
+    report = outcome.report
+    validate_report(report)  # the stable schema of the README
+    assert set(report["optimizers"]) == {"adamw", "merit"}
+    assert report["reference_batch_size"] == 4 and report["baseline"] == "adamw"
+    for opt in report["optimizers"].values():
+        assert [c["batch_size"] for c in opt["cells"]] == [4, 8]
+        for cell in opt["cells"]:
+            # every cell was searched with its 2 trials plus 1 seed re-run of its best lr
+            assert cell["trials"] == 3
+            assert cell["best_lr"] is not None and 1e-3 <= cell["best_lr"] <= 3e-2
+            assert cell["seeds"] == 2
+            lo, hi = cell["val_loss_ci95"]
+            assert lo <= cell["val_loss_mean"] <= hi
+
+    client = MlflowClient(outcome.tracking_uri)
+    exp = client.get_experiment_by_name(outcome.sweep_id)
+    assert exp is not None and exp.experiment_id == outcome.experiment_id
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    cells = {r.info.run_id: r for r in runs if r.data.tags.get("batchsweep.role") == "cell"}
+    trials = _trial_runs(client, exp.experiment_id)
+    assert len(cells) == 4
+    assert len(trials) == spec_trials
+    for run in trials:
+        tags = run.data.tags
+        # each trial nests under its cell's run, and is named for a person to read
+        parent = cells[tags["mlflow.parentRunId"]]
+        assert parent.data.tags["batchsweep.cell"] == tags["batchsweep.cell"]
+        assert run.info.run_name == (
+            f"{tags['batchsweep.optimizer']} bs={tags['batchsweep.batch_size']} "
+            f"lr={float(tags['batchsweep.lr']):.1e} seed={tags['batchsweep.seed']}"
+        )
+        assert tags["batchsweep.status"] in ("completed", "pruned", "diverged")
+        assert run.data.params["optimizer.name"] == tags["batchsweep.optimizer"]
+    # metrics are logged against tokens seen (the same axis at every batch size)
+    completed = [r for r in trials if r.data.tags["batchsweep.status"] == "completed"]
+    history = client.get_metric_history(completed[0].info.run_id, "val_loss")
+    assert [m.step for m in history] == [1024, 2048, 3072, 4096]
+    assert {"attn_logit_max/layer_0", "tokens_per_s", "grad_norm", "lr"} <= set(completed[0].data.metrics)
+
+    summary = [r for r in runs if r.data.tags.get("batchsweep.role") == "summary"]
+    assert len(summary) == 1
+    names = {a.path for a in client.list_artifacts(summary[0].info.run_id)}
+    assert {"spec.yaml", "report.json", "cells.csv"} <= names
+    local = client.download_artifacts(summary[0].info.run_id, "report.json")
+    assert json.loads(Path(local).read_text())["optimizers"] == json.loads(json.dumps(report))["optimizers"]
+
+    # Optuna holds one study per cell with the trials of the searches (and the seed re-runs)
+    storage = open_storage(runtime.optuna_storage)
+    for opt in ("adamw", "merit"):
+        for bs in (4, 8):
+            study = optuna.load_study(study_name=study_name(outcome.sweep_id, opt, bs), storage=storage)
+            finished = [t for t in study.trials if t.state != TrialState.RUNNING]
+            assert len(finished) == 3
+            # pruning compares trials at equal tokens: a pruned trial stopped before the budget
+            for t in finished:
+                if t.state == TrialState.PRUNED:
+                    assert t.user_attrs["tokens"] < 4096
+
+
+RESUME = """
+name: resume
+model: {preset: gpt2-nano, seq_len: 32}
+optimizers: [{name: adamw}]
+batch_sizes: [4, 8]
+token_budget: 3072
+lr: {min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 2}
+seeds: 2
+degradation: {tolerance: 0.05, baseline: adamw}
+resources: {max_concurrent_trials: 2}
+pruning: {enabled: false}
+eval_every_tokens: 1024
+"""
+
+
+def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, tmp_path: Path) -> None:
+    spec = SweepSpec.from_yaml(RESUME)
+    runtime = SweepRuntime.from_env(tmp_path / "data")
+    done: list[int] = []
+
+    first = run_sweep(
+        spec, runtime=runtime,
+        on_progress=lambda p: done.append(p["trials_done"]),
+        should_stop=lambda: bool(done) and done[-1] >= 2,
+    )
+    assert first.status == "cancelled"
+    storage = open_storage(runtime.optuna_storage)
+
+    def finished_trials() -> dict[tuple[str, int, str, int], float]:
+        out = {}
+        for bs in spec.batch_sizes:
+            study = optuna.load_study(study_name=study_name("resume", "adamw", bs), storage=storage)
+            for t in study.trials:
+                if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("status") != "cancelled":
+                    out[(f"bs{bs}", t.number, t.user_attrs["role"], t.user_attrs["seed"])] = t.params["lr"]
+        return out
+
+    before = finished_trials()
+    assert 2 <= len(before) < spec.total_trials
+
+    # a driver killed hard leaves a RUNNING trial behind: the resumed sweep must replace it
+    study = optuna.load_study(study_name=study_name("resume", "adamw", 8), storage=storage)
+    stale = study.ask({"lr": optuna.distributions.FloatDistribution(1e-3, 3e-2, log=True)})
+    stale.set_user_attr("role", "search")
+
+    second = run_sweep(spec, runtime=runtime)
+    assert second.status == "succeeded"
+    after = finished_trials()
+    # finished trials are never run again: they keep their number and lr, and the sweep ends with
+    # exactly the planned number of finished trials
+    assert {k: after[k] for k in before} == before
+    assert len(after) == spec.total_trials
+    stale_now = optuna.load_study(study_name=study_name("resume", "adamw", 8), storage=storage).trials[stale.number]
+    assert stale_now.state == TrialState.FAIL and stale_now.user_attrs["status"] == "interrupted"
+
+    client = MlflowClient(second.tracking_uri)
+    runs = _trial_runs(client, second.experiment_id)
+    finished_runs = [r for r in runs if r.data.tags["batchsweep.status"] in ("completed", "pruned", "diverged")]
+    # MLflow agrees: one finished run per planned trial, no duplicate (lr, seed) within a cell
+    assert len(finished_runs) == spec.total_trials
+    keys = [(r.data.tags["batchsweep.cell"], r.data.tags["batchsweep.lr"], r.data.tags["batchsweep.seed"], r.data.tags["batchsweep.role"]) for r in finished_runs]
+    assert len(set(keys)) == len(keys)
+    for cell in second.report["optimizers"]["adamw"]["cells"]:
+        assert cell["seeds"] == 2 and math.isfinite(cell["val_loss_mean"])

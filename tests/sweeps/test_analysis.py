@@ -1,0 +1,426 @@
+"""sweeps.analysis: hand-made result tables with answers worked out by hand (in the comments)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from sweeps.analysis import (
+    LR_EDGE_FACTOR,
+    AnalysisInput,
+    TrialResult,
+    build_report,
+    mean_ci95,
+    report_to_json,
+    t_quantile,
+    validate_report,
+    welch_diff_ci95,
+)
+from sweeps.spec import SweepSpec
+
+BATCHES = (16, 32, 64, 128)
+SEQ_LEN = 128
+TOL = 0.01
+INPUTS = AnalysisInput(
+    sweep="merit-vs-adamw",
+    batch_sizes=BATCHES,
+    optimizers=("adamw", "merit"),
+    baseline="adamw",
+    tolerance=TOL,
+    lr_min=1e-4,
+    lr_max=3e-2,
+    seeds=3,
+    seq_len=SEQ_LEN,
+)
+LR = 1e-3  # a best lr well inside [1e-4, 3e-2]
+
+
+def search(opt, b, loss, *, lr=LR, seed=0, status="completed", curve=()):
+    return TrialResult(
+        optimizer=opt, batch_size=b, lr=lr, seed=seed, role="search", status=status,
+        val_loss=loss, tokens=1000, steps=10, curve=curve,
+    )
+
+
+def seed_run(opt, b, loss, seed, *, lr=LR, status="completed"):
+    return TrialResult(
+        optimizer=opt, batch_size=b, lr=lr, seed=seed, role="seed", status=status,
+        val_loss=loss, tokens=1000, steps=10,
+    )
+
+
+def cell(opt, b, samples, *, lr=LR, worse=3.9):
+    """A cell whose best lr is `lr`: samples[0] from the search trial, the rest from seed runs,
+    plus a worse search trial at another lr (never the best)."""
+    rows = [search(opt, b, samples[0], lr=lr), search(opt, b, worse, lr=lr * 2, seed=1)]
+    rows += [seed_run(opt, b, s, seed=i + 1, lr=lr) for i, s in enumerate(samples[1:])]
+    return rows
+
+
+def table(losses: dict[str, list[float | None]]) -> list[TrialResult]:
+    """One flat cell (three equal seeds) per (optimizer, batch size); None: no trials at all."""
+    rows = []
+    for opt, row in losses.items():
+        for b, loss in zip(BATCHES, row):
+            if loss is not None:
+                rows += cell(opt, b, [loss, loss, loss])
+    return rows
+
+
+def answer(report, opt):
+    return report["optimizers"][opt]["largest_degradation_free_batch_size"]
+
+
+# ---- statistics -----------------------------------------------------------------------------------
+
+
+def test_t_quantile_known_values():
+    # df=1 is the Cauchy distribution: t = tan(pi x 0.475); df=2 has t = (2p-1)/sqrt(2p(1-p)) exactly,
+    # = 0.95 / sqrt(0.04875) = 4.3026527297494638... (the oft-quoted 4.302652729911275 is off in the
+    # 11th digit; both agree to rel 1e-9 below). The others are textbook table values.
+    assert t_quantile(0.975, 1) == pytest.approx(12.706204736174707, rel=1e-12)
+    assert t_quantile(0.975, 2) == pytest.approx(4.302652729749464, rel=1e-12)
+    assert t_quantile(0.975, 2) == pytest.approx(4.302652729911275, rel=1e-9)
+    assert t_quantile(0.975, 3) == pytest.approx(3.182446305284263, rel=1e-11)
+    assert t_quantile(0.975, 4) == pytest.approx(2.776445105197793, rel=1e-11)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228138851986274, rel=1e-11)
+    assert t_quantile(0.975, 30) == pytest.approx(2.042272456301238, rel=1e-11)
+    # symmetry, and the median is 0
+    assert t_quantile(0.025, 3) == pytest.approx(-3.182446305284263, rel=1e-11)
+    assert t_quantile(0.5, 7.3) == 0.0
+    # non-integer df (Welch) lies between its integer neighbours: t decreases with df
+    assert t_quantile(0.975, 4) < t_quantile(0.975, 3.5) < t_quantile(0.975, 3)
+
+
+def test_mean_ci95_n3_exact():
+    # [1, 2, 3]: mean 2, sd 1, half width = t(0.975, 2) x 1 / sqrt(3) = 4.3026527297 / 1.7320508076 = 2.4841377118
+    mean, lo, hi, available = mean_ci95([1.0, 2.0, 3.0])
+    half = 4.302652729749464 / math.sqrt(3)
+    assert half == pytest.approx(2.4841377118, abs=1e-9)
+    assert mean == 2.0
+    assert (lo, hi) == (pytest.approx(2.0 - half, rel=1e-12), pytest.approx(2.0 + half, rel=1e-12))
+    assert available is True
+
+
+def test_mean_ci95_n2_exact():
+    # [1, 3]: mean 2, sd sqrt(2), se = sqrt(2)/sqrt(2) = 1, half width = t(0.975, 1) = 12.706204736174707
+    mean, lo, hi, available = mean_ci95([1.0, 3.0])
+    assert mean == 2.0
+    assert lo == pytest.approx(2.0 - 12.706204736174707, rel=1e-12)
+    assert hi == pytest.approx(2.0 + 12.706204736174707, rel=1e-12)
+    assert available is True
+
+
+def test_mean_ci95_single_sample_is_a_point():
+    # rule: n = 1 gives [mean, mean] and ci_available false
+    assert mean_ci95([3.5]) == (3.5, 3.5, 3.5, False)
+
+
+def test_welch_diff_ci95_exact():
+    # x = [1, 3], y = [0, 2], scale 1: d = 2 - 1 = 1; s_x^2/n = 2/2 = 1, s_y^2/n = 1; var = 2;
+    # Welch df = 2^2 / (1^2/1 + 1^2/1) = 2; half = t(0.975, 2) x sqrt(2) = 4.3026527297 x 1.4142135624 = 6.0848...
+    d, lo, hi = welch_diff_ci95([1.0, 3.0], [0.0, 2.0])
+    half = 4.302652729749464 * math.sqrt(2)
+    assert d == 1.0
+    assert lo == pytest.approx(1.0 - half, rel=1e-12)
+    assert hi == pytest.approx(1.0 + half, rel=1e-12)
+    # scale multiplies the reference: d = 2 - 1.5 x 1 = 0.5, var = 1 + 1.5^2 x 1 = 3.25,
+    # df = 3.25^2 / (1 + 2.25^2) = 10.5625 / 6.0625 = 1.7423...
+    d, lo, hi = welch_diff_ci95([1.0, 3.0], [0.0, 2.0], scale=1.5)
+    half = t_quantile(0.975, 10.5625 / 6.0625) * math.sqrt(3.25)
+    assert d == 0.5
+    assert (lo, hi) == (pytest.approx(0.5 - half, rel=1e-12), pytest.approx(0.5 + half, rel=1e-12))
+    # fewer than 2 samples on either side: no interval
+    assert welch_diff_ci95([1.0], [0.0, 2.0]) is None
+
+
+# ---- the answer -----------------------------------------------------------------------------------
+
+
+def test_flat_losses_give_the_largest_batch():
+    # every cell 3.0 (3 equal seeds): 3.0 <= 1.01 x 3.0 everywhere, for self and baseline -> 128
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), inputs=INPUTS)
+    for opt in ("adamw", "merit"):
+        assert answer(report, opt) == {"self": 128, "baseline": 128}
+        # boundary = the answer 128 only (no larger batch); its samples have sd 0 on both sides, so the
+        # interval is the point d = 3.0 - 1.01 x 3.0 = -0.03 < 0: not within noise
+        assert report["optimizers"][opt]["within_noise"] == {"self": False, "baseline": False}
+        [check] = report["optimizers"][opt]["noise_checks"]["self"]
+        assert check["batch_size"] == 128
+        assert check["diff_ci95"] == [pytest.approx(-0.03), pytest.approx(-0.03)]
+    c = report["optimizers"]["merit"]["cells"][0]
+    assert c["best_lr"] == LR and c["val_loss_mean"] == 3.0 and c["val_loss_ci95"] == [3.0, 3.0]
+    assert c["seeds"] == 3 and c["ci_available"] is True
+    # 2 search trials (one worse at 2 x lr) + 2 seed runs
+    assert c["trials"] == 4 and c["trial_status"] == {"completed": 4, "pruned": 0, "diverged": 0, "failed": 0}
+
+
+def test_degradation_at_the_third_batch_size():
+    # merit: reference 3.00, threshold 1.01 x 3.00 = 3.03; 32: 3.02 ok; 64: 3.10 fails; 128: 3.00 would
+    # pass alone but the chain stopped at 64 -> answer 32
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.02, 3.10, 3.00]}), inputs=INPUTS)
+    merit = report["optimizers"]["merit"]
+    assert answer(report, "merit")["self"] == 32
+    assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, True, False, True]
+    assert merit["reference_val_loss"]["self"] == 3.0
+    # boundary cells: 32 (answer) and 64 (first failure); both intervals are points (sd 0):
+    # 3.02 - 3.03 = -0.01 and 3.10 - 3.03 = 0.07, neither straddles 0
+    assert [c["batch_size"] for c in merit["noise_checks"]["self"]] == [32, 64]
+    assert merit["within_noise"]["self"] is False
+
+
+def test_baseline_is_stricter_than_self():
+    # adamw at 16: 2.98 -> baseline threshold 1.01 x 2.98 = 3.0098
+    # merit: 3.000, 3.020, 3.025, 3.500; self threshold 3.03 -> 16, 32, 64 ok, 128 fails -> self 64
+    # against the baseline: 16 (3.000 <= 3.0098) ok, 32 (3.020 > 3.0098) fails -> baseline 16
+    report = build_report(
+        table({"adamw": [2.98, 2.98, 2.98, 2.98], "merit": [3.000, 3.020, 3.025, 3.500]}), inputs=INPUTS
+    )
+    assert answer(report, "merit") == {"self": 64, "baseline": 16}
+    assert report["optimizers"]["merit"]["reference_val_loss"] == {"self": 3.0, "baseline": 2.98}
+    # the baseline optimizer judged against itself: the same answer twice
+    assert answer(report, "adamw") == {"self": 128, "baseline": 128}
+
+
+def test_baseline_answer_null_when_the_smallest_batch_already_fails():
+    # merit at 16: 3.10 > 1.01 x 2.98 = 3.0098 -> nothing is degradation-free against the baseline,
+    # while against itself the reference cell is degradation-free by definition
+    report = build_report(table({"adamw": [2.98] * 4, "merit": [3.10, 3.50, 3.50, 3.50]}), inputs=INPUTS)
+    assert answer(report, "merit") == {"self": 16, "baseline": None}
+    assert report["optimizers"]["merit"]["cells"][0]["degradation_free"] == {"self": True, "baseline": False}
+
+
+def test_missing_cell_breaks_the_chain():
+    # merit has no trial at 32; 64 and 128 pass on their own, but the chain stops at 32 -> answer 16
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]}), inputs=INPUTS)
+    merit = report["optimizers"]["merit"]
+    assert answer(report, "merit") == {"self": 16, "baseline": 16}
+    c32 = merit["cells"][1]
+    assert c32["batch_size"] == 32 and c32["trials"] == 0
+    assert c32["best_lr"] is None and c32["val_loss_mean"] is None and c32["val_loss_ci95"] == [None, None]
+    assert c32["degradation_free"] == {"self": None, "baseline": None} and c32["lr_at_edge"] is None
+    # boundary cells 16 and 32: 16 is the self reference cell (skipped), 32 has no mean (skipped)
+    # -> no check -> within_noise null; against the baseline 16 is merit's own cell, so it is checked
+    assert merit["noise_checks"]["self"] == [] and merit["within_noise"]["self"] is None
+    assert [c["batch_size"] for c in merit["noise_checks"]["baseline"]] == [16]
+
+
+def test_diverged_only_cell_has_no_result_and_breaks_the_chain():
+    rows = table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, None, 3.0]})
+    rows += [search("merit", 64, None, lr=lr, seed=i, status="diverged") for i, lr in enumerate((1e-2, 2e-2, 3e-2))]
+    report = build_report(rows, inputs=INPUTS)
+    c64 = report["optimizers"]["merit"]["cells"][2]
+    assert c64["trial_status"] == {"completed": 0, "pruned": 0, "diverged": 3, "failed": 0}
+    assert c64["trials"] == 3 and c64["seeds"] == 0
+    assert c64["best_lr"] is None and c64["val_loss_mean"] is None and c64["ci_available"] is False
+    assert answer(report, "merit") == {"self": 32, "baseline": 32}
+
+
+def test_missing_reference_cell_nulls_everything_judged_against_it():
+    # adamw (the baseline) has nothing at 16: every baseline verdict of every optimizer is null
+    report = build_report(table({"adamw": [None, 3.0, 3.0, 3.0], "merit": [3.0] * 4}), inputs=INPUTS)
+    merit = report["optimizers"]["merit"]
+    assert merit["reference_val_loss"] == {"self": 3.0, "baseline": None}
+    assert answer(report, "merit") == {"self": 128, "baseline": None}
+    assert merit["within_noise"]["baseline"] is None
+    assert answer(report, "adamw") == {"self": None, "baseline": None}
+
+
+# ---- best lr and seeds ----------------------------------------------------------------------------
+
+
+def test_best_lr_ignores_pruned_diverged_and_failed_trials():
+    rows = [
+        search("merit", 16, 3.0, lr=1e-3),
+        search("merit", 16, 2.0, lr=2e-3, seed=1, status="pruned"),  # lower loss, but pruned early
+        search("merit", 16, None, lr=4e-3, seed=2, status="diverged"),
+        search("merit", 16, None, lr=8e-3, seed=3, status="failed"),
+    ]
+    report = build_report(rows, inputs=INPUTS)
+    c = report["optimizers"]["merit"]["cells"][0]
+    assert c["best_lr"] == 1e-3 and c["val_losses"] == [3.0]
+    assert c["trial_status"] == {"completed": 1, "pruned": 1, "diverged": 1, "failed": 1}
+    # one sample: the interval collapses to the mean
+    assert c["val_loss_ci95"] == [3.0, 3.0] and c["ci_available"] is False
+
+
+def test_cell_samples_are_the_completed_runs_at_the_best_lr():
+    rows = [
+        search("merit", 16, 3.0, lr=1e-3, seed=0),
+        search("merit", 16, 3.3, lr=5e-3, seed=1),
+        seed_run("merit", 16, 3.2, seed=2, lr=1e-3),
+        seed_run("merit", 16, 3.1, seed=1, lr=1e-3),
+        seed_run("merit", 16, 9.9, seed=3, lr=5e-3),  # another lr: not a sample
+        seed_run("merit", 16, None, seed=4, lr=1e-3, status="failed"),  # not completed: not a sample
+    ]
+    c = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"][0]
+    # search trial first, then seed runs by seed: [3.0, 3.1, 3.2], mean 3.1
+    assert c["val_losses"] == [3.0, 3.1, 3.2]
+    assert c["seeds"] == 3 and c["trials"] == 6
+    assert c["val_loss_mean"] == pytest.approx(3.1, rel=1e-12)
+    # sd 0.1, half = t(0.975, 2) x 0.1 / sqrt(3)
+    half = 4.302652729749464 * 0.1 / math.sqrt(3)
+    assert c["val_loss_ci95"] == [pytest.approx(3.1 - half, rel=1e-9), pytest.approx(3.1 + half, rel=1e-9)]
+
+
+def test_best_lr_tie_breaks_on_the_smaller_lr_whatever_the_order():
+    a = search("merit", 16, 3.0, lr=2e-3, seed=0)
+    b = search("merit", 16, 3.0, lr=1e-3, seed=1)
+    for rows in ([a, b], [b, a]):
+        assert build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"][0]["best_lr"] == 1e-3
+
+
+# ---- within noise ---------------------------------------------------------------------------------
+
+
+def _noise_rows(ref_samples, next_samples):
+    return table({"adamw": [3.0] * 4}) + cell("merit", 16, ref_samples) + cell("merit", 32, next_samples)
+
+
+def test_within_noise_true_when_the_boundary_interval_straddles_zero():
+    # ref 16: [3.0, 3.2, 3.4] mean 3.2, sd 0.2 -> threshold 1.01 x 3.2 = 3.232
+    # 32: [3.1, 3.3, 3.5] mean 3.3 > 3.232 -> fails -> answer 16; boundary = 16 (reference, skipped) and 32
+    # d = 3.3 - 3.232 = 0.068; var = 0.04/3 + 1.01^2 x 0.04/3 = 0.013333 + 0.013601 = 0.026935, se 0.1641
+    # df = 0.026935^2 / (0.013333^2/2 + 0.013601^2/2) = 3.9997, t ~ 2.7765, half ~ 0.4557 -> [-0.388, 0.524]
+    report = build_report(_noise_rows([3.0, 3.2, 3.4], [3.1, 3.3, 3.5]), inputs=INPUTS)
+    merit = report["optimizers"]["merit"]
+    assert merit["largest_degradation_free_batch_size"]["self"] == 16
+    [check] = merit["noise_checks"]["self"]
+    assert check["batch_size"] == 32
+    assert check["diff_mean"] == pytest.approx(0.068, abs=1e-12)
+    assert check["diff_ci95"] == [pytest.approx(-0.388, abs=1e-3), pytest.approx(0.524, abs=1e-3)]
+    assert check["straddles_zero"] is True
+    assert merit["within_noise"]["self"] is True
+
+
+def test_within_noise_false_when_the_gap_is_clear():
+    # ref 16: [3.00, 3.01, 3.02] mean 3.01, sd 0.01 -> threshold 3.0401
+    # 32: [3.20, 3.21, 3.22] mean 3.21; d = 0.1699; var = 1e-4/3 x (1 + 1.0201) = 6.7337e-5, se 0.008206,
+    # df ~ 4, half ~ 2.776 x 0.008206 = 0.0228 -> [0.147, 0.193], clear of 0
+    report = build_report(_noise_rows([3.00, 3.01, 3.02], [3.20, 3.21, 3.22]), inputs=INPUTS)
+    merit = report["optimizers"]["merit"]
+    [check] = merit["noise_checks"]["self"]
+    assert check["diff_ci95"] == [pytest.approx(0.147, abs=1e-3), pytest.approx(0.193, abs=1e-3)]
+    assert check["straddles_zero"] is False
+    assert merit["within_noise"]["self"] is False
+
+
+def test_within_noise_null_without_two_seeds():
+    # one sample per cell: no variance, no interval -> within_noise is null, not false
+    report = build_report(_noise_rows([3.0], [3.5]), inputs=INPUTS)
+    merit = report["optimizers"]["merit"]
+    [check] = merit["noise_checks"]["self"]
+    assert check["diff_ci95"] is None and check["straddles_zero"] is None
+    assert check["diff_mean"] == pytest.approx(3.5 - 3.03)
+    assert merit["within_noise"]["self"] is None
+
+
+# ---- lr at edge and steps to reference ------------------------------------------------------------
+
+
+def test_lr_at_edge():
+    # range [1e-4, 3e-2], factor 1.5: at the edge when lr <= 1.5e-4 or lr >= 3e-2 / 1.5 = 2e-2
+    assert LR_EDGE_FACTOR == 1.5
+    rows = (
+        cell("merit", 16, [3.0], lr=1.4e-4)
+        + cell("merit", 32, [3.0], lr=1.6e-4)
+        + cell("merit", 64, [3.0], lr=1.9e-2)
+        + cell("merit", 128, [3.0], lr=2.1e-2, worse=4.0)
+    )
+    cells = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"]
+    assert [c["lr_at_edge"] for c in cells] == [True, False, False, True]
+
+
+def test_steps_and_tokens_to_reference():
+    # self reference: merit at 16 = 3.0 -> threshold 3.03
+    # 16: curve reaches 3.0 at 40960 tokens -> steps 40960 / (16 x 128) = 20
+    # 32: best run's curve (unsorted on purpose) first <= 3.03 at 81920 -> steps 81920 / (32 x 128) = 20;
+    #     the worse search trial reaches 3.0 at 4096 tokens, but only the best run's curve counts
+    # 64: best run never gets below 3.1 -> null
+    rows = [
+        search("merit", 16, 3.0, curve=((20480, 3.1), (40960, 3.0))),
+        search("merit", 32, 3.0, curve=((122880, 3.0), (40960, 3.5), (81920, 3.02))),
+        search("merit", 32, 3.05, lr=5e-3, seed=1, curve=((4096, 3.0), (122880, 3.05))),
+        search("merit", 64, 3.1, curve=((81920, 3.2), (122880, 3.1))),
+    ]
+    cells = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"]
+    assert [(c["steps_to_reference"], c["tokens_to_reference"]) for c in cells] == [
+        (20, 40960),
+        (20, 81920),
+        (None, None),
+        (None, None),  # no trials at 128
+    ]
+
+
+# ---- inputs, schema, JSON -------------------------------------------------------------------------
+
+
+def test_report_schema_keys_are_stable():
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), inputs=INPUTS)
+    assert list(report) == [
+        "schema_version", "sweep", "reference_batch_size", "baseline", "tolerance",
+        "seq_len", "lr_range", "seeds_planned", "optimizers", "warnings",
+    ]
+    assert report["reference_batch_size"] == 16 and report["sweep"] == "merit-vs-adamw"
+    assert list(report["optimizers"]) == ["adamw", "merit"]  # spec order
+    opt = report["optimizers"]["merit"]
+    assert list(opt) == [
+        "cells", "reference_val_loss", "largest_degradation_free_batch_size", "within_noise", "noise_checks",
+    ]
+    assert list(opt["cells"][0]) == [
+        "batch_size", "best_lr", "val_loss_mean", "val_loss_ci95", "ci_available", "val_losses", "seeds",
+        "trials", "trial_status", "lr_at_edge", "degradation_free", "steps_to_reference", "tokens_to_reference",
+    ]
+    assert [c["batch_size"] for c in opt["cells"]] == list(BATCHES)
+
+
+def test_report_json_round_trip_and_validation():
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.1, 3.0]}), inputs=INPUTS)
+    text = report_to_json(report)
+    assert json.loads(text) == json.loads(json.dumps(report))
+    assert validate_report(json.loads(text)).optimizers["merit"].cells[1].best_lr is None
+    with pytest.raises(ValidationError):
+        validate_report({**report, "surprise": 1})
+
+
+def test_keyword_inputs_equal_analysis_input():
+    rows = table({"adamw": [3.0] * 4, "merit": [3.0] * 4})
+    kwargs = {k: getattr(INPUTS, k) for k in INPUTS.__dataclass_fields__}
+    assert build_report(rows, **kwargs) == build_report(rows, inputs=INPUTS)
+    # and results may come as dicts (the wire form)
+    assert build_report([r.to_dict() for r in rows], inputs=INPUTS) == build_report(rows, inputs=INPUTS)
+
+
+def test_results_outside_the_sweep_are_refused():
+    with pytest.raises(ValueError, match=r"outside the sweep \[\('lion', 16\)\]"):
+        build_report([search("lion", 16, 3.0)], inputs=INPUTS)
+    with pytest.raises(ValueError, match=r"\('merit', 24\)"):
+        build_report([search("merit", 24, 3.0)], inputs=INPUTS)
+
+
+def test_trial_result_checks_itself():
+    with pytest.raises(ValueError, match="completed trial needs a finite val_loss, got val_loss=None"):
+        search("merit", 16, None)
+    with pytest.raises(ValueError, match="status must be one of"):
+        search("merit", 16, 3.0, status="done")
+    with pytest.raises(ValueError, match="completed trial needs a finite val_loss, got val_loss=nan"):
+        search("merit", 16, float("nan"))
+
+
+def test_analysis_input_from_the_demo_spec():
+    from pathlib import Path
+
+    import sweeps
+
+    spec = SweepSpec.load(Path(sweeps.__file__).parent / "examples" / "demo.yaml")
+    inputs = AnalysisInput.from_spec(spec)
+    assert inputs == AnalysisInput(
+        sweep="demo", batch_sizes=(8, 16, 32, 64), optimizers=("adamw", "merit"), baseline="adamw",
+        tolerance=0.02, lr_min=1e-4, lr_max=3e-2, seeds=2, seq_len=64,
+    )
+    # with no results at all every cell is empty and every answer null
+    report = build_report([], inputs=inputs)
+    assert answer(report, "merit") == {"self": None, "baseline": None}

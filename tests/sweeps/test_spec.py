@@ -1,0 +1,332 @@
+"""sweeps.spec: SweepSpec loads, round-trips, maps onto TrainConfig, and refuses every bad spec by field and value."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+import sweeps
+from sweeps.spec import (
+    DEFAULT_MAX_TRIALS,
+    SpecLoadError,
+    SweepSpec,
+    format_validation_error,
+)
+from worker.config import OptimizerConfig, TrainConfig
+from worker.names import OPTIMIZER_NAMES
+
+DEMO = Path(sweeps.__file__).parent / "examples" / "demo.yaml"
+
+BASE: dict = {
+    "name": "merit-vs-adamw",
+    "model": {"preset": "gpt2-nano", "seq_len": 128},
+    "data": {"source": "builtin"},
+    "optimizers": [{"name": "adamw"}, {"name": "merit", "betas": [0.9, 0.95], "weight_decay": 0.01}],
+    "batch_sizes": [16, 32, 64, 128],
+    "token_budget": 2_000_000,
+    "lr": {"min": 1.0e-4, "max": 3.0e-2, "trials_per_batch_size": 6},
+    "schedule": {"warmup_fraction": 0.05},
+    "seeds": 3,
+    "degradation": {"tolerance": 0.01, "baseline": "adamw"},
+    "resources": {"workers_per_trial": 1, "gpus_per_worker": 0, "max_concurrent_trials": 2},
+}
+
+
+def spec_data(**changes) -> dict:
+    """BASE with top-level keys replaced; `a__b=v` replaces one nested value (data["a"]["b"] = v)."""
+    data = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        *parents, last = key.split("__")
+        target = data
+        for p in parents:
+            target = target.setdefault(p, {})
+        target[last] = value
+    return data
+
+
+def refusal(data: dict, **context) -> list[dict]:
+    with pytest.raises(ValidationError) as info:
+        SweepSpec.model_validate(data, context=context or None)
+    return format_validation_error(info.value)
+
+
+def only(errors: list[dict], field: str) -> dict:
+    matching = [e for e in errors if e["field"] == field]
+    assert len(matching) == 1, errors
+    return matching[0]
+
+
+# ---- loading --------------------------------------------------------------------------------------
+
+
+def test_base_spec_is_valid_and_has_defaults():
+    spec = SweepSpec.model_validate(BASE)
+    assert spec.schedule.min_lr_ratio == 0.1
+    assert spec.resources.cpus_per_worker == 1 and spec.resources.max_micro_batch == 32
+    assert spec.pruning.enabled is True and spec.pruning.grace_fraction == 0.3 and spec.pruning.reduction_factor == 3
+    assert spec.grad_clip == 1.0 and spec.eval_every_tokens is None
+    assert spec.optimizers[0].weight_decay == 0.0 and spec.optimizers[1].betas == (0.9, 0.95)
+
+
+def test_demo_example_loads():
+    spec = SweepSpec.load(DEMO)
+    assert spec.name == "demo"
+    assert spec.model.preset == "gpt2-nano" and spec.model.seq_len == 64
+    assert spec.data.source == "builtin"
+    assert spec.optimizer_names == ["adamw", "merit"] and spec.degradation.baseline == "adamw"
+    assert spec.batch_sizes == [8, 16, 32, 64]
+    assert spec.lr.min == 1e-4 and spec.lr.max == 3e-2 and spec.lr.trials_per_batch_size == 3
+    assert spec.seeds == 2 and spec.degradation.tolerance == 0.02
+    assert spec.resources.max_concurrent_trials == 2 and spec.pruning.enabled is True
+    # 2 optimizers x 4 batch sizes x (3 search + 2 seeds - 1) = 32
+    assert spec.total_trials == 32
+
+
+def test_yaml_and_json_text_and_files_load_the_same_spec(tmp_path):
+    expected = SweepSpec.model_validate(BASE)
+    yaml_text = yaml.safe_dump(BASE)
+    json_text = json.dumps(BASE)
+    (tmp_path / "s.yaml").write_text(yaml_text)
+    (tmp_path / "s.yml").write_text(yaml_text)
+    (tmp_path / "s.json").write_text(json_text)
+    assert SweepSpec.from_yaml(yaml_text) == expected
+    assert SweepSpec.from_json(json_text) == expected
+    assert SweepSpec.from_yaml(tmp_path / "s.yaml") == expected
+    assert SweepSpec.from_yaml(str(tmp_path / "s.yaml")) == expected  # a str naming a file is read
+    assert SweepSpec.from_json(tmp_path / "s.json") == expected
+    for name in ("s.yaml", "s.yml", "s.json"):
+        assert SweepSpec.load(tmp_path / name) == expected
+
+
+def test_yaml_exponent_without_a_dot_is_accepted():
+    # YAML 1.1 reads `1e-4` as a string; the spec must still take it as a float
+    text = yaml.safe_dump(BASE).replace("min: 0.0001", "min: 1e-4")
+    assert "min: 1e-4" in text
+    assert SweepSpec.from_yaml(text).lr.min == 1e-4
+
+
+def test_round_trip_through_json_dump_and_yaml():
+    spec = SweepSpec.model_validate(BASE)
+    dumped = spec.model_dump(mode="json")
+    assert SweepSpec.model_validate(dumped) == spec
+    assert SweepSpec.model_validate(json.loads(json.dumps(dumped))) == spec
+    assert SweepSpec.from_yaml(spec.to_yaml()) == spec
+
+
+def test_load_errors():
+    with pytest.raises(SpecLoadError, match="invalid YAML"):
+        SweepSpec.from_yaml("name: [unclosed\nlr: 1")
+    with pytest.raises(SpecLoadError, match="invalid JSON"):
+        SweepSpec.from_json("{not json")
+    with pytest.raises(SpecLoadError, match="not found"):
+        SweepSpec.load("/nonexistent/spec.yaml")
+
+
+def test_load_refuses_unknown_suffix(tmp_path):
+    path = tmp_path / "spec.toml"
+    path.write_text("x")
+    with pytest.raises(SpecLoadError, match="'.toml'"):
+        SweepSpec.load(path)
+
+
+def test_yaml_validation_errors_surface_before_anything_runs():
+    with pytest.raises(ValidationError) as info:
+        SweepSpec.from_yaml(yaml.safe_dump(spec_data(lr={"min": 0.1, "max": 0.01})))
+    assert format_validation_error(info.value)[0]["field"] == "lr.min"
+
+
+# ---- refusals: each names the field and the bad value ---------------------------------------------
+
+
+def test_lr_min_must_be_below_max():
+    err = only(refusal(spec_data(lr={"min": 0.1, "max": 0.01})), "lr.min")
+    assert err["message"] == "lr.min must be < lr.max, got min=0.1, max=0.01"
+    assert err["value"] == {"min": 0.1, "max": 0.01}
+
+
+def test_unknown_optimizer_lists_the_valid_ones():
+    err = only(refusal(spec_data(optimizers=[{"name": "adamw"}, {"name": "sgd"}])), "optimizers.1.name")
+    assert "'sgd'" in err["message"] and err["value"] == "sgd"
+    assert ", ".join(OPTIMIZER_NAMES) in err["message"]
+
+
+def test_duplicate_optimizer_names():
+    err = only(refusal(spec_data(optimizers=[{"name": "adamw"}, {"name": "merit"}, {"name": "adamw"}])),
+               "optimizers.2.name")
+    assert "duplicate name 'adamw' (entries 0 and 2)" in err["message"] and err["value"] == "adamw"
+
+
+def test_empty_optimizers():
+    err = only(refusal(spec_data(optimizers=[])), "optimizers")
+    assert "must not be empty" in err["message"]
+
+
+def test_empty_batch_sizes():
+    err = only(refusal(spec_data(batch_sizes=[])), "batch_sizes")
+    assert "must not be empty" in err["message"] and err["value"] == []
+
+
+def test_unsorted_batch_sizes_say_where():
+    err = only(refusal(spec_data(batch_sizes=[16, 64, 32])), "batch_sizes")
+    assert "strictly increasing, got 64 before 32" in err["message"] and err["value"] == [16, 64, 32]
+
+
+def test_duplicate_batch_sizes_say_which():
+    err = only(refusal(spec_data(batch_sizes=[16, 32, 32, 64])), "batch_sizes")
+    assert "duplicates [32]" in err["message"]
+
+
+def test_non_positive_batch_sizes():
+    err = only(refusal(spec_data(batch_sizes=[0, 16])), "batch_sizes")
+    assert "> 0, got [0]" in err["message"]
+
+
+def test_token_budget_must_cover_one_step_at_the_largest_batch():
+    # 128 sequences x 128 tokens = 16384 tokens per step at the largest batch
+    err = only(refusal(spec_data(token_budget=16383)), "token_budget")
+    assert "token_budget=16383" in err["message"] and "128 x model.seq_len 128 = 16384" in err["message"]
+    assert err["value"] == 16383
+    # exactly one step is enough
+    assert SweepSpec.model_validate(spec_data(token_budget=16384)).token_budget == 16384
+
+
+def test_every_batch_must_split_over_the_workers():
+    data = spec_data(batch_sizes=[12, 24, 32], resources__workers_per_trial=3)
+    err = only(refusal(data), "resources.workers_per_trial")
+    assert "workers_per_trial=3" in err["message"] and "[32]" in err["message"] and err["value"] == 3
+
+
+def test_baseline_must_be_among_the_optimizers():
+    err = only(refusal(spec_data(degradation={"tolerance": 0.01, "baseline": "lion"})), "degradation.baseline")
+    assert "'lion'" in err["message"] and "['adamw', 'merit']" in err["message"] and err["value"] == "lion"
+
+
+def test_trial_cap_from_the_validation_context():
+    # BASE: 2 optimizers x 4 batch sizes x (6 + 3 - 1) = 64 trials
+    assert SweepSpec.model_validate(BASE).total_trials == 64
+    err = only(refusal(BASE, max_trials=63), "total_trials")
+    assert "total trials 64" in err["message"] and "max_trials=63" in err["message"] and err["value"] == 64
+    assert SweepSpec.model_validate(BASE, context={"max_trials": 64}).total_trials == 64
+
+
+def test_default_trial_cap():
+    # 1 optimizer x 1 batch size x (DEFAULT_MAX_TRIALS + 2 - 1) = DEFAULT_MAX_TRIALS + 1 trials
+    data = spec_data(optimizers=[{"name": "adamw"}], batch_sizes=[16], seeds=2,
+                     lr={"min": 1e-4, "max": 1e-2, "trials_per_batch_size": DEFAULT_MAX_TRIALS})
+    assert DEFAULT_MAX_TRIALS == 1000
+    err = only(refusal(data), "total_trials")
+    assert f"max_trials={DEFAULT_MAX_TRIALS}" in err["message"] and err["value"] == DEFAULT_MAX_TRIALS + 1
+    assert SweepSpec.from_mapping(data, max_trials=2000).total_trials == 1001
+
+
+def test_bad_name():
+    err = only(refusal(spec_data(name="Merit vs AdamW")), "name")
+    assert "'Merit vs AdamW'" in err["message"]
+    only(refusal(spec_data(name="x" * 65)), "name")
+
+
+def test_typos_are_refused_with_a_suggestion():
+    data = spec_data(lr={"min": 1e-4, "maxx": 1e-2})
+    errors = refusal(data)
+    typo = only(errors, "lr.maxx")
+    assert "did you mean 'max'" in typo["message"] and typo["value"] == 0.01
+    assert only(errors, "lr.max")["message"] == "Field required"
+    top = only(refusal({**BASE, "batch_size": [16]}), "batch_size")
+    assert "did you mean 'batch_sizes'" in top["message"]
+
+
+def test_per_optimizer_lr_is_refused():
+    # the lr is searched, so an optimizer entry has no lr field
+    err = only(refusal(spec_data(optimizers=[{"name": "adamw", "lr": 1e-3}])), "optimizers.0.lr")
+    assert "unknown field 'lr'" in err["message"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "value"),
+    [
+        ({"optimizers": [{"name": "adamw", "betas": [0.9, 1.0]}]}, "optimizers.0.betas", [0.9, 1.0]),
+        ({"optimizers": [{"name": "adamw", "weight_decay": -0.1}]}, "optimizers.0.weight_decay", -0.1),
+        ({"degradation": {"tolerance": -0.01, "baseline": "adamw"}}, "degradation.tolerance", -0.01),
+        ({"token_budget": 0}, "token_budget", 0),
+        ({"seeds": 0}, "seeds", 0),
+        ({"lr": {"min": 0, "max": 1e-2}}, "lr.min", 0),
+        ({"lr": {"min": 1e-4, "max": 1e-2, "trials_per_batch_size": 0}}, "lr.trials_per_batch_size", 0),
+        ({"schedule": {"warmup_fraction": 1.0}}, "schedule.warmup_fraction", 1.0),
+        ({"pruning": {"grace_fraction": 0}}, "pruning.grace_fraction", 0),
+        ({"resources": {"workers_per_trial": 0}}, "resources.workers_per_trial", 0),
+        ({"eval_every_tokens": 0}, "eval_every_tokens", 0),
+        ({"model": {"preset": "gpt2-xxl"}}, "model", {"preset": "gpt2-xxl"}),
+    ],
+)
+def test_field_refusals_name_field_and_value(changes, field, value):
+    err = only(refusal(spec_data(**changes)), field)
+    assert err["value"] == value
+    if field == "model":  # the reused ModelConfig names the preset and the valid ones
+        assert "'gpt2-xxl'" in err["message"] and "gpt2-nano" in err["message"]
+
+
+def test_errors_are_json_serializable():
+    errors = refusal(spec_data(lr={"min": 0.1, "max": 0.01}, batch_sizes=[32, 16], name="A B", foo=object()))
+    json.dumps(errors)
+    assert {e["field"] for e in errors} == {"lr.min", "batch_sizes", "name", "foo"}
+
+
+# ---- derived values -------------------------------------------------------------------------------
+
+
+def test_total_trials_and_cells():
+    spec = SweepSpec.model_validate(spec_data(optimizers=[{"name": "merit"}, {"name": "adamw"}, {"name": "lion"}],
+                                              batch_sizes=[16, 64], seeds=2))
+    # 3 optimizers x 2 batch sizes x (6 + 2 - 1)
+    assert spec.total_trials == 42
+    # optimizer order as given, batch sizes ascending
+    assert spec.cells() == [("merit", 16), ("merit", 64), ("adamw", 16), ("adamw", 64), ("lion", 16), ("lion", 64)]
+
+
+def test_train_config_maps_the_spec_onto_one_run():
+    data = spec_data(
+        optimizers=[{"name": "adamw"}, {"name": "merit", "betas": [0.9, 0.95], "weight_decay": 0.01,
+                                         "eps": 1e-7, "extra": {"k": 1}}],
+        schedule={"warmup_fraction": 0.1, "min_lr_ratio": 0.2},
+        resources={"workers_per_trial": 2, "gpus_per_worker": 0.5, "cpus_per_worker": 3, "max_micro_batch": 8},
+        eval_every_tokens=50_000,
+        grad_clip=0.5,
+    )
+    spec = SweepSpec.model_validate(data)
+    cfg = spec.train_config("merit", 64, 3e-3, seed=7)
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.model == spec.model and cfg.data == spec.data
+    assert cfg.optimizer == OptimizerConfig(name="merit", lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01,
+                                            eps=1e-7, extra={"k": 1})
+    assert (cfg.batch_size, cfg.token_budget, cfg.seed) == (64, 2_000_000, 7)
+    assert (cfg.warmup_fraction, cfg.min_lr_ratio, cfg.grad_clip, cfg.eval_every_tokens) == (0.1, 0.2, 0.5, 50_000)
+    assert (cfg.num_workers, cfg.use_gpu, cfg.threads_per_worker, cfg.max_micro_batch) == (2, True, 3, 8)
+    # gpus_per_worker 0 -> CPU
+    assert SweepSpec.model_validate(BASE).train_config("adamw", 16, 1e-3, seed=0).use_gpu is False
+
+
+def test_train_config_refuses_cells_outside_the_spec():
+    spec = SweepSpec.model_validate(BASE)
+    with pytest.raises(KeyError, match="'lion'"):
+        spec.train_config("lion", 16, 1e-3, seed=0)
+    with pytest.raises(ValueError, match="batch_size=24"):
+        spec.train_config("adamw", 24, 1e-3, seed=0)
+
+
+def test_to_optimizer_config_adds_the_lr():
+    spec = SweepSpec.model_validate(BASE)
+    cfg = spec.optimizer("merit").to_optimizer_config(2e-3)
+    assert cfg == OptimizerConfig(name="merit", lr=2e-3, betas=(0.9, 0.95), weight_decay=0.01)
+
+
+def test_spec_module_does_not_import_torch():
+    # the HTTP service imports sweeps.spec; it must stay torch-free
+    code = "import sys, sweeps.spec; sys.exit(1 if 'torch' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
