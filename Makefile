@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m worker
+	$(VENV)/bin/sweeps run sweeps/examples/demo.yaml --report .batchsweep/demo-report.json
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -1,0 +1,120 @@
+"""CellSearcher without Ray: Tune's calls (suggest, on_trial_result, on_trial_complete) made by hand
+against a real Optuna storage (SQLite in tmp)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from ray.tune.search import Searcher
+
+from sweeps.search import CellSearcher, open_storage
+from sweeps.spec import SweepSpec
+
+SPEC = """
+name: unit
+model: {preset: gpt2-nano, seq_len: 32}
+optimizers: [{name: adamw}]
+batch_sizes: [4, 16]
+token_budget: 4096
+lr: {min: 1.0e-3, max: 1.0e-1, trials_per_batch_size: 3}
+seeds: 2
+degradation: {tolerance: 0.05, baseline: adamw}
+"""
+
+
+def done(val: float | None, status: str = "completed", tokens: int = 4096) -> dict:
+    out: dict = {"status": status, "tokens": tokens, "step": 10, "train_time_s": 1.0}
+    if val is not None:
+        out["val_loss"] = val
+    return out
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> optuna.storages.BaseStorage:
+    return open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+
+
+def test_cells_search_then_seed_with_warm_start(storage: optuna.storages.BaseStorage) -> None:
+    s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
+    a = s.suggest("t1")
+    assert a["cell"] == "adamw/bs4" and a["role"] == "search" and a["seed"] == 0
+    # the larger batch waits for a first result of the smaller one (its warm start)
+    assert s.suggest("t2")["cell"] == "adamw/bs4"
+    assert s.suggest("t3")["cell"] == "adamw/bs4"
+    assert s.suggest("t4") is None
+    s.on_trial_result("t1", {"tokens": 2048, "val_loss": 5.0})
+    s.on_trial_complete("t1", done(4.0))
+    b = s.suggest("t4")
+    # warm start: bs16's first lrs are bs4's best, unscaled and sqrt(16/4)=2x scaled
+    assert b["cell"] == "adamw/bs16" and b["lr"] == pytest.approx(a["lr"])
+    c = s.suggest("t5")
+    assert c["cell"] == "adamw/bs16" and c["lr"] == pytest.approx(min(2 * a["lr"], 0.1))
+    # the train config of a trial is the spec's, at this cell and lr, without per-trial checkpoints
+    assert c["train"]["batch_size"] == 16 and c["train"]["optimizer"]["lr"] == c["lr"]
+    assert c["train"]["checkpoint_every_evals"] == 0
+
+    s.on_trial_complete("t2", done(3.5))
+    s.on_trial_complete("t3", done(None, status="diverged", tokens=1024))
+    # bs4's search is over: its seed re-run uses the best lr (t2's)
+    seed = s.suggest("t6")
+    assert seed["role"] == "seed" and seed["seed"] == 1 and seed["cell"] == "adamw/bs4"
+    study4 = s.cells[0].study
+    assert seed["lr"] == pytest.approx(study4.trials[1].params["lr"])
+    # a diverged trial is a result: a bad lr (inf) that TPE learns from, not an error
+    diverged = study4.trials[2]
+    assert diverged.state == TrialState.COMPLETE and math.isinf(diverged.value)
+    assert diverged.user_attrs["status"] == "diverged"
+    s.on_trial_complete("t6", done(3.6))
+    assert s.cells[0].finished()
+
+    s.on_trial_complete("t4", done(3.8, status="running", tokens=2048))  # stopped by ASHA: pruned
+    t4 = s.cells[1].study.trials[0]
+    assert t4.state == TrialState.PRUNED and t4.intermediate_values == {2048: 3.8}
+    s.on_trial_complete("t5", done(3.7))
+    s.suggest("t7")
+    s.on_trial_complete("t7", done(3.9))
+    last = s.suggest("t8")
+    assert last["role"] == "seed" and last["cell"] == "adamw/bs16"
+    s.on_trial_complete("t8", done(3.75))
+    assert s.suggest("t9") == Searcher.FINISHED
+    progress = s.progress()
+    assert progress["trials_done"] == progress["trials_total"] == 8
+    assert progress["cells_done"] == 2
+
+
+def test_resume_counts_finished_trials_and_replaces_interrupted_ones(storage: optuna.storages.BaseStorage) -> None:
+    spec = SweepSpec.from_yaml(SPEC)
+    s = CellSearcher(spec, "unit", storage)
+    first = s.suggest("t1")
+    s.suggest("t2")  # in flight when the driver dies
+    s.on_trial_complete("t1", done(4.0))
+
+    resumed = CellSearcher(spec, "unit", storage)
+    study = resumed.cells[0].study
+    # the trial left RUNNING is closed as interrupted and does not count as finished
+    assert study.trials[1].state == TrialState.FAIL and study.trials[1].user_attrs["status"] == "interrupted"
+    assert resumed.cells[0].search_finished() == 1
+    nxt = resumed.suggest("r1")
+    assert nxt["cell"] == "adamw/bs4" and nxt["optuna_number"] == 2
+    assert study.trials[0].params["lr"] == first["lr"]
+
+
+def test_cancelled_trials_are_run_again_on_resume(storage: optuna.storages.BaseStorage) -> None:
+    spec = SweepSpec.from_yaml(SPEC)
+    s = CellSearcher(spec, "unit", storage)
+    s.suggest("t1")
+    s.cancelling = True
+    s.on_trial_complete("t1", done(4.5, status="running", tokens=1024))
+    assert s.cells[0].study.trials[0].user_attrs["status"] == "cancelled"
+    assert CellSearcher(spec, "unit", storage).cells[0].search_finished() == 0
+
+
+def test_a_changed_spec_cannot_reuse_a_sweep_id(storage: optuna.storages.BaseStorage) -> None:
+    CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
+    changed = SweepSpec.from_yaml(SPEC.replace("token_budget: 4096", "token_budget: 8192"))
+    with pytest.raises(ValueError, match="different spec"):
+        CellSearcher(changed, "unit", storage)
