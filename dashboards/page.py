@@ -1,0 +1,142 @@
+"""One self-contained HTML page per sweep: the answer at the top, the figures below.
+
+Self-contained: plotly.js is inlined once in the head (the machines serving it have no internet), each
+figure is a plotly div, with its PNG in a <noscript> so the page is readable without JavaScript too.
+Every piece of text that comes from a sweep (ids, optimizer names, warnings) goes through html.escape;
+plotly escapes what it embeds in its JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+
+from plotly.offline import get_plotlyjs
+
+from dashboards.data import SweepData
+from dashboards.figures import FigureSpec
+
+__all__ = ["render_dashboard"]
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 0 auto;
+       max-width: 1400px; padding: 1rem 2rem; color: #222; }
+h1 { font-size: 1.5rem; margin-bottom: .2rem; }
+.meta { color: #666; font-size: .9rem; }
+table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .92rem; }
+th, td { border: 1px solid #ddd; padding: .3rem .6rem; text-align: right; }
+th { background: #f4f4f4; } td.name, th.name { text-align: left; }
+.answer { background: #f3f8ff; border-left: 4px solid #1f77b4; padding: .6rem 1rem; margin: 1rem 0; }
+.answer li { margin: .25rem 0; }
+.warn { background: #fff7e6; border-left: 4px solid #f0a020; padding: .5rem 1rem; }
+.ok { color: #1a7f37; } .bad { color: #b42318; } .unk { color: #777; }
+section.figure { margin: 1.5rem 0 2rem; } section.figure h2 { font-size: 1.1rem; }
+.plotly-graph-div { min-height: 460px; }
+noscript img { max-width: 100%; }
+"""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _bs(x: int | None) -> str:
+    return "none" if x is None else f"B = {x}"
+
+
+def _flag(v: bool | None, yes: str, no: str, unknown: str = "n/a") -> str:
+    if v is None:
+        return f'<span class="unk">{_e(unknown)}</span>'
+    return f'<span class="{"bad" if v else "ok"}">{_e(yes if v else no)}</span>'
+
+
+def _verdict(free: bool | None) -> str:
+    if free is None:
+        return '<span class="unk">n/a</span>'
+    return '<span class="ok">yes</span>' if free else '<span class="bad">no</span>'
+
+
+def _answer(sweep: SweepData) -> str:
+    r = sweep.report
+    items = []
+    for opt, o in r.optimizers.items():
+        a = o.largest_degradation_free_batch_size
+        noise = o.within_noise
+        vs_base = "" if opt == r.baseline else (
+            f"; vs baseline <b>{_e(r.baseline)}</b>: <b>{_e(_bs(a.baseline))}</b> "
+            f"({_flag(noise.baseline, 'within noise', 'outside noise', 'noise n/a')})"
+        )
+        items.append(
+            f"<li><b>{_e(opt)}</b>: largest degradation-free batch size vs itself: <b>{_e(_bs(a.self))}</b> "
+            f"({_flag(noise.self, 'within noise', 'outside noise', 'noise n/a')}){vs_base}</li>"
+        )
+    return (
+        f'<div class="answer" id="answer"><p>Largest batch size whose final val loss stays within '
+        f"+{r.tolerance:.1%} of the reference (loss at B = {r.reference_batch_size}, the smallest batch size; "
+        f"mean over seeds at each cell's best lr). &ldquo;Within noise&rdquo;: the verdict at the boundary "
+        f"is not significant at 95%.</p><ul>{''.join(items)}</ul></div>"
+    )
+
+
+def _cells_table(sweep: SweepData) -> str:
+    r = sweep.report
+    rows = []
+    for opt, o in r.optimizers.items():
+        for c in o.cells:
+            lo, hi = c.val_loss_ci95
+            ci = f"[{lo:.4f}, {hi:.4f}]" if c.ci_available and lo is not None and hi is not None else "n/a"
+            st = c.trial_status
+            rows.append(
+                "<tr>" + "".join(f"<td>{v}</td>" for v in (
+                    _e(opt), c.batch_size, _e("n/a" if c.best_lr is None else f"{c.best_lr:.3g}")
+                    + (" (edge)" if c.lr_at_edge else ""),
+                    _e("n/a" if c.val_loss_mean is None else f"{c.val_loss_mean:.4f}"), _e(ci), c.seeds,
+                    _e(f"{st.completed}/{st.pruned}/{st.diverged}/{st.failed}"),
+                    _verdict(c.degradation_free.self), _verdict(c.degradation_free.baseline),
+                )).replace("<td>", '<td class="name">', 1) + "</tr>"
+            )
+    head = "".join(f"<th>{_e(h)}</th>" for h in (
+        "optimizer", "batch size", "best lr", "val loss (mean)", "95% CI", "seeds",
+        "completed/pruned/diverged/failed", "degradation-free vs self", "vs baseline",
+    )).replace("<th>", '<th class="name">', 1)
+    return f'<table id="cells"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _warnings(sweep: SweepData) -> str:
+    if not sweep.warnings:
+        return ""
+    items = "".join(f"<li>{_e(w)}</li>" for w in sweep.warnings)
+    return f'<div class="warn" id="warnings"><b>Warnings</b><ul>{items}</ul></div>'
+
+
+def _figure(spec: FigureSpec, *, png_fallback: bool) -> str:
+    fallback = ""
+    if png_fallback:
+        b64 = base64.b64encode(spec.png_bytes()).decode("ascii")
+        fallback = f'<noscript><img alt="{_e(spec.title)}" src="data:image/png;base64,{b64}"></noscript>'
+    return f'<section class="figure" id="{_e(spec.name)}"><h2>{_e(spec.title)}</h2>{spec.div()}{fallback}</section>'
+
+
+def render_dashboard(sweep: SweepData, figures: Sequence[FigureSpec], *, png_fallback: bool = True) -> str:
+    """The dashboard page (a complete HTML document, ~5 MB with plotly.js inline).
+
+    `png_fallback` embeds each figure's PNG in a <noscript> for readers without JavaScript.
+    """
+    status = f", status {sweep.status}" if sweep.status else ""
+    figs = "".join(_figure(f, png_fallback=png_fallback) for f in figures)
+    nav = " · ".join(f'<a href="#{_e(f.name)}">{_e(f.title.split(" — ")[0])}</a>' for f in figures)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>Sweep {_e(sweep.sweep_id)}: batch-size scaling</title><style>{_CSS}</style>"
+        # plotly.js once, inline: no network needed; figures' scripts below call Plotly.newPlot
+        f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>'
+        f"<h1>Sweep {_e(sweep.sweep_id)}: how large can the batch get?</h1>"
+        f'<p class="meta">baseline {_e(sweep.report.baseline)}, tolerance {sweep.report.tolerance:g}, '
+        f"reference batch size {sweep.report.reference_batch_size}, seq_len {sweep.report.seq_len}{_e(status)}"
+        + (f", MLflow experiment {_e(sweep.experiment_id)}" if sweep.experiment_id else "")
+        + "</p>"
+        f"{_answer(sweep)}{_warnings(sweep)}{_cells_table(sweep)}"
+        f'<nav class="meta">Figures: {nav}</nav>{figs}</body></html>\n'
+    )

@@ -1,0 +1,106 @@
+"""Build a sweep's figures and page, write them to disk and log them to the sweep's summary run.
+
+`publish(tracking_uri, sweep_id)` is what the driver (when a sweep finishes), the CLI (`sweeps plots
+ID`) and the service call. It is idempotent: a second call rewrites the same files and overwrites the
+same artifact paths (`figures/<name>.png|.html|.json`, `figures/dashboard.html`).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+from dashboards.data import SweepData, load_sweep
+from dashboards.figures import FIGURES, FigureSpec
+from dashboards.page import render_dashboard
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ARTIFACT_DIR", "build_figures", "dashboard_page", "publish", "write_figures"]
+
+ARTIFACT_DIR = "figures"  # artifact path of everything published, in the summary run
+DASHBOARD = "dashboard.html"
+
+
+def build_figures(sweep: SweepData) -> list[FigureSpec]:
+    """Every figure of the sweep, in page order. A figure whose drawing fails is logged and left out
+    (the others still publish): a figure is a view, never a reason to lose the rest."""
+    out = []
+    for make in FIGURES:
+        try:
+            out.append(make(sweep))
+        except Exception:
+            log.exception("figure %s of sweep %s failed", make.__name__, sweep.sweep_id)
+    return out
+
+
+def write_figures(sweep: SweepData, figures: list[FigureSpec], out_dir: Path) -> list[Path]:
+    """<out_dir>/figures/<name>.png, .html (plotly.js inline), .json (the data) and dashboard.html."""
+    fig_dir = Path(out_dir) / ARTIFACT_DIR
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for f in figures:
+        for suffix, content in ((".png", f.png_bytes()), (".html", f.html().encode()), (".json", f.data_json().encode())):
+            path = fig_dir / f"{f.name}{suffix}"
+            path.write_bytes(content)
+            paths.append(path)
+    page = fig_dir / DASHBOARD
+    page.write_text(render_dashboard(sweep, figures), encoding="utf-8")
+    paths.append(page)
+    return paths
+
+
+def publish(tracking_uri: str, sweep_id: str, out_dir: str | Path | None = None) -> list[Path]:
+    """Regenerate a sweep's figures and log them as artifacts of its summary run (under figures/).
+
+    Returns the written files. Without `out_dir` they go to a new temporary directory that is left in
+    place for the caller (it holds the files the returned paths name). Raises
+    `dashboards.data.SweepDataError` when the sweep has no summary run or report yet.
+    """
+    from mlflow.tracking import MlflowClient
+
+    started = time.perf_counter()
+    client = MlflowClient(tracking_uri)
+    sweep = load_sweep(tracking_uri, sweep_id, client=client)
+    figures = build_figures(sweep)
+    out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"batchsweep-figures-{sweep_id}-"))
+    paths = write_figures(sweep, figures, out)
+    assert sweep.summary_run_id is not None  # load_sweep always finds one (it raises otherwise)
+    client.log_artifacts(sweep.summary_run_id, str(out / ARTIFACT_DIR), artifact_path=ARTIFACT_DIR)
+    for f in figures:
+        f.mpl_fig.clear()  # free the Agg buffers now rather than at garbage collection
+    log.info("published %d figures of sweep %s to run %s in %.1f s", len(figures), sweep_id,
+             sweep.summary_run_id, time.perf_counter() - started)
+    return paths
+
+
+def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False) -> str:
+    """The dashboard page of a sweep, for `GET /sweeps/{id}/dashboard`.
+
+    The published one (artifact figures/dashboard.html of the summary run) when there is one and
+    `fresh` is false: serving it costs a download, not a rendering (several CPU-seconds). Otherwise
+    it is rendered now from MLflow, without logging anything. Raises `SweepDataError` when the sweep
+    has no summary run or report yet.
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    if not fresh:
+        exp = client.get_experiment_by_name(sweep_id)
+        summaries = client.search_runs(
+            [exp.experiment_id], "tags.`batchsweep.role` = 'summary'", max_results=1
+        ) if exp is not None else []
+        if summaries:
+            run_id = summaries[0].info.run_id
+            if any(a.path == f"{ARTIFACT_DIR}/{DASHBOARD}" for a in client.list_artifacts(run_id, ARTIFACT_DIR)):
+                with tempfile.TemporaryDirectory() as d:
+                    path = client.download_artifacts(run_id, f"{ARTIFACT_DIR}/{DASHBOARD}", d)
+                    return Path(path).read_text(encoding="utf-8")
+    sweep = load_sweep(tracking_uri, sweep_id, client=client)
+    figures = build_figures(sweep)
+    page = render_dashboard(sweep, figures)
+    for f in figures:
+        f.mpl_fig.clear()
+    return page

@@ -1,0 +1,133 @@
+"""Reading a sweep back from MLflow and publishing its figures to the summary run, without Ray: the
+sweep is written with the recorder's layout by `dash_helpers.record_sweep`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dash_helpers import record_sweep, rich_sweep
+from mlflow.tracking import MlflowClient
+
+from dashboards import SweepDataError, dashboard_page, load_sweep, publish
+from dashboards.data import best_runs, sample_runs
+
+FIGURE_NAMES = ["scaling", "lr_sensitivity", "best_lr", "loss_curves", "attention_logits", "steps_to_target"]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, object, str, str]:
+    """(tracking uri, the hand-made sweep, experiment id, summary run id) in a fresh SQLite store."""
+    root = tmp_path_factory.mktemp("mlflow-store")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    sweep = rich_sweep("recorded")
+    exp_id, summary_id = record_sweep(uri, sweep, root / "artifacts")
+    return uri, sweep, exp_id, summary_id
+
+
+def test_load_sweep_reads_back_what_was_recorded(recorded: tuple) -> None:
+    uri, original, exp_id, summary_id = recorded
+    s = load_sweep(uri, "recorded")
+    assert (s.experiment_id, s.summary_run_id, s.status, s.tracking_uri) == (exp_id, summary_id, "succeeded", uri)
+    assert s.report == original.report
+    # the driver's "warnings" key lives outside the report schema: it is split off, not lost
+    assert s.warnings == original.warnings
+    key = lambda t: (t.optimizer, t.batch_size, t.lr, t.seed, t.role, t.status)  # noqa: E731
+    assert sorted(map(key, s.trials)) == sorted(map(key, original.trials))
+    by_name = {t.run_name + t.role: t for t in s.trials}
+    for t in original.trials:
+        got = by_name[t.run_name + t.role]
+        assert got.lr == t.lr  # exact: the lr tag is repr(float)
+        assert got.final_val_loss == t.final_val_loss
+    # histories are fetched for the sample runs and for every run of each optimizer's largest batch size
+    with_history = {t.run_id for t in s.trials if t.history}
+    wanted = {t.run_id for runs in sample_runs(s).values() for t in runs}
+    wanted |= {t.run_id for t in s.trials if t.batch_size == 32 and t.status != "cancelled" and t.metrics}
+    assert with_history == wanted
+    for key_, run in best_runs(s).items():
+        assert run.history["val_loss"] == best_runs(original)[key_].history["val_loss"]
+
+
+def test_load_sweep_refuses_what_it_cannot_draw(recorded: tuple, tmp_path: Path) -> None:
+    uri = recorded[0]
+    with pytest.raises(SweepDataError, match="no MLflow experiment named 'nope'"):
+        load_sweep(uri, "nope")
+    client = MlflowClient(uri)
+    exp = client.create_experiment("running", artifact_location=(tmp_path / "a").as_uri())
+    client.create_run(exp, run_name="adamw bs=4", tags={"batchsweep.role": "cell"})
+    with pytest.raises(SweepDataError, match="no summary run yet"):
+        load_sweep(uri, "running")
+    client.create_run(exp, run_name="summary", tags={"batchsweep.role": "summary"})
+    with pytest.raises(SweepDataError, match=r"no report\.json"):
+        load_sweep(uri, "running")
+
+
+def test_publish_logs_every_figure_to_the_summary_run_and_is_idempotent(recorded: tuple, tmp_path: Path) -> None:
+    uri, _, _, summary_id = recorded
+    paths = publish(uri, "recorded", tmp_path / "out")
+    expected = sorted([f"{n}{ext}" for n in FIGURE_NAMES for ext in (".png", ".html", ".json")] + ["dashboard.html"])
+    assert sorted(p.name for p in paths) == expected
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    client = MlflowClient(uri)
+    logged = sorted(Path(a.path).name for a in client.list_artifacts(summary_id, "figures"))
+    assert logged == expected
+    # the report the driver wrote is still there, next to the figures
+    assert {"report.json", "figures"} <= {a.path for a in client.list_artifacts(summary_id)}
+    first = {a.path: a.file_size for a in client.list_artifacts(summary_id, "figures")}
+    # regenerate into another folder: the same artifact paths are overwritten, none added
+    publish(uri, "recorded", tmp_path / "again")
+    again = {a.path: a.file_size for a in client.list_artifacts(summary_id, "figures")}
+    assert set(again) == set(first)
+    assert again["figures/scaling.json"] == first["figures/scaling.json"]  # same data, same table
+
+
+def test_publish_without_out_dir_writes_to_a_fresh_folder(recorded: tuple) -> None:
+    paths = publish(recorded[0], "recorded")
+    assert len(paths) == 19 and all(p.is_file() for p in paths)
+    assert len({p.parent for p in paths}) == 1 and paths[0].parent.name == "figures"
+
+
+def test_dashboard_page_serves_the_published_page_or_renders_one(recorded: tuple, tmp_path: Path) -> None:
+    uri = recorded[0]
+    record_sweep(uri, rich_sweep("unpublished"), tmp_path / "artifacts")
+    # nothing published yet: rendered on the spot, and nothing is logged by asking
+    page = dashboard_page(uri, "unpublished")
+    assert page.startswith("<!DOCTYPE html>") and "Sweep unpublished" in page
+    client = MlflowClient(uri)
+    summary = client.search_runs([client.get_experiment_by_name("unpublished").experiment_id],
+                                 "tags.`batchsweep.role` = 'summary'")[0].info.run_id
+    assert client.list_artifacts(summary, "figures") == []
+    # once published, the page is the published artifact itself
+    paths = publish(uri, "unpublished", tmp_path / "out")
+    published = next(p for p in paths if p.name == "dashboard.html").read_text(encoding="utf-8")
+    assert dashboard_page(uri, "unpublished") == published
+    with pytest.raises(SweepDataError):
+        dashboard_page(uri, "nope")
+
+
+def test_dashboards_import_neither_worker_nor_torch() -> None:
+    # statically: no module of dashboards/ imports worker, torch or ray (the package's rule)
+    import ast
+
+    import dashboards
+
+    for path in Path(dashboards.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        bad = sorted(n for n in names if n.split(".")[0] in ("worker", "torch", "ray", "transformers"))
+        assert not bad, f"{path.name} imports {bad}"
+    # and at run time nothing heavy comes in through its dependencies (sweeps/__init__ loads the
+    # `worker` package itself, a few env vars; none of its modules may follow), nor pyplot (no GUI backend)
+    code = (
+        "import sys, dashboards, dashboards.data, dashboards.figures, dashboards.page, dashboards.publish\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray', 'transformers')"
+        " or m.startswith('worker.') or m in ('sweeps.record', 'sweeps.driver', 'sweeps.search',"
+        " 'matplotlib.pyplot')))\n"
+        "print(callable(dashboards.publish))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout
