@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+SYSDEPS := $(VENV)/.sysdeps
 
 .PHONY: demo test venv clean
 
@@ -16,9 +17,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/sweeps run sweeps/examples/demo.yaml --report .batchsweep/demo-report.json
+	bash deploy/local_demo.sh
 
-test: $(STAMP)
+# Debian packages the tests drive for real: Chromium (dashboard and MLflow UI pages) and a
+# PostgreSQL server (the service's store). Installed once, as root, when missing.
+$(SYSDEPS): | $(STAMP)
+	@if command -v chromium >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium postgresql >/dev/null; \
+	else echo "make test needs Debian's chromium and postgresql: sudo apt-get install chromium postgresql"; exit 1; fi
+	touch $@
+
+test: $(STAMP) $(SYSDEPS)
 	$(PY) -m pytest
 
 clean:

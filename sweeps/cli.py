@@ -81,6 +81,10 @@ def run(
             bars.update(best, description="best so far: " + (", ".join(leaders[-4:]) or "-"))
 
         outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
+    from sweeps.remote import publish_figures
+
+    with console.status("drawing the figures"):
+        publish_figures(outcome.tracking_uri, outcome.sweep_id)
     if report:
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(json.dumps(outcome.report, indent=2))
@@ -92,7 +96,7 @@ def run(
     )
     if report:
         console.print(f"report: {report}")
-    console.print(f"runs: MLflow experiment [bold]{outcome.sweep_id}[/] (id {outcome.experiment_id}); browse with")
+    console.print(f"runs and figures: MLflow experiment [bold]{outcome.sweep_id}[/] (id {outcome.experiment_id}); browse with")
     console.print(f"  mlflow ui --backend-store-uri {outcome.tracking_uri}")
 
 
@@ -105,6 +109,27 @@ def show(report_path: Path = typer.Argument(..., help="a report JSON written by 
         err.print(f"[red]cannot read report {report_path}:[/] {exc}")
         raise typer.Exit(2) from None
     _print_report(report)
+
+
+@app.command()
+def plots(
+    sweep_id: str = typer.Argument(..., help="the sweep id (its MLflow experiment name)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="also keep the files in this folder"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="default $SWEEPS_DATA_DIR or ./.batchsweep"),
+) -> None:
+    """(Re)draw a recorded sweep's figures and log them to its MLflow summary run."""
+    from dashboards import SweepDataError, publish
+    from sweeps.runtime import SweepRuntime
+
+    runtime = SweepRuntime.from_env(data_dir)
+    try:
+        paths = publish(runtime.tracking_uri, sweep_id, out_dir=out)
+    except SweepDataError as exc:
+        err.print(f"[red]no figures for sweep {sweep_id!r}:[/] {exc}")
+        raise typer.Exit(2) from None
+    for path in paths:
+        console.print(str(path))
+    console.print(f"logged under figures/ of the summary run of MLflow experiment [bold]{sweep_id}[/] ({runtime.tracking_uri})")
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -173,7 +198,8 @@ def _call(client: Any, method: str, path: str, **kw: Any) -> Any:
         e = resp.json()["error"]
         err.print(f"[red]{resp.status_code} {e['code']}:[/] {e['message']}")
         for d in e.get("details", []):
-            err.print(f"  [bold]{d.get('field') or '(spec)'}[/]: {d.get('message')} (value: {json.dumps(d.get('value'))})")
+            field, value = d.get("field") or "(spec)", json.dumps(d.get("value"))
+            err.print(f"  [bold]{field}[/]: {d.get('message')} (value: {value})")
     except (ValueError, KeyError, TypeError):
         err.print(f"[red]{resp.status_code}:[/] {resp.text[:500]}")
     raise typer.Exit(2 if resp.status_code == 422 else 1)
@@ -189,7 +215,9 @@ def submit(
     spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
     watch: bool = typer.Option(False, "--watch", help="follow the progress, then print the answer"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate only: nothing is stored or started"),
-    idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key", help="a retry with the same key returns the same sweep"),
+    idempotency_key: Optional[str] = typer.Option(
+        None, "--idempotency-key", help="a retry with the same key returns the same sweep"
+    ),
     url: str = _URL,
     token: Optional[str] = _TOKEN,
 ) -> None:
@@ -202,13 +230,16 @@ def submit(
     kind = "application/json" if spec_path.suffix.lower() == ".json" else "application/yaml"
     headers = {"Content-Type": kind} | ({"Idempotency-Key": idempotency_key} if idempotency_key else {})
     with _client(url, token) as client:
-        resp = _call(client, "POST", "/sweeps", content=body, headers=headers, params={"dry_run": "true"} if dry_run else None)
+        params = {"dry_run": "true"} if dry_run else None
+        resp = _call(client, "POST", "/sweeps", content=body, headers=headers, params=params)
         out = resp.json()
         if dry_run:
             console.print(f"valid: [bold]{out['spec']['name']}[/], {out['cells']} cells, {out['total_trials']} trials")
             return
-        console.print(out["id"] if not watch else f"submitted [bold]{out['id']}[/]{' (replayed)' if out['replayed'] else ''}")
-        if watch:
+        if not watch:
+            console.print(out["id"])  # bare, for scripts: ID=$(sweeps submit spec.yaml)
+        else:
+            console.print(f"submitted [bold]{out['id']}[/]{' (replayed)' if out['replayed'] else ''}")
             _watch(client, out["id"])
 
 
@@ -243,9 +274,15 @@ def _watch(client: Any, sweep_id: str) -> None:
                             continue
                         s = json.loads(data)
                         p = s["progress"]
-                        bars.update(trials, total=p["trials_total"], completed=p["trials_done"], description=f"trials ({s['status']})")
+                        bars.update(
+                            trials, total=p["trials_total"], completed=p["trials_done"],
+                            description=f"trials ({s['status']})",
+                        )
                         bars.update(cells, total=p["cells_total"], completed=p["cells_done"])
-                        leaders = [f"{c['cell']} {c['best_val_loss']:.3f}" for c in p["cells"] if c.get("best_val_loss") is not None]
+                        leaders = [
+                            f"{c['cell']} {c['best_val_loss']:.3f}"
+                            for c in p["cells"] if c.get("best_val_loss") is not None
+                        ]
                         bars.update(best, description="best so far: " + (", ".join(leaders[-4:]) or "-"))
                         if event == "end":
                             final = s
@@ -300,7 +337,10 @@ def list_sweeps(
         t.add_column(col)
     for s in page["items"]:
         p = s["progress"]
-        t.add_row(s["id"], s["status"], f"{p['trials_done']}/{p['trials_total']}", f"{p['cells_done']}/{p['cells_total']}", s["created_at"][:19])
+        t.add_row(
+            s["id"], s["status"], f"{p['trials_done']}/{p['trials_total']}", f"{p['cells_done']}/{p['cells_total']}",
+            s["created_at"][:19],
+        )
     console.print(t)
 
 
@@ -317,7 +357,8 @@ def status(
     if as_json:
         console.print_json(data=s)
         return
-    console.print(f"[bold]{s['id']}[/]: {s['status']}{' (cancel requested)' if s['cancel_requested'] and s['status'] not in _FINAL else ''}, {_progress_line(s)}")
+    cancelling = " (cancel requested)" if s["cancel_requested"] and s["status"] not in _FINAL else ""
+    console.print(f"[bold]{s['id']}[/]: {s['status']}{cancelling}, {_progress_line(s)}")
     console.print(f"created {s['created_at']}, started {s['started_at'] or '-'}, finished {s['finished_at'] or '-'}")
     t = Table()
     for col in ("cell", "search", "seeds", "best lr", "best val loss", "done"):

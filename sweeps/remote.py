@@ -74,6 +74,7 @@ class SweepActor:
                 on_progress=lambda p: self._update(progress=p),
                 should_stop=self._cancel.is_set,
             )
+            publish_figures(outcome.tracking_uri, outcome.sweep_id)  # before "final": the service kills us then
             self._update(
                 status=outcome.status, report=outcome.report, experiment_id=outcome.experiment_id,
                 finished_at=time.time(),
@@ -84,6 +85,16 @@ class SweepActor:
                 status="failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}",
                 finished_at=time.time(),
             )
+
+
+def publish_figures(tracking_uri: str, sweep_id: str) -> None:
+    """Regenerate the sweep's figures into its MLflow summary run; a figure never fails a sweep."""
+    try:
+        from dashboards import publish
+
+        publish(tracking_uri, sweep_id)
+    except Exception:
+        log.exception("figures of sweep %s could not be published", sweep_id)
 
 
 def launch(sweep_id: str, spec: dict[str, Any], env: dict[str, str] | None = None) -> ray.actor.ActorHandle:

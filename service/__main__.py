@@ -1,0 +1,22 @@
+"""`python -m service [--host 127.0.0.1] [--port 8000]`: the sweep service (settings from the environment)."""
+
+from __future__ import annotations
+
+import argparse
+
+from service.server import serve
+from service.settings import Settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__)
+    parser.add_argument("--host", help="default $SWEEPS_HOST or 127.0.0.1")
+    parser.add_argument("--port", type=int, help="default $SWEEPS_PORT or 8000")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args()
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    serve(Settings(**overrides), log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()

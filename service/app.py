@@ -1,0 +1,100 @@
+"""The FastAPI application: `create_app(settings)`.
+
+Lifespan: migrate the store, connect to Ray, create the MLflow store once (before any driver races to),
+reconcile the store with the drivers Ray reports, then poll the drivers in the background. Stopping
+the service only disconnects it: sweep drivers are detached Ray actors and keep running.
+
+This module and everything it imports must stay free of torch (a test checks).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio.to_thread
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from service import errors
+from service.auth import TokenTable
+from service.health import HealthChecker, mlflow_check
+from service.launcher import Launcher, RayLauncher
+from service.middleware import BodyLimit
+from service.routes import health, sweeps
+from service.settings import Settings
+from service.store import Store
+from service.supervisor import Supervisor
+from service.views import ViewCache
+from sweeps.spec import SweepSpec
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, *, launcher: Launcher | None = None) -> FastAPI:
+    """The service; `launcher` replaces the Ray launcher (tests without a cluster)."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        store = Store(settings.database)
+        views = ViewCache(settings.read_cache_s)
+        store.listeners.append(views.invalidate)
+        await anyio.to_thread.run_sync(store.migrate)
+        ray_launcher = launcher or RayLauncher(settings)
+        # fatal when it fails: a service that cannot reach its cluster can neither run nor watch sweeps
+        await anyio.to_thread.run_sync(ray_launcher.connect)
+        try:
+            await anyio.to_thread.run_sync(mlflow_check, settings.tracking_uri)
+        except Exception:
+            # not fatal: /healthz reports it, and the drivers retry on their own
+            log.exception("MLflow store %s is not reachable", settings.tracking_uri)
+        supervisor = Supervisor(store, ray_launcher, settings)
+        app.state.store, app.state.launcher, app.state.supervisor = store, ray_launcher, supervisor
+        app.state.views = views
+        app.state.health = HealthChecker(store, ray_launcher, settings)
+        await supervisor.reconcile()
+        supervisor.start()
+        url = store.engine.url.render_as_string()  # password hidden
+        log.info("sweep service ready (store %s, %d owners)", url, len(app.state.tokens))
+        try:
+            yield
+        finally:
+            await supervisor.stop()
+            await anyio.to_thread.run_sync(ray_launcher.close)
+            store.dispose()
+
+    app = FastAPI(
+        title="batchsweep",
+        summary="Batch-size sweeps: how large can the batch get before quality degrades?",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.tokens = TokenTable(settings)
+    if not len(app.state.tokens):
+        log.warning("SWEEPS_TOKENS is empty: every request but /healthz will be refused")
+    errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(health.router)
+    app.include_router(sweeps.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema plus `SweepSpec` (the body is parsed by hand, so FastAPI does not see it)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, routes=app.routes,
+    )
+    spec_schema = SweepSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.update(spec_schema.pop("$defs", {}))
+    components["SweepSpec"] = spec_schema
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,45 @@
+"""Dependencies of the routes, declared by type: `store: StoreDep`, `settings: SettingsDep`, ...
+
+The objects live on `app.state` (made by `create_app` and its lifespan); these only hand them out.
+They are `async def` on purpose: FastAPI runs a plain `def` dependency in the thread pool, a thread hop
+per dependency per request.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from service.health import HealthChecker
+from service.settings import Settings
+from service.store import Store
+from service.supervisor import Supervisor
+from service.views import ViewCache
+
+
+async def get_settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+async def get_store(request: Request) -> Store:
+    return request.app.state.store  # type: ignore[no-any-return]
+
+
+async def get_supervisor(request: Request) -> Supervisor:
+    return request.app.state.supervisor  # type: ignore[no-any-return]
+
+
+async def get_views(request: Request) -> ViewCache:
+    return request.app.state.views  # type: ignore[no-any-return]
+
+
+async def get_health(request: Request) -> HealthChecker:
+    return request.app.state.health  # type: ignore[no-any-return]
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+SupervisorDep = Annotated[Supervisor, Depends(get_supervisor)]
+HealthDep = Annotated[HealthChecker, Depends(get_health)]
+ViewsDep = Annotated[ViewCache, Depends(get_views)]

@@ -1,0 +1,144 @@
+"""What the sweep routes do, apart from HTTP: validate, store, launch, read, cancel.
+
+Store and Ray calls are blocking; each runs in a worker thread so the event loop keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+import anyio.to_thread
+
+from service.errors import ApiError, not_found
+from service.policy import parse_body, validate_spec
+from service.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary
+from service.settings import Settings
+from service.store import Created, IdempotencyConflict, Store, SweepRow, TooManyActive
+from service.supervisor import Supervisor
+from service.views import ViewCache
+
+log = logging.getLogger(__name__)
+
+
+def new_sweep_id(name: str) -> str:
+    """`<spec name>-<8 hex>`: the MLflow experiment name and Optuna study prefix, so one per submit."""
+    return f"{name}-{secrets.token_hex(4)}"
+
+
+def _validated(body: bytes, content_type: str | None, settings: Settings) -> dict[str, Any]:
+    spec = validate_spec(parse_body(body, content_type), settings)
+    return spec.model_dump(mode="json")
+
+
+async def dry_run(body: bytes, content_type: str | None, settings: Settings) -> DryRunResult:
+    spec = await anyio.to_thread.run_sync(_validated, body, content_type, settings)
+    cells = len(spec["optimizers"]) * len(spec["batch_sizes"])
+    trials = cells * (spec["lr"]["trials_per_batch_size"] + spec["seeds"] - 1)
+    return DryRunResult(spec=spec, total_trials=trials, cells=cells)
+
+
+async def submit(
+    *,
+    body: bytes,
+    content_type: str | None,
+    owner: str,
+    idempotency_key: str | None,
+    settings: Settings,
+    store: Store,
+    supervisor: Supervisor,
+) -> Created:
+    # validation is CPU work (every cell becomes a TrainConfig): a thread keeps the loop free
+    spec = await anyio.to_thread.run_sync(_validated, body, content_type, settings)
+    try:
+        created = await anyio.to_thread.run_sync(
+            lambda: store.create(
+                sweep_id=new_sweep_id(spec["name"]), owner=owner, spec=spec, idempotency_key=idempotency_key,
+                max_active=settings.max_concurrent_per_owner,
+            )
+        )
+    except IdempotencyConflict as exc:
+        # draft-ietf-httpapi-idempotency-key-header: a key reused with another payload is a 422
+        raise ApiError(
+            422, "idempotency_key_reused",
+            f"Idempotency-Key was already used for sweep {exc.existing.id} with a different spec",
+            [{"field": "Idempotency-Key", "message": "reused with a different spec", "value": idempotency_key}],
+        ) from None
+    except TooManyActive as exc:
+        raise ApiError(
+            429, "too_many_sweeps",
+            f"{owner} has {exc.active} sweeps queued or running; the limit is {exc.limit}. "
+            f"Wait for one to finish or cancel one.",
+            headers={"Retry-After": str(max(1, int(settings.poll_interval_s * 5)))},
+        ) from None
+    if not created.replayed:
+        log.info("sweep %s submitted by %s", created.row.id, owner)
+        supervisor.launch(created.row)
+    return created
+
+
+async def get_row(store: Store, sweep_id: str, owner: str) -> SweepRow:
+    row = await anyio.to_thread.run_sync(lambda: store.get(sweep_id, owner=owner))
+    if row is None:
+        raise not_found(sweep_id)
+    return row
+
+
+async def detail_json(store: Store, views: ViewCache, settings: Settings, sweep_id: str, owner: str) -> bytes:
+    """The sweep's JSON; from the view cache when fresh (no thread hop, no query: the hot path)."""
+
+    async def fetch() -> tuple[str, bytes] | None:
+        row = await anyio.to_thread.run_sync(store.get, sweep_id)
+        if row is None:
+            return None
+        return row.owner, SweepDetail.from_row(row, settings.mlflow_link(row.experiment_id)).model_dump_json().encode()
+
+    view = await views.load(sweep_id, fetch)
+    if view is None or view.owner != owner:
+        raise not_found(sweep_id)
+    return view.body
+
+
+async def page(
+    store: Store, settings: Settings, owner: str, statuses: list[str] | None, limit: int, offset: int
+) -> SweepPage:
+    result = await anyio.to_thread.run_sync(
+        lambda: store.page(owner=owner, statuses=statuses, limit=limit, offset=offset)
+    )
+    items = [SweepSummary.from_row(r, settings.mlflow_link(r.experiment_id)) for r in result.items]
+    return SweepPage(items=items, total=result.total, limit=limit, offset=offset)
+
+
+async def cancel(store: Store, settings: Settings, supervisor: Supervisor, sweep_id: str, owner: str) -> SweepSummary:
+    row = await get_row(store, sweep_id, owner)
+    if row.final:
+        raise ApiError(409, "already_finished", f"sweep {sweep_id!r} is already {row.status}; nothing to cancel")
+    updated = await supervisor.cancel(sweep_id)
+    row = updated or row
+    return SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
+
+
+async def report(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
+    row = await get_row(store, sweep_id, owner)
+    if not row.final:
+        raise ApiError(409, "not_finished", f"sweep {sweep_id!r} is {row.status}; its report comes when it finishes")
+    if row.report is None:
+        why = row.error or "no error recorded"
+        raise ApiError(409, "no_report", f"sweep {sweep_id!r} {row.status} without a report: {why}")
+    return row.report
+
+
+async def dashboard(store: Store, settings: Settings, sweep_id: str, owner: str) -> str:
+    """The sweep's dashboard page (dashboards.dashboard_page), rendered off the event loop."""
+    from starlette.concurrency import run_in_threadpool
+
+    from dashboards import SweepDataError, dashboard_page
+
+    row = await get_row(store, sweep_id, owner)
+    if not row.final or row.report is None:
+        raise ApiError(409, "not_finished", f"sweep {sweep_id!r} is {row.status}; its dashboard comes with its report")
+    try:
+        return await run_in_threadpool(dashboard_page, settings.tracking_uri, sweep_id)
+    except SweepDataError as exc:
+        raise ApiError(409, "no_dashboard", f"sweep {sweep_id!r} has no recorded figures yet: {exc}") from exc

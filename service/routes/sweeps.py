@@ -1,0 +1,139 @@
+"""The /sweeps routes: HTTP in and out; the work is in `service.manager`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+
+from service import manager
+from service.auth import Owner
+from service.deps import SettingsDep, StoreDep, SupervisorDep, ViewsDep
+from service.events import SSE_HEADERS, sweep_events
+from service.schemas import (
+    DryRunResult,
+    Status,
+    SweepCreated,
+    SweepDetail,
+    SweepPage,
+    SweepSummary,
+    error_responses,
+)
+
+router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+
+# The body is read by hand (JSON or YAML); this documents it for /docs.
+SPEC_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/SweepSpec"}},
+            "application/yaml": {"schema": {"type": "string", "description": "the same spec as YAML"}},
+        },
+    }
+}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SweepCreated | DryRunResult,
+    responses={200: {"model": DryRunResult, "description": "dry run: the spec is valid"}}
+    | error_responses(401, 413, 415, 422, 429),
+    openapi_extra=SPEC_BODY,
+    summary="Submit a sweep (JSON or YAML); answers at once with its id",
+)
+async def submit_sweep(
+    request: Request,
+    response: Response,
+    owner: Owner,
+    settings: SettingsDep,
+    store: StoreDep,
+    supervisor: SupervisorDep,
+    dry_run: Annotated[bool, Query(description="validate only: store and start nothing")] = False,
+    idempotency_key: Annotated[
+        str | None, Header(max_length=200, description="a retried submit with the same key returns the same sweep")
+    ] = None,
+) -> SweepCreated | DryRunResult:
+    body = await request.body()
+    content_type = request.headers.get("content-type")
+    if dry_run:
+        response.status_code = status.HTTP_200_OK
+        return await manager.dry_run(body, content_type, settings)
+    created = await manager.submit(
+        body=body, content_type=content_type, owner=owner, idempotency_key=idempotency_key,
+        settings=settings, store=store, supervisor=supervisor,
+    )
+    response.headers["Location"] = f"/sweeps/{created.row.id}"
+    if created.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return SweepCreated(id=created.row.id, status=created.row.status, replayed=created.replayed)  # type: ignore[arg-type]
+
+
+@router.get("", response_model=SweepPage, responses=error_responses(401, 422), summary="Your sweeps, newest first")
+async def list_sweeps(
+    owner: Owner,
+    settings: SettingsDep,
+    store: StoreDep,
+    status_filter: Annotated[list[Status] | None, Query(alias="status", description="repeat to allow several")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> SweepPage:
+    return await manager.page(store, settings, owner, list(status_filter) if status_filter else None, limit, offset)
+
+
+@router.get("/{sweep_id}", response_model=SweepDetail, responses=error_responses(401, 404))
+async def get_sweep(sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep, views: ViewsDep) -> Response:
+    # already-rendered JSON (see service/views.py); response_model documents its shape
+    body = await manager.detail_json(store, views, settings, sweep_id, owner)
+    return Response(body, media_type="application/json")
+
+
+@router.get(
+    "/{sweep_id}/report",
+    responses={200: {"description": "the analysis JSON (see sweeps/analysis.py)"}} | error_responses(401, 404, 409),
+    summary="The sweep's analysis; 409 until it has finished",
+)
+async def get_report(sweep_id: str, owner: Owner, store: StoreDep) -> JSONResponse:
+    return JSONResponse(await manager.report(store, sweep_id, owner))
+
+
+@router.get(
+    "/{sweep_id}/dashboard",
+    response_class=HTMLResponse,
+    responses={200: {"content": {"text/html": {}}, "description": "the answer and the figures"}}
+    | error_responses(401, 404, 409),
+    summary="One HTML page: the answer at the top, the batch-scaling figures below",
+)
+async def get_dashboard(sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep) -> HTMLResponse:
+    return HTMLResponse(await manager.dashboard(store, settings, sweep_id, owner))
+
+
+@router.post(
+    "/{sweep_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SweepSummary,
+    responses=error_responses(401, 404, 409),
+    summary="Stop the sweep's Ray work; finished trials are kept",
+)
+async def cancel_sweep(
+    sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep, supervisor: SupervisorDep
+) -> SweepSummary:
+    return await manager.cancel(store, settings, supervisor, sweep_id, owner)
+
+
+@router.get(
+    "/{sweep_id}/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "progress events, then `end`"}}
+    | error_responses(401, 404),
+    summary="Server-sent events of the sweep's progress",
+)
+async def sweep_event_stream(
+    request: Request, sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep
+) -> StreamingResponse:
+    await manager.get_row(store, sweep_id, owner)  # 404 before the stream starts
+    return StreamingResponse(
+        sweep_events(request, store, settings, sweep_id), media_type="text/event-stream", headers=SSE_HEADERS
+    )

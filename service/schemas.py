@@ -1,0 +1,148 @@
+"""Request and response models of the HTTP API (the storage model is `service.store.SweepRow`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.store import SweepRow
+from sweeps.plan import cell_key
+
+Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class _Out(BaseModel):
+    # The driver's progress may grow fields; the API names the ones it promises and drops the rest.
+    model_config = ConfigDict(extra="ignore")
+
+
+class CellProgress(_Out):
+    cell: str
+    optimizer: str | None = None
+    batch_size: int | None = None
+    search_done: int = 0
+    search_total: int | None = None
+    seeds_done: int = 0
+    seeds_total: int | None = None
+    best_lr: float | None = None
+    best_val_loss: float | None = Field(default=None, description="best validation loss of the cell so far")
+    finished: bool = False
+    running: int = 0
+
+
+class Progress(_Out):
+    cells_done: int = 0
+    cells_total: int = 0
+    trials_done: int = 0
+    trials_total: int = 0
+    cells: list[CellProgress] = Field(default_factory=list)
+
+    @classmethod
+    def initial(cls, spec: dict[str, Any]) -> Progress:
+        """Before the driver reports: every cell at zero, totals from the spec."""
+        optimizers = [o["name"] for o in spec.get("optimizers", [])]
+        batch_sizes = list(spec.get("batch_sizes", []))
+        lr = spec.get("lr", {})
+        search, seeds = int(lr.get("trials_per_batch_size", 0)), int(spec.get("seeds", 1))
+        cells = [
+            CellProgress(
+                cell=cell_key(o, b), optimizer=o, batch_size=b, search_total=search, seeds_total=seeds,
+            )
+            for o in optimizers
+            for b in batch_sizes
+        ]
+        return cls(
+            cells_total=len(cells), trials_total=len(cells) * (search + seeds - 1), cells=cells,
+        )
+
+
+class SweepSummary(_Out):
+    id: str
+    name: str
+    status: Status
+    progress: Progress
+    cancel_requested: bool = Field(description="a cancel was asked for; the status turns final when the driver stops")
+    error: str | None = None
+    experiment_id: str | None = Field(default=None, description="the MLflow experiment of the sweep's runs")
+    mlflow_url: str | None = Field(default=None, description="link to the experiment in the MLflow UI, when configured")
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    revision: int = Field(description="increases on every change of the sweep")
+
+    @classmethod
+    def from_row(cls, row: SweepRow, mlflow_url: str | None) -> SweepSummary:
+        return cls.model_validate(_fields(row, mlflow_url))
+
+
+class SweepDetail(SweepSummary):
+    spec: dict[str, Any] = Field(description="the spec as validated (defaults filled in)")
+
+    @classmethod
+    def from_row(cls, row: SweepRow, mlflow_url: str | None) -> SweepDetail:
+        return cls.model_validate(_fields(row, mlflow_url) | {"spec": row.spec})
+
+
+def _fields(row: SweepRow, mlflow_url: str | None) -> dict[str, Any]:
+    progress = Progress.model_validate(row.progress) if row.progress else Progress.initial(row.spec)
+    return {
+        "id": row.id, "name": row.name, "status": row.status, "progress": progress,
+        "cancel_requested": row.cancel_requested, "error": row.error, "experiment_id": row.experiment_id,
+        "mlflow_url": mlflow_url, "created_at": row.created_at, "updated_at": row.updated_at,
+        "started_at": row.started_at, "finished_at": row.finished_at, "revision": row.revision,
+    }
+
+
+class SweepPage(_Out):
+    items: list[SweepSummary]
+    total: int = Field(description="sweeps matching the filter, over all pages")
+    limit: int
+    offset: int
+
+
+class SweepCreated(_Out):
+    id: str
+    status: Status
+    replayed: bool = Field(description="true when an earlier submit with the same Idempotency-Key made this sweep")
+
+
+class DryRunResult(_Out):
+    valid: Literal[True] = True
+    spec: dict[str, Any] = Field(description="the normalised spec (defaults filled in)")
+    total_trials: int
+    cells: int
+
+
+class CheckResult(_Out):
+    ok: bool
+    error: str | None = None
+    latency_ms: float
+
+
+class Health(_Out):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, CheckResult]
+
+
+class ErrorDetail(_Out):
+    field: str
+    message: str
+    value: Any = None
+
+
+class ErrorInfo(_Out):
+    code: str
+    message: str
+    details: list[ErrorDetail] = Field(default_factory=list)
+
+
+class ErrorResponse(_Out):
+    error: ErrorInfo
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries documenting the error shape."""
+    return {code: {"model": ErrorResponse} for code in codes}

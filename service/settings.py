@@ -1,0 +1,138 @@
+"""Settings of the sweep service, from the environment (pydantic-settings).
+
+Every setting has an env var; most carry the `SWEEPS_` prefix. Three keep the names their own tools
+use, so one environment serves the service, `sweeps run` and the driver alike:
+
+  RAY_ADDRESS            Ray cluster (default: start a local one on 127.0.0.1, which dies with the service)
+  MLFLOW_TRACKING_URI    MLflow store (default sqlite:///<data dir>/mlflow.db)
+  MLFLOW_UI_URL          base URL of an MLflow UI for links (default: no link)
+
+The rest: SWEEPS_DATA_DIR (./.batchsweep), SWEEPS_DATABASE_URL (sqlite:///<data dir>/service.db),
+SWEEPS_OPTUNA_STORAGE (sqlite:///<data dir>/optuna.db), SWEEPS_TOKENS ("alice=token1,bob=token2"),
+SWEEPS_MAX_TRIALS, SWEEPS_MAX_TOKEN_BUDGET, SWEEPS_MAX_CONCURRENT_PER_OWNER, SWEEPS_DATA_ROOTS
+(comma-separated directories), SWEEPS_HF_DATASETS (comma-separated names), SWEEPS_MAX_BODY_BYTES,
+SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_SSE_HEARTBEAT_S,
+SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from sweeps.spec import DEFAULT_MAX_TRIALS
+
+
+def _split_csv(value: Any) -> Any:
+    """"a, b,,c" -> ["a", "b", "c"]; lists pass through (constructor arguments)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    # hide_input_in_errors: a refused SWEEPS_TOKENS must not print its tokens
+    model_config = SettingsConfigDict(
+        env_prefix="SWEEPS_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
+    )
+
+    data_dir: Path = Path(".batchsweep")
+    database_url: str | None = None  # None: sqlite:///<data dir>/service.db
+    optuna_storage: str | None = None  # None: sqlite:///<data dir>/optuna.db
+    # Tools' own names first: an MLFLOW_TRACKING_URI in the environment wins over the default.
+    ray_address: str | None = Field(default=None, validation_alias=AliasChoices("ray_address", "RAY_ADDRESS"))
+    mlflow_tracking_uri: str | None = Field(
+        default=None, validation_alias=AliasChoices("mlflow_tracking_uri", "MLFLOW_TRACKING_URI")
+    )
+    mlflow_ui_url: str | None = Field(default=None, validation_alias=AliasChoices("mlflow_ui_url", "MLFLOW_UI_URL"))
+
+    # owner -> token; SecretStr keeps tokens out of reprs and logs
+    tokens: Annotated[dict[str, SecretStr], NoDecode] = Field(default_factory=dict)
+
+    max_trials: int = Field(default=DEFAULT_MAX_TRIALS, ge=1)
+    max_token_budget: int = Field(default=50_000_000, ge=1)
+    max_concurrent_per_owner: int = Field(default=2, ge=1)
+    data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)  # "builtin" is always allowed
+    hf_datasets: Annotated[list[str], NoDecode] = Field(default_factory=list)  # "name" or "name:config"
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = Field(default=8000, ge=0, le=65535)
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    sse_interval_s: float = Field(default=0.5, gt=0)  # how often an event stream re-reads its sweep
+    sse_heartbeat_s: float = Field(default=15.0, gt=0)
+    # /healthz answers from a cache this young, so probes under load do not hammer Ray and MLflow
+    health_cache_s: float = Field(default=2.0, ge=0)
+    # GET /sweeps/{id} serves a render this young; this process's own writes drop it at once (0: off)
+    read_cache_s: float = Field(default=1.0, ge=0)
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _parse_tokens(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        out: dict[str, str] = {}
+        for item in _split_csv(value):
+            owner, sep, token = item.partition("=")
+            owner, token = owner.strip(), token.strip()
+            if not sep or not owner or not token:
+                # the offending item is not echoed: it may hold a token
+                raise ValueError(
+                    "SWEEPS_TOKENS must look like 'alice=token1,bob=token2' (owner=token, comma-separated)"
+                )
+            if owner in out:
+                raise ValueError(f"SWEEPS_TOKENS names owner {owner!r} twice")
+            out[owner] = token
+        if len(set(out.values())) != len(out):
+            raise ValueError("SWEEPS_TOKENS gives one token to two owners; tokens must be unique")
+        return out
+
+    @field_validator("data_roots", "hf_datasets", mode="before")
+    @classmethod
+    def _parse_csv(cls, value: Any) -> Any:
+        return _split_csv(value)
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # the driver runs in Ray workers whose working directory is not ours
+        return value.expanduser().resolve()
+
+    @field_validator("data_roots", mode="after")
+    @classmethod
+    def _absolute_roots(cls, value: list[Path]) -> list[Path]:
+        return [p.expanduser().resolve() for p in value]
+
+    # ---- resolved locations -----------------------------------------------------------------------
+
+    @property
+    def database(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'service.db'}"
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.mlflow_tracking_uri or f"sqlite:///{self.data_dir / 'mlflow.db'}"
+
+    @property
+    def optuna_url(self) -> str:
+        return self.optuna_storage or f"sqlite:///{self.data_dir / 'optuna.db'}"
+
+    def driver_env(self) -> dict[str, str]:
+        """Environment of a sweep driver: it records where this service reads (see sweeps/runtime.py)."""
+        return {
+            "MLFLOW_TRACKING_URI": self.tracking_uri,
+            "SWEEPS_OPTUNA_STORAGE": self.optuna_url,
+            "SWEEPS_DATA_DIR": str(self.data_dir),
+        }
+
+    def owner_of(self) -> dict[str, str]:
+        """token -> owner."""
+        return {secret.get_secret_value(): owner for owner, secret in self.tokens.items()}
+
+    def mlflow_link(self, experiment_id: str | None) -> str | None:
+        if not self.mlflow_ui_url or not experiment_id:
+            return None
+        return f"{self.mlflow_ui_url.rstrip('/')}/#/experiments/{experiment_id}"

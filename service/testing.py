@@ -1,0 +1,323 @@
+"""Local processes for tests and benchmarks: a Ray head, the service under uvicorn, a PostgreSQL server.
+
+Everything binds to 127.0.0.1 on free ports and runs in its own process group, so stopping it ends
+exactly the processes it started (never `ray stop`, which ends every Ray process of the machine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+
+# Ray 2.60 turns --node-ip-address=127.0.0.1 into the machine's address (services.resolve_ip_for_localhost)
+# and then listens on every interface. With this switch off, Ray's node IP is the loopback address and
+# GCS, raylet, dashboard and workers listen on 127.0.0.1 only (checked with `ss -ltn`).
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def free_ports(n: int, exclude: set[int] | None = None) -> list[int]:
+    """`n` distinct free ports (sockets held open together, so the kernel cannot hand one out twice)."""
+    held: list[socket.socket] = []
+    try:
+        ports: list[int] = []
+        while len(ports) < n:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(s)
+            s.bind((LOOPBACK, 0))
+            port = int(s.getsockname()[1])
+            if port not in (exclude or set()):
+                ports.append(port)
+        return ports
+    finally:
+        for s in held:
+            s.close()
+
+
+def wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(0.5)
+            if s.connect_ex((LOOPBACK, port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"port {port} did not open within {timeout_s} s")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, read from /proc (no psutil in the environment)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
+        fields = text[text.rindex(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"  # a zombie has exited; its parent reaps it
+
+
+def _stop_group(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    """SIGTERM the process group `proc` leads, then SIGKILL what is left of it and of its descendants.
+
+    Descendants are listed first: Ray workers start their own sessions, so the group alone misses them.
+    """
+    tree = descendants(proc.pid)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.2)  # workers notice their raylet is gone and exit by themselves
+    for pid in tree:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _venv_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # Ray workers and `python` entrypoints resolve through PATH: this interpreter's bin first
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra or {})
+    return env
+
+
+# --------------------------------------------------------------------------------------------------
+# Ray
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RayHead:
+    """`ray start --head --block` on loopback with token auth, in its own process group."""
+
+    log_path: Path
+    num_cpus: int = 2
+    port: int = 0  # 0: a free one
+    dashboard_port: int = 0
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a process needs in its environment to use this cluster (before `import ray`)."""
+        return {"RAY_ADDRESS": self.address, **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+
+    def __post_init__(self) -> None:
+        if not self.port or not self.dashboard_port:
+            self.port, self.dashboard_port = free_ports(2)
+
+    def start(self, timeout_s: float = 90.0) -> RayHead:
+        ray_bin = str(Path(sys.executable).parent / "ray")
+        # Ray refuses two components on one port: draw the rest together, distinct from ours
+        client, node_manager, object_manager, agent_http, agent_grpc, env_agent, metrics = free_ports(
+            7, exclude={self.port, self.dashboard_port}
+        )
+        cmd = [
+            ray_bin, "start", "--head", "--block",
+            f"--node-ip-address={LOOPBACK}", f"--dashboard-host={LOOPBACK}",
+            f"--port={self.port}", f"--dashboard-port={self.dashboard_port}",
+            f"--ray-client-server-port={client}", f"--node-manager-port={node_manager}",
+            f"--object-manager-port={object_manager}", f"--dashboard-agent-listen-port={agent_http}",
+            f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={env_agent}",
+            f"--metrics-export-port={metrics}", f"--num-cpus={self.num_cpus}", "--num-gpus=0",
+            "--include-dashboard=true", "--disable-usage-stats",
+        ]
+        env = _venv_env({
+            **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0",
+        })
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for_port(self.port, timeout_s, self.proc)
+        # the dashboard (Job and State APIs) comes up last; Train V2 needs it
+        wait_for_port(self.dashboard_port, timeout_s, self.proc)
+        log.info("ray head at %s (pid %s)", self.address, self.proc.pid)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop_group(self.proc)
+            self.proc = None
+
+
+# --------------------------------------------------------------------------------------------------
+# The service
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ServiceProcess:
+    """The service in a subprocess on a free loopback port; `restart()` keeps the port and the environment."""
+
+    env: dict[str, str]  # SWEEPS_* and the Ray client env
+    log_path: Path
+    port: int = field(default_factory=free_port)
+    # None: `python -m service` with SWEEPS_HOST/SWEEPS_PORT set; else this command, as it is
+    command: list[str] | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self, timeout_s: float = 120.0) -> ServiceProcess:
+        if self.command is None:
+            env = _venv_env(self.env | {"SWEEPS_HOST": LOOPBACK, "SWEEPS_PORT": str(self.port)})
+            command = [sys.executable, "-m", "service", "--log-level", "info"]
+        else:
+            env, command = _venv_env(self.env), self.command
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited with {self.proc.returncode}; see {self.log_path}:\n{self.tail()}")
+            try:
+                # any answer means the lifespan finished: uvicorn listens only after it
+                httpx.get(f"{self.url}/healthz", timeout=5)
+                return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"service not up within {timeout_s} s; see {self.log_path}:\n{self.tail()}")
+            time.sleep(0.25)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.proc is not None:
+            _stop_group(self.proc, timeout_s)
+            self.proc = None
+
+    def restart(self) -> ServiceProcess:
+        self.stop()
+        return self.start()
+
+    def tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+# --------------------------------------------------------------------------------------------------
+# PostgreSQL (Debian's package: /usr/lib/postgresql/<version>/bin)
+# --------------------------------------------------------------------------------------------------
+
+
+def postgres_bin() -> Path:
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    if not candidates:
+        raise FileNotFoundError(
+            "PostgreSQL server binaries not found under /usr/lib/postgresql; "
+            "install them with: apt-get update && apt-get install -y postgresql"
+        )
+    return candidates[-1].parent
+
+
+@dataclass
+class PostgresServer:
+    """A throwaway cluster: `initdb` + `pg_ctl start` in `root`, loopback only, as a non-root user."""
+
+    root: Path
+    port: int = field(default_factory=free_port)
+    user: str = "postgres"  # the OS user that runs the server when we are root (initdb refuses root)
+    db_user: str = "sweeps"
+    password: str = field(default_factory=lambda: secrets.token_hex(12))
+    database: str = "sweeps"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://{self.db_user}:{self.password}@{LOOPBACK}:{self.port}/{self.database}"
+
+    def _run(self, *args: str, env: Mapping[str, str] | None = None) -> None:
+        cmd = list(args)
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", self.user, "--", *cmd]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(args[:1])} failed ({out.returncode}): {out.stderr[-2000:]}")
+
+    def start(self) -> PostgresServer:
+        bin_dir = postgres_bin()
+        data = self.root / "data"
+        self.root.mkdir(parents=True, exist_ok=True)
+        pwfile = self.root / "pw"
+        pwfile.write_text(self.password)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, self.user)
+            shutil.chown(pwfile, self.user)
+        self._run(
+            str(bin_dir / "initdb"), "-D", str(data), "-U", self.db_user, f"--pwfile={pwfile}",
+            "--auth=scram-sha-256", "-E", "UTF8", "--no-sync",
+        )
+        # loopback TCP only; the socket directory is ours, not /var/run/postgresql
+        options = f"-c listen_addresses={LOOPBACK} -p {self.port} -k {self.root} -c fsync=off"
+        self._run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(self.root / "log"), "-o", options, "-w", "start")
+        self._run(
+            str(bin_dir / "createdb"), "-h", LOOPBACK, "-p", str(self.port), "-U", self.db_user, self.database,
+            env=os.environ | {"PGPASSWORD": self.password},
+        )
+        return self
+
+    def stop(self) -> None:
+        data = self.root / "data"
+        if (data / "postmaster.pid").exists():
+            self._run(str(postgres_bin() / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")

@@ -1,0 +1,109 @@
+"""Fixtures of the service tests.
+
+Fast tests run the app in-process with a fake launcher (no Ray): `client` (FastAPI's TestClient) and
+`fake_server` (uvicorn on a loopback port in a thread, for the CLI). The live tests run the real thing:
+`ray_head` (`ray start --head` on 127.0.0.1, session-scoped; reused when RAY_ADDRESS is already set),
+`service_factory` (`python -m service` in a subprocess on a free port, restartable), `postgres`
+(a throwaway PostgreSQL server from Debian's package, run as the `postgres` user).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.health import mlflow_check
+from service.settings import Settings
+from service.testing import PostgresServer, RayHead, ServiceProcess
+from svc_helpers import ExistingRay, FakeLauncher, ThreadServer, fast_settings, start_service
+
+# --------------------------------------------------------------------------------------------------
+# In-process: fake launcher
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def launcher() -> FakeLauncher:
+    return FakeLauncher()
+
+
+@pytest.fixture(scope="session")
+def mlflow_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One MLflow store for the in-process tests: creating one costs seconds of migrations."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    mlflow_check(uri)
+    return uri
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, mlflow_uri: str) -> Callable[..., Settings]:
+    return lambda **overrides: fast_settings(tmp_path / "data", mlflow_tracking_uri=mlflow_uri, **overrides)
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+def client(settings: Settings, launcher: FakeLauncher) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, launcher=launcher)) as c:
+        yield c
+
+
+@pytest.fixture
+def fake_server(settings: Settings, launcher: FakeLauncher) -> Iterator[ThreadServer]:
+    with ThreadServer(settings, launcher) as server:
+        yield server
+
+
+# --------------------------------------------------------------------------------------------------
+# Live: PostgreSQL, Ray, the service in a subprocess
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    # not pytest's tmp_path: its parents are private to root, and the server runs as `postgres`
+    root = Path(tempfile.mkdtemp(prefix="batchsweep-pg-"))
+    server = PostgresServer(root).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead | ExistingRay]:
+    if os.environ.get("RAY_ADDRESS"):
+        yield ExistingRay()
+        return
+    head = RayHead(tmp_path_factory.mktemp("ray") / "ray.log").start()
+    try:
+        yield head
+    finally:
+        head.stop()
+
+
+@pytest.fixture
+def service_factory(ray_head: RayHead | ExistingRay, tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
+    """`service_factory(**env)` starts a service with its own data dir (restart it with `.restart()`)."""
+    started: list[ServiceProcess] = []
+
+    def make(**env: str) -> ServiceProcess:
+        svc = start_service(ray_head, tmp_path, f"service-{len(started)}", **env)
+        started.append(svc)
+        return svc
+
+    yield make
+    for svc in started:
+        svc.stop()

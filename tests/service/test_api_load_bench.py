@@ -1,0 +1,44 @@
+"""benchmarks/api_load.py drives a server and reports; a short run against the in-process server."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from svc_helpers import ALICE, ThreadServer, tiny_spec
+
+
+def load_bench() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "api_load.py"
+    spec = importlib.util.spec_from_file_location("api_load", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["api_load"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("client_kind", ["aiohttp", "httpx"])
+def test_short_run_counts_requests_and_prints_ratios(
+    fake_server: ThreadServer, client_kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = load_bench()
+    import httpx
+
+    sweep_id = httpx.post(
+        f"{fake_server.url}/sweeps", json=tiny_spec(), headers={"Authorization": f"Bearer {ALICE}"}
+    ).json()["id"]
+    phases = asyncio.run(bench.benchmark(fake_server.url, ALICE, sweep_id, 4, 0.5, client_kind, 0.0))
+    assert [p.name for p in phases] == ["GET /sweeps/{id}", "POST /sweeps?dry_run=true", "GET /healthz"]
+    for p in phases:
+        # every request answered 200: a wrong path or body would show up as errors here
+        assert p.latencies_ms and not p.errors, (p.name, p.errors)
+        assert p.quantile(0.5) <= p.quantile(0.99)
+    bench.report(phases, 4)
+    out = capsys.readouterr().out
+    assert "p99 / healthz p99" in out and "GET /sweeps/{id}" in out

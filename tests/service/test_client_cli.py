@@ -1,0 +1,133 @@
+"""The `sweeps` client commands against a live uvicorn server (drivers faked)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sweeps.cli import app
+from svc_helpers import ALICE, ThreadServer, tiny_spec, wait_until
+
+REPORT: dict[str, Any] = {
+    "tolerance": 0.05,
+    "baseline": "adamw",
+    "reference_batch_size": 4,
+    "optimizers": {
+        "adamw": {
+            "cells": [
+                {
+                    "batch_size": 4,
+                    "best_lr": 3e-3,
+                    "val_loss_mean": 5.1234,
+                    "val_loss_ci95": [5.0, 5.2],
+                    "seeds": 1,
+                    "trial_status": {"completed": 2},
+                },
+                {
+                    "batch_size": 8,
+                    "best_lr": 5e-3,
+                    "val_loss_mean": 5.3,
+                    "val_loss_ci95": [5.2, 5.4],
+                    "seeds": 1,
+                    "trial_status": {"completed": 2},
+                },
+            ],
+            "largest_degradation_free_batch_size": {"self": 8, "baseline": 8},
+            "within_noise": {"self": False, "baseline": False},
+        }
+    },
+    "warnings": [],
+}
+
+
+@pytest.fixture
+def cli(fake_server: ThreadServer, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("SWEEPS_URL", fake_server.url)
+    monkeypatch.setenv("SWEEPS_TOKEN", ALICE)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_spec()))
+    return path
+
+
+def test_submit_list_status_cancel(cli: Any, spec_file: Path, fake_server: ThreadServer) -> None:
+    out = cli("submit", str(spec_file))
+    assert out.exit_code == 0, out.output
+    sweep_id = out.output.strip()
+    assert sweep_id.startswith("tiny-")
+    wait_until(lambda: sweep_id in fake_server.launcher.drivers, 10)
+
+    listed = cli("list")
+    assert listed.exit_code == 0 and sweep_id in listed.output and "0/4" in listed.output
+    shown = cli("status", sweep_id)
+    assert shown.exit_code == 0 and "adamw/bs8" in shown.output and "running" in shown.output
+
+    report = cli("report", sweep_id)
+    # the service's 409 becomes a message and a non-zero exit
+    assert report.exit_code == 1 and "409 not_finished" in report.output
+
+    cancelled = cli("cancel", sweep_id)
+    assert cancelled.exit_code == 0 and "cancelling" in cancelled.output
+    assert sweep_id in fake_server.launcher.cancelled
+
+
+def test_dry_run_and_invalid_spec(cli: Any, tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(__import__("json").dumps(tiny_spec()))
+    out = cli("submit", "--dry-run", str(good))
+    assert out.exit_code == 0 and "4 trials" in out.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(tiny_spec(token_budget=10)))
+    out = cli("submit", str(bad))
+    # a refused spec names the field, like `sweeps run` does
+    assert out.exit_code == 2 and "token_budget" in out.output and "422" in out.output
+
+
+def test_submit_watch_prints_the_answer(cli: Any, spec_file: Path, fake_server: ThreadServer) -> None:
+    launcher = fake_server.launcher
+
+    def drive() -> None:
+        sweep_id = wait_until(lambda: next(iter(launcher.drivers), None), 20)
+        time.sleep(0.3)
+        launcher.set(
+            sweep_id,
+            progress={
+                "cells_done": 1,
+                "cells_total": 2,
+                "trials_done": 2,
+                "trials_total": 4,
+                "cells": [
+                    {"cell": "adamw/bs4", "best_val_loss": 5.12},
+                ],
+            },
+        )
+        time.sleep(0.3)
+        launcher.finish(sweep_id, report=REPORT)
+
+    threading.Thread(target=drive, daemon=True).start()
+    out = cli("submit", "--watch", str(spec_file))
+    assert out.exit_code == 0, out.output
+    assert "succeeded" in out.output
+    # the answer table of the report
+    assert "largest degradation-free batch size" in out.output
+
+
+def test_without_a_token_the_client_says_so(
+    spec_file: Path, fake_server: ThreadServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SWEEPS_TOKEN", raising=False)
+    out = CliRunner().invoke(app, ["list", "--url", fake_server.url])
+    assert out.exit_code == 2 and "no token" in out.output
+    out = CliRunner().invoke(app, ["list", "--url", fake_server.url, "--token", "wrong"])
+    assert out.exit_code == 1 and "401 unauthorized" in out.output

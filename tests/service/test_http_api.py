@@ -1,0 +1,497 @@
+"""The HTTP API in-process (TestClient), drivers faked: shapes, auth, limits, idempotency, cancel, SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.events import parse_sse
+from svc_helpers import ALICE, BOB, FakeLauncher, auth, tiny_spec, wait_until
+
+
+def assert_error(resp: Any, status: int, code: str) -> dict[str, Any]:
+    """Every error answers {"error": {"code", "message", "details"}}."""
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["code"] == code
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body["error"]  # type: ignore[no-any-return]
+
+
+def submit(client: TestClient, spec: dict[str, Any] | None = None, token: str = ALICE, **headers: str) -> str:
+    resp = client.post("/sweeps", json=spec or tiny_spec(), headers=auth(token) | headers)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+def status_of(client: TestClient, sweep_id: str) -> str:
+    return str(client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["status"])
+
+
+# ---- auth --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": f"Basic {ALICE}"}])
+def test_every_sweep_endpoint_needs_a_token(client: TestClient, headers: dict[str, str]) -> None:
+    for method, path in [
+        ("GET", "/sweeps"),
+        ("POST", "/sweeps"),
+        ("GET", "/sweeps/x"),
+        ("GET", "/sweeps/x/report"),
+        ("POST", "/sweeps/x/cancel"),
+        ("GET", "/sweeps/x/events"),
+    ]:
+        resp = client.request(method, path, headers=headers)
+        assert_error(resp, 401, "unauthorized")
+        assert resp.headers["www-authenticate"] == "Bearer"
+
+
+def test_healthz_needs_no_token(client: TestClient) -> None:
+    resp = client.get("/healthz")
+    assert resp.status_code == 200
+    assert resp.json()["status"] == "ok"
+    assert set(resp.json()["checks"]) == {"store", "ray", "mlflow"}
+
+
+def test_healthz_is_503_when_a_check_fails(client: TestClient, launcher: FakeLauncher) -> None:
+    launcher.healthy = False
+    resp = client.get("/healthz")
+    assert resp.status_code == 503
+    checks = resp.json()["checks"]
+    assert checks["ray"]["ok"] is False and "cluster gone" in checks["ray"]["error"]
+    assert checks["store"]["ok"] and checks["mlflow"]["ok"]
+
+
+def test_owners_see_only_their_own_sweeps(client: TestClient) -> None:
+    sweep_id = submit(client)
+    # another owner's sweep is indistinguishable from a missing one
+    assert_error(client.get(f"/sweeps/{sweep_id}", headers=auth(BOB)), 404, "not_found")
+    assert_error(client.post(f"/sweeps/{sweep_id}/cancel", headers=auth(BOB)), 404, "not_found")
+    assert_error(client.get(f"/sweeps/{sweep_id}/report", headers=auth(BOB)), 404, "not_found")
+    assert_error(client.get(f"/sweeps/{sweep_id}/events", headers=auth(BOB)), 404, "not_found")
+    assert client.get("/sweeps", headers=auth(BOB)).json()["total"] == 0
+    assert client.get(f"/sweeps/{sweep_id}", headers=auth()).status_code == 200
+
+
+# ---- submit --------------------------------------------------------------------------------------
+
+
+def test_submit_answers_at_once_and_launches_in_the_background(client: TestClient, launcher: FakeLauncher) -> None:
+    launcher.start_delay_s = 1.0  # a slow driver start must not hold the answer
+    resp = client.post("/sweeps", json=tiny_spec(), headers=auth())
+    assert resp.status_code == 201
+    body = resp.json()
+    assert body["status"] == "queued" and body["replayed"] is False
+    assert body["id"].startswith("tiny-") and len(body["id"]) == len("tiny-") + 8
+    assert resp.headers["location"] == f"/sweeps/{body['id']}"
+    assert launcher.started == []
+    wait_until(lambda: launcher.started == [body["id"]], 10, what="driver start")
+    wait_until(lambda: status_of(client, body["id"]) == "running", 10, what="running")
+
+
+def test_each_submit_gets_its_own_id(client: TestClient) -> None:
+    ids = {submit(client) for _ in range(2)}
+    assert len(ids) == 2  # the id names the MLflow experiment and Optuna studies: never shared
+
+
+def test_yaml_submit(client: TestClient) -> None:
+    resp = client.post(
+        "/sweeps", content=yaml.safe_dump(tiny_spec("from-yaml")), headers=auth() | {"Content-Type": "application/yaml"}
+    )
+    assert resp.status_code == 201
+    detail = client.get(f"/sweeps/{resp.json()['id']}", headers=auth()).json()
+    assert detail["spec"]["name"] == "from-yaml"
+    assert detail["spec"]["pruning"]["enabled"] is True  # stored normalised, defaults filled in
+
+
+def test_bad_spec_is_422_naming_field_and_value(client: TestClient) -> None:
+    spec = tiny_spec(
+        batch_sizes=[8, 4], lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 2, "trails_per_batch_size": 3}
+    )
+    err = assert_error(client.post("/sweeps", json=spec, headers=auth()), 422, "invalid_spec")
+    by_field = {d["field"]: d for d in err["details"]}
+    assert by_field["batch_sizes"]["value"] == [8, 4]
+    assert "strictly increasing" in by_field["batch_sizes"]["message"]
+    assert "did you mean 'trials_per_batch_size'" in by_field["lr.trails_per_batch_size"]["message"]
+    assert client.get("/sweeps", headers=auth()).json()["total"] == 0
+
+
+def test_bad_yaml_spec_is_422_too(client: TestClient) -> None:
+    body = yaml.safe_dump(tiny_spec(optimizers=[{"name": "adamz"}]))
+    err = assert_error(
+        client.post("/sweeps", content=body, headers=auth() | {"Content-Type": "application/yaml"}), 422, "invalid_spec"
+    )
+    assert err["details"][0]["field"] == "optimizers.0.name"
+    assert err["details"][0]["value"] == "adamz"
+
+
+def test_unsupported_media_type_is_415(client: TestClient) -> None:
+    assert_error(
+        client.post("/sweeps", content=b"x", headers=auth() | {"Content-Type": "text/plain"}),
+        415,
+        "unsupported_media_type",
+    )
+
+
+def test_oversized_body_is_413(make_settings: Any, launcher: FakeLauncher) -> None:
+    settings = make_settings(max_body_bytes=2048)
+    with TestClient(create_app(settings, launcher=launcher)) as client:
+        big = tiny_spec(optimizers=[{"name": "adamw", "extra": {"pad": "x" * 4000}}])
+        # declared length over the cap: refused before reading
+        assert_error(client.post("/sweeps", json=big, headers=auth()), 413, "payload_too_large")
+
+        # no length declared (chunked): counted while read
+        def chunks() -> Any:
+            data = json.dumps(big).encode()
+            for i in range(0, len(data), 512):
+                yield data[i : i + 512]
+
+        assert_error(client.post("/sweeps", content=chunks(), headers=auth()), 413, "payload_too_large")
+        assert client.get("/sweeps", headers=auth()).json()["total"] == 0
+        assert client.post("/sweeps", json=tiny_spec(), headers=auth()).status_code == 201
+
+
+def test_dry_run_validates_and_stores_nothing(client: TestClient, launcher: FakeLauncher) -> None:
+    resp = client.post("/sweeps?dry_run=true", json=tiny_spec(), headers=auth())
+    assert resp.status_code == 200
+    body = resp.json()
+    assert (body["valid"], body["total_trials"], body["cells"]) == (True, 4, 2)
+    assert body["spec"]["schedule"] == {"warmup_fraction": 0.05, "min_lr_ratio": 0.1}
+    assert client.get("/sweeps", headers=auth()).json()["total"] == 0
+    assert launcher.started == []
+    assert_error(client.post("/sweeps?dry_run=true", json=tiny_spec(seeds=0), headers=auth()), 422, "invalid_spec")
+
+
+def test_too_many_active_sweeps_is_429(make_settings: Any, launcher: FakeLauncher) -> None:
+    settings = make_settings(max_concurrent_per_owner=1)
+    with TestClient(create_app(settings, launcher=launcher)) as client:
+        first = submit(client)
+        err = assert_error(client.post("/sweeps", json=tiny_spec(), headers=auth()), 429, "too_many_sweeps")
+        assert "limit is 1" in err["message"]
+        submit(client, token=BOB)  # per owner
+        wait_until(lambda: first in launcher.drivers, 10)
+        launcher.finish(first)
+        wait_until(lambda: status_of(client, first) == "succeeded", 10)
+        submit(client)  # a finished sweep frees the slot
+
+
+def test_idempotent_submit(client: TestClient, launcher: FakeLauncher) -> None:
+    first = client.post("/sweeps", json=tiny_spec(), headers=auth() | {"Idempotency-Key": "abc"})
+    again = client.post("/sweeps", json=tiny_spec(), headers=auth() | {"Idempotency-Key": "abc"})
+    assert first.status_code == again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    assert (first.json()["replayed"], again.json()["replayed"]) == (False, True)
+    assert again.headers["idempotent-replayed"] == "true"
+    assert client.get("/sweeps", headers=auth()).json()["total"] == 1
+    wait_until(lambda: launcher.started, 10)
+    assert launcher.started == [first.json()["id"]]  # launched once
+    # the same key for another spec is a client error, not a silent replay
+    err = assert_error(
+        client.post("/sweeps", json=tiny_spec(seeds=2), headers=auth() | {"Idempotency-Key": "abc"}),
+        422,
+        "idempotency_key_reused",
+    )
+    assert err["details"][0]["field"] == "Idempotency-Key"
+
+
+# ---- read ------------------------------------------------------------------------------------------
+
+
+def test_detail_has_progress_times_and_mlflow_link(make_settings: Any, launcher: FakeLauncher) -> None:
+    settings = make_settings(mlflow_ui_url="http://127.0.0.1:5000")
+    with TestClient(create_app(settings, launcher=launcher)) as client:
+        sweep_id = submit(client)
+        queued = client.get(f"/sweeps/{sweep_id}", headers=auth()).json()
+        # before the driver reports, the totals come from the spec
+        assert queued["progress"]["trials_total"] == 4 and queued["progress"]["cells_total"] == 2
+        assert [c["cell"] for c in queued["progress"]["cells"]] == ["adamw/bs4", "adamw/bs8"]
+        assert queued["mlflow_url"] is None
+        wait_until(lambda: sweep_id in launcher.drivers, 10)
+        progress = {
+            "cells_done": 1,
+            "cells_total": 2,
+            "trials_done": 3,
+            "trials_total": 4,
+            "future_field": 1,
+            "cells": [
+                {"cell": "adamw/bs4", "optimizer": "adamw", "batch_size": 4, "best_val_loss": 5.5, "finished": True},
+                {"cell": "adamw/bs8", "optimizer": "adamw", "batch_size": 8, "best_val_loss": None},
+            ],
+        }
+        launcher.set(sweep_id, progress=progress, experiment_id="12")
+        d = wait_until(
+            lambda: (
+                (r := client.get(f"/sweeps/{sweep_id}", headers=auth()).json())["progress"]["trials_done"] == 3 and r
+            ),
+            10,
+        )
+        assert d["status"] == "running" and d["started_at"] is not None and d["finished_at"] is None
+        assert d["progress"]["cells"][0]["best_val_loss"] == 5.5
+        assert "future_field" not in d["progress"]  # the API promises its own fields only
+        assert (d["experiment_id"], d["mlflow_url"]) == ("12", "http://127.0.0.1:5000/#/experiments/12")
+
+
+def test_list_paginates_newest_first_and_filters(client: TestClient, launcher: FakeLauncher) -> None:
+    ids = [submit(client, tiny_spec(f"s{i}")) for i in range(3)]
+    wait_until(lambda: len(launcher.drivers) == 3, 10)
+    launcher.finish(ids[1])
+    wait_until(lambda: status_of(client, ids[1]) == "succeeded", 10)
+    page = client.get("/sweeps?limit=2", headers=auth()).json()
+    assert (page["total"], page["limit"], page["offset"]) == (3, 2, 0)
+    assert [s["id"] for s in page["items"]] == [ids[2], ids[1]]
+    assert "spec" not in page["items"][0]  # summaries; the detail has the spec
+    assert [s["id"] for s in client.get("/sweeps?limit=2&offset=2", headers=auth()).json()["items"]] == [ids[0]]
+    done = client.get("/sweeps?status=succeeded", headers=auth()).json()
+    assert [s["id"] for s in done["items"]] == [ids[1]]
+    both = client.get("/sweeps?status=succeeded&status=running", headers=auth()).json()
+    assert both["total"] == 3
+    err = assert_error(client.get("/sweeps?status=bogus", headers=auth()), 422, "invalid_request")
+    assert err["details"][0]["field"] == "query.status.0"
+    assert_error(client.get("/sweeps?limit=1000", headers=auth()), 422, "invalid_request")
+
+
+def test_unknown_sweep_is_404_and_unknown_path_keeps_the_shape(client: TestClient) -> None:
+    assert_error(client.get("/sweeps/nope", headers=auth()), 404, "not_found")
+    assert_error(client.get("/nothing-here"), 404, "not_found")
+    assert_error(client.delete("/sweeps", headers=auth()), 405, "method_not_allowed")
+
+
+# ---- report and cancel -----------------------------------------------------------------------------
+
+
+def test_report_is_409_until_finished_then_the_analysis(client: TestClient, launcher: FakeLauncher) -> None:
+    sweep_id = submit(client)
+    assert_error(client.get(f"/sweeps/{sweep_id}/report", headers=auth()), 409, "not_finished")
+    wait_until(lambda: sweep_id in launcher.drivers, 10)
+    launcher.finish(sweep_id, report={"optimizers": {"adamw": {}}, "tolerance": 0.05})
+    wait_until(lambda: status_of(client, sweep_id) == "succeeded", 10)
+    assert client.get(f"/sweeps/{sweep_id}/report", headers=auth()).json() == {
+        "optimizers": {"adamw": {}},
+        "tolerance": 0.05,
+    }
+    # the result is stored, so the driver actor is let go
+    assert launcher.killed == [sweep_id]
+
+
+def test_failed_sweep_has_no_report(client: TestClient, launcher: FakeLauncher) -> None:
+    sweep_id = submit(client)
+    wait_until(lambda: sweep_id in launcher.drivers, 10)
+    launcher.set(sweep_id, status="failed", error="ValueError: bad data", finished_at=1.0)
+    wait_until(lambda: status_of(client, sweep_id) == "failed", 10)
+    err = assert_error(client.get(f"/sweeps/{sweep_id}/report", headers=auth()), 409, "no_report")
+    assert "bad data" in err["message"]
+    assert client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["error"] == "ValueError: bad data"
+
+
+def test_cancel_running_sweep_tells_its_driver(client: TestClient, launcher: FakeLauncher) -> None:
+    sweep_id = submit(client)
+    wait_until(lambda: status_of(client, sweep_id) == "running", 10)
+    resp = client.post(f"/sweeps/{sweep_id}/cancel", headers=auth())
+    assert resp.status_code == 202
+    assert resp.json()["cancel_requested"] is True and resp.json()["status"] == "running"
+    assert sweep_id in launcher.cancelled
+    # the driver stops Tune, keeps finished trials and ends as cancelled with a partial report
+    launcher.finish(sweep_id, status="cancelled", report={"partial": True})
+    wait_until(lambda: status_of(client, sweep_id) == "cancelled", 10)
+    assert client.get(f"/sweeps/{sweep_id}/report", headers=auth()).json() == {"partial": True}
+    assert_error(client.post(f"/sweeps/{sweep_id}/cancel", headers=auth()), 409, "already_finished")
+
+
+def test_cancel_before_the_driver_started(client: TestClient, launcher: FakeLauncher) -> None:
+    launcher.start_delay_s = 0.5
+    sweep_id = submit(client)
+    resp = client.post(f"/sweeps/{sweep_id}/cancel", headers=auth())
+    assert resp.status_code == 202
+    # the cancel is passed on as soon as the driver is up
+    wait_until(lambda: sweep_id in launcher.cancelled, 10, what="cancel forwarded")
+
+
+def test_launch_failure_fails_the_sweep(client: TestClient, launcher: FakeLauncher) -> None:
+    launcher.fail_start = "no resources"
+    sweep_id = submit(client)
+    wait_until(lambda: status_of(client, sweep_id) == "failed", 10)
+    assert "no resources" in client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["error"]
+
+
+# ---- events -----------------------------------------------------------------------------------------
+
+
+def read_events(client: TestClient, sweep_id: str, on_first: Any = None) -> list[tuple[str, str]]:
+    events: list[tuple[str, str]] = []
+    with client.stream("GET", f"/sweeps/{sweep_id}/events", headers=auth()) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        lines: list[str] = []
+        for line in resp.iter_lines():
+            if line:
+                lines.append(line)
+                continue
+            if lines and not lines[0].startswith("retry"):
+                events.append(parse_sse(lines) if not lines[0].startswith(":") else (":", lines[0]))
+                if on_first and len(events) == 1:
+                    on_first()
+            lines = []
+    return events
+
+
+def test_events_stream_progress_then_end(client: TestClient, launcher: FakeLauncher) -> None:
+    sweep_id = submit(client)
+    wait_until(lambda: status_of(client, sweep_id) == "running", 10)
+
+    def advance() -> None:
+        launcher.set(
+            sweep_id, progress={"cells_done": 1, "cells_total": 2, "trials_done": 2, "trials_total": 4, "cells": []}
+        )
+        launcher.finish(sweep_id)
+
+    events = read_events(client, sweep_id, on_first=advance)
+    kinds = [e for e, _ in events if e != ":"]
+    assert kinds[0] == "progress" and kinds[-1] == "end"
+    assert kinds.count("end") == 1
+    final = json.loads(events[-1][1])
+    assert final["id"] == sweep_id and final["status"] == "succeeded"
+    # the stream only speaks when the sweep changed: revisions strictly increase
+    revisions = [json.loads(d)["revision"] for e, d in events if e in ("progress", "end")]
+    assert revisions == sorted(set(revisions))
+
+
+def test_events_of_a_finished_sweep_end_at_once(client: TestClient, launcher: FakeLauncher) -> None:
+    sweep_id = submit(client)
+    wait_until(lambda: sweep_id in launcher.drivers, 10)
+    launcher.finish(sweep_id)
+    wait_until(lambda: status_of(client, sweep_id) == "succeeded", 10)
+    assert [e for e, _ in read_events(client, sweep_id)] == ["end"]
+
+
+def test_events_send_heartbeats_while_nothing_changes(client: TestClient, launcher: FakeLauncher) -> None:
+    sweep_id = submit(client)
+    wait_until(lambda: status_of(client, sweep_id) == "running", 10)
+    seen: list[str] = []
+    with client.stream("GET", f"/sweeps/{sweep_id}/events", headers=auth()) as resp:
+        for line in resp.iter_lines():
+            seen.append(line)
+            if line == ": heartbeat":
+                break
+    assert ": heartbeat" in seen  # sse_heartbeat_s is 0.2 s in these tests
+
+
+# ---- docs ------------------------------------------------------------------------------------------
+
+
+def test_openapi_documents_the_spec_body(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    body = schema["paths"]["/sweeps"]["post"]["requestBody"]["content"]
+    assert body["application/json"]["schema"] == {"$ref": "#/components/schemas/SweepSpec"}
+    assert "application/yaml" in body
+    assert "token_budget" in schema["components"]["schemas"]["SweepSpec"]["properties"]
+    assert "LRSearchSpec" in schema["components"]["schemas"]
+    assert client.get("/docs").status_code == 200
+
+
+# ---- the read cache of GET /sweeps/{id} -----------------------------------------------------------
+
+
+def test_own_writes_show_at_once_other_processes_writes_within_the_ttl(
+    make_settings: Any, launcher: FakeLauncher
+) -> None:
+    from service.store import Store
+
+    settings = make_settings(read_cache_s=0.5, poll_interval_s=60)  # no poller interference
+    with TestClient(create_app(settings, launcher=launcher)) as client:
+        sweep_id = submit(client)
+        first = client.get(f"/sweeps/{sweep_id}", headers=auth()).json()
+        # a write by this process (cancel) is visible on the next read: it dropped the cached render
+        client.post(f"/sweeps/{sweep_id}/cancel", headers=auth())
+        assert client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["cancel_requested"] is True
+
+        other = Store(settings.database)  # another process's store client: no listener here
+        other.update(sweep_id, error="written elsewhere")
+        other.dispose()
+        cached = client.get(f"/sweeps/{sweep_id}", headers=auth()).json()
+        assert cached["error"] is None  # served from the cache...
+        time.sleep(0.6)
+        # ...but an expired entry is renewed: the change shows within read_cache_s and one store read
+        started = time.monotonic()
+        wait_until(
+            lambda: client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["error"] == "written elsewhere",
+            2,
+            what="renewed view",
+        )
+        assert time.monotonic() - started < 1.0
+        assert first["revision"] < cached["revision"]
+
+
+def test_cached_sweep_is_still_404_for_another_owner(client: TestClient) -> None:
+    sweep_id = submit(client)
+    assert client.get(f"/sweeps/{sweep_id}", headers=auth()).status_code == 200  # now cached
+    assert_error(client.get(f"/sweeps/{sweep_id}", headers=auth(BOB)), 404, "not_found")
+
+
+def test_concurrent_misses_share_one_store_read() -> None:
+    from service.views import ViewCache
+
+    cache = ViewCache(ttl_s=10)
+    calls = 0
+
+    async def fetch() -> tuple[str, bytes]:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)
+        return "alice", b"{}"
+
+    async def many() -> list[Any]:
+        return await asyncio.gather(*(cache.load("s-1", fetch) for _ in range(20)))
+
+    views = asyncio.run(many())
+    # one read for twenty waiting clients: an expiring entry causes no burst of queries
+    assert calls == 1
+    assert all(v is not None and v.body == b"{}" for v in views)
+    cache.invalidate("s-1")
+    assert cache.get("s-1") is None
+
+
+def test_expired_view_is_served_while_one_renewal_runs() -> None:
+    from service.views import ViewCache
+
+    cache = ViewCache(ttl_s=0.01)
+    bodies = iter([b"old", b"new"])
+    calls = 0
+
+    async def fetch() -> tuple[str, bytes]:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)
+        return "alice", next(bodies)
+
+    async def scenario() -> tuple[list[bytes], bytes]:
+        await cache.load("s-1", fetch)
+        await asyncio.sleep(0.02)  # expired now
+        during = await asyncio.gather(*(cache.load("s-1", fetch) for _ in range(10)))
+        await asyncio.sleep(0.1)  # the renewal lands
+        return [v.body for v in during if v], cache._views["s-1"].body
+
+    during, after = asyncio.run(scenario())
+    # nobody waited for the store: the expired render answered, one renewal replaced it
+    assert during == [b"old"] * 10
+    assert after == b"new"
+    assert calls == 2
+
+
+def test_health_is_cached_briefly_then_rechecked(make_settings: Any, launcher: FakeLauncher) -> None:
+    with TestClient(create_app(make_settings(health_cache_s=0.3), launcher=launcher)) as client:
+        assert client.get("/healthz").status_code == 200
+        launcher.healthy = False
+        # within health_cache_s the last round answers: probes do not each hit Ray and MLflow
+        assert client.get("/healthz").status_code == 200
+        # after it, a new round runs and the failure shows
+        wait_until(lambda: client.get("/healthz").status_code == 503, 10, interval_s=0.1, what="503")

@@ -1,0 +1,74 @@
+"""Settings come from the environment; the tools' own variable names win over the data-dir defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_UI_URL"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_defaults_live_under_one_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SWEEPS_DATA_DIR", str(tmp_path / "d"))
+    s = Settings()
+    root = (tmp_path / "d").resolve()
+    assert s.data_dir == root
+    assert s.database == f"sqlite:///{root / 'service.db'}"
+    assert s.tracking_uri == f"sqlite:///{root / 'mlflow.db'}"
+    assert s.optuna_url == f"sqlite:///{root / 'optuna.db'}"
+    assert s.ray_address is None  # no address: a local cluster
+    # the service binds to loopback unless told otherwise
+    assert (s.host, s.port) == ("127.0.0.1", 8000)
+    assert s.driver_env() == {
+        "MLFLOW_TRACKING_URI": s.tracking_uri,
+        "SWEEPS_OPTUNA_STORAGE": s.optuna_url,
+        "SWEEPS_DATA_DIR": str(root),
+    }
+
+
+def test_tool_env_vars_win_over_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setenv("SWEEPS_OPTUNA_STORAGE", "postgresql://u@127.0.0.1/optuna")
+    s = Settings()
+    assert s.tracking_uri == "http://127.0.0.1:5000"
+    assert s.ray_address == "127.0.0.1:6379"
+    assert s.driver_env()["SWEEPS_OPTUNA_STORAGE"] == "postgresql://u@127.0.0.1/optuna"
+
+
+def test_lists_and_tokens_from_comma_separated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SWEEPS_TOKENS", "alice=t1, bob=t2")
+    monkeypatch.setenv("SWEEPS_DATA_ROOTS", f"{tmp_path}/a,{tmp_path}/b")
+    monkeypatch.setenv("SWEEPS_HF_DATASETS", "wikitext:wikitext-2-raw-v1,tiny_shakespeare")
+    monkeypatch.setenv("SWEEPS_MAX_CONCURRENT_PER_OWNER", "3")
+    s = Settings()
+    assert s.owner_of() == {"t1": "alice", "t2": "bob"}
+    assert s.data_roots == [(tmp_path / "a").resolve(), (tmp_path / "b").resolve()]
+    assert s.hf_datasets == ["wikitext:wikitext-2-raw-v1", "tiny_shakespeare"]
+    assert s.max_concurrent_per_owner == 3
+    # tokens never show in reprs (logs)
+    assert "t1" not in repr(s)
+
+
+@pytest.mark.parametrize("value", ["alice", "alice=", "=t1", "alice=t1,alice=t2", "alice=t1,bob=t1"])
+def test_malformed_tokens_are_refused_without_echoing_them(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("SWEEPS_TOKENS", value)
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert "SWEEPS_TOKENS" in str(info.value)
+    # a refused setting must not leak its tokens into logs
+    assert "t1" not in str(info.value).replace("SWEEPS_TOKENS", "")
+
+
+def test_mlflow_link_only_when_a_ui_is_configured() -> None:
+    assert Settings(mlflow_ui_url=None).mlflow_link("3") is None
+    assert Settings(mlflow_ui_url="http://127.0.0.1:5000/").mlflow_link("3") == "http://127.0.0.1:5000/#/experiments/3"
+    assert Settings(mlflow_ui_url="http://127.0.0.1:5000").mlflow_link(None) is None
