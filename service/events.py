@@ -65,15 +65,4 @@ async def sweep_events(request: Request, store: Store, settings: Settings, sweep
         await anyio.sleep(settings.sse_interval_s)
 
 
-def parse_sse(lines: list[str]) -> tuple[str, str]:
-    """(event, data) of one event's lines; for clients and tests."""
-    event, data = "message", []
-    for line in lines:
-        if line.startswith("event:"):
-            event = line[len("event:") :].strip()
-        elif line.startswith("data:"):
-            data.append(line[len("data:") :].removeprefix(" "))
-    return event, "\n".join(data)
-
-
-__all__ = ["SSE_HEADERS", "parse_sse", "sse", "sweep_events"]
+__all__ = ["SSE_HEADERS", "sse", "sweep_events"]

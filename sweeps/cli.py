@@ -268,7 +268,7 @@ def _watch(client: Any, sweep_id: str) -> None:
                         if line:
                             lines.append(line)
                             continue
-                        event, data = _sse_event(lines)
+                        event, data = parse_sse(lines)
                         lines = []
                         if event not in ("progress", "end"):
                             continue
@@ -296,8 +296,8 @@ def _watch(client: Any, sweep_id: str) -> None:
     _print_final(client, final)
 
 
-def _sse_event(lines: list[str]) -> tuple[str, str]:
-    """(event, data) of one server-sent event's lines."""
+def parse_sse(lines: list[str]) -> tuple[str, str]:
+    """(event, data) of one server-sent event's lines (the client side of service/events.py)."""
     event, data = "message", []
     for line in lines:
         if line.startswith("event:"):

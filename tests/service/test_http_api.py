@@ -12,7 +12,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.events import parse_sse
+from sweeps.cli import parse_sse
 from svc_helpers import ALICE, BOB, FakeLauncher, auth, tiny_spec, wait_until
 
 
