@@ -32,6 +32,7 @@ wait_http() {  # URL, what
   echo "$2 did not come up at $1" >&2; exit 1
 }
 
+"$BIN/python" -c "import worker"  # creates ~/.ray/auth_token on a machine that has none
 echo "== Ray cluster on 127.0.0.1:$RAY_PORT"
 "$BIN/ray" start --head --port="$RAY_PORT" --node-ip-address=127.0.0.1 --dashboard-host=127.0.0.1 \
   --dashboard-port="$DASH_PORT" --disable-usage-stats >"$SWEEPS_DATA_DIR/ray-start.log" 2>&1
