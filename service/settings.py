@@ -135,4 +135,4 @@ class Settings(BaseSettings):
     def mlflow_link(self, experiment_id: str | None) -> str | None:
         if not self.mlflow_ui_url or not experiment_id:
             return None
-        return f"{self.mlflow_ui_url.rstrip('/')}/#/experiments/{experiment_id}"
+        return f"{self.mlflow_ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs"  # the runs table, not the GenAI overview
