@@ -17,12 +17,14 @@ from typing import Any
 import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.telemetry import TelemetryConfig
 
 from service import errors
 from service.auth import TokenTable
 from service.health import HealthChecker, mlflow_check
 from service.launcher import Launcher, RayLauncher
-from service.middleware import BodyLimit
+from service.manager import SweepReader
+from service.middleware import BodyLimit, HotReads
 from service.routes import health, sweeps
 from service.settings import Settings
 from service.store import Store
@@ -31,6 +33,12 @@ from service.views import ViewCache
 from sweeps.spec import SweepSpec
 
 log = logging.getLogger(__name__)
+
+
+# FastAPI's native OpenTelemetry, off unless asked for (SWEEPS_OTEL=true): even with no provider
+# configured it looks the providers up on every request, ~10 µs, a third of the app's time for a
+# cached GET /sweeps/{id} (measured in-process).
+TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
 
 
 def create_app(settings: Settings | None = None, *, launcher: Launcher | None = None) -> FastAPI:
@@ -55,6 +63,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         supervisor = Supervisor(store, ray_launcher, settings)
         app.state.store, app.state.launcher, app.state.supervisor = store, ray_launcher, supervisor
         app.state.views = views
+        app.state.reader = SweepReader(store, settings, views)
         app.state.health = HealthChecker(store, ray_launcher, settings)
         await supervisor.reconcile()
         supervisor.start()
@@ -72,6 +81,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         summary="Batch-size sweeps: how large can the batch get before quality degrades?",
         version="0.1.0",
         lifespan=lifespan,
+        telemetry=TELEMETRY_OFF if not settings.otel else None,
     )
     app.state.settings = settings
     app.state.tokens = TokenTable(settings)
@@ -79,6 +89,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         log.warning("SWEEPS_TOKENS is empty: every request but /healthz will be refused")
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HotReads, state=app.state)  # outermost: a hit skips the rest
     app.include_router(health.router)
     app.include_router(sweeps.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -12,10 +12,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.health import HealthChecker
+from service.manager import SweepReader
 from service.settings import Settings
 from service.store import Store
 from service.supervisor import Supervisor
-from service.views import ViewCache
 
 
 async def get_settings(request: Request) -> Settings:
@@ -30,8 +30,8 @@ async def get_supervisor(request: Request) -> Supervisor:
     return request.app.state.supervisor  # type: ignore[no-any-return]
 
 
-async def get_views(request: Request) -> ViewCache:
-    return request.app.state.views  # type: ignore[no-any-return]
+async def get_reader(request: Request) -> SweepReader:
+    return request.app.state.reader  # type: ignore[no-any-return]
 
 
 async def get_health(request: Request) -> HealthChecker:
@@ -42,4 +42,4 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[Store, Depends(get_store)]
 SupervisorDep = Annotated[Supervisor, Depends(get_supervisor)]
 HealthDep = Annotated[HealthChecker, Depends(get_health)]
-ViewsDep = Annotated[ViewCache, Depends(get_views)]
+ReaderDep = Annotated[SweepReader, Depends(get_reader)]

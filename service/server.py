@@ -21,4 +21,6 @@ def serve(settings: Settings | None = None, *, log_level: str = "info") -> None:
         # event streams stay open; without a bound a restart would wait for every watcher to leave
         timeout_graceful_shutdown=3,
         access_log=False,  # one line per request costs more than the request under load
+        # nothing here reads the client's address; behind a proxy, its X-Forwarded-* would only cost time
+        proxy_headers=False,
     )

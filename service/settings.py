@@ -68,6 +68,8 @@ class Settings(BaseSettings):
     health_cache_s: float = Field(default=2.0, ge=0)
     # GET /sweeps/{id} serves a render this young; this process's own writes drop it at once (0: off)
     read_cache_s: float = Field(default=1.0, ge=0)
+    # FastAPI's OpenTelemetry spans, metrics and logs of each request, to the configured OTel providers
+    otel: bool = False
 
     @field_validator("tokens", mode="before")
     @classmethod

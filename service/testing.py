@@ -2,6 +2,12 @@
 
 Everything binds to 127.0.0.1 on free ports and runs in its own process group, so stopping it ends
 exactly the processes it started (never `ray stop`, which ends every Ray process of the machine).
+
+A process group, not a new session: with the kernel's autogroup scheduling (on here), each session
+gets an equal share of the CPU whatever its processes' nice values, so a Ray head in a session of its
+own trained at full weight next to the service, and Ray's nice 15 for its workers counted for nothing
+(measured with benchmarks/api_load.py: ~20% fewer requests/s). In the caller's session, as
+`make demo` runs them, the workers yield to the service.
 """
 
 from __future__ import annotations
@@ -184,7 +190,7 @@ class RayHead:
         })
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
         wait_for_port(self.port, timeout_s, self.proc)
         # the dashboard (Job and State APIs) comes up last; Train V2 needs it
         wait_for_port(self.dashboard_port, timeout_s, self.proc)
@@ -225,7 +231,7 @@ class ServiceProcess:
             env, command = _venv_env(self.env), self.command
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:

@@ -52,13 +52,19 @@ class ViewCache:
         and that burst (or the wait for one store read in a busy thread pool) is the latency tail of
         the whole API. `fetch` returns (owner, body), or None when there is no such sweep.
         """
-        view = self._views.get(sweep_id)
+        view = self.peek(sweep_id, fetch)
         if view is not None:
-            if time.monotonic() - view.made_at > self.ttl_s and sweep_id not in self._loading:
-                self._start_fetch(sweep_id, fetch)  # renewal; this reader does not wait for it
             return view
         pending = self._loading.get(sweep_id) or self._start_fetch(sweep_id, fetch)
         return await asyncio.shield(pending)
+
+    def peek(self, sweep_id: str, fetch: Callable[[], Awaitable[tuple[str, bytes] | None]]) -> View | None:
+        """The sweep's view if one is in memory, without waiting: an expired one is returned while one
+        background `fetch` renews it. None on a miss (nothing fetched: `load` does that)."""
+        view = self._views.get(sweep_id)
+        if view is not None and time.monotonic() - view.made_at > self.ttl_s and sweep_id not in self._loading:
+            self._start_fetch(sweep_id, fetch)  # renewal; this reader does not wait for it
+        return view
 
     def _start_fetch(
         self, sweep_id: str, fetch: Callable[[], Awaitable[tuple[str, bytes] | None]]

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from service import manager
 from service.auth import Owner
-from service.deps import SettingsDep, StoreDep, SupervisorDep, ViewsDep
+from service.deps import ReaderDep, SettingsDep, StoreDep, SupervisorDep
 from service.events import SSE_HEADERS, sweep_events
 from service.schemas import (
     DryRunResult,
@@ -84,10 +84,9 @@ async def list_sweeps(
 
 
 @router.get("/{sweep_id}", response_model=SweepDetail, responses=error_responses(401, 404))
-async def get_sweep(sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep, views: ViewsDep) -> Response:
+async def get_sweep(sweep_id: str, owner: Owner, reader: ReaderDep) -> Response:
     # already-rendered JSON (see service/views.py); response_model documents its shape
-    body = await manager.detail_json(store, views, settings, sweep_id, owner)
-    return Response(body, media_type="application/json")
+    return Response(await reader.detail_json(sweep_id, owner), media_type="application/json")
 
 
 @router.get(

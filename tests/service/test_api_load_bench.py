@@ -23,7 +23,7 @@ def load_bench() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("client_kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("client_kind", ["raw", "aiohttp", "httpx"])
 def test_short_run_counts_requests_and_prints_ratios(
     fake_server: ThreadServer, client_kind: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

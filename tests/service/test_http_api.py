@@ -437,6 +437,82 @@ def test_cached_sweep_is_still_404_for_another_owner(client: TestClient) -> None
     assert_error(client.get(f"/sweeps/{sweep_id}", headers=auth(BOB)), 404, "not_found")
 
 
+def test_cached_read_answers_byte_for_byte_as_the_route(client: TestClient) -> None:
+    sweep_id = submit(client)
+    views = client.app.state.views  # type: ignore[attr-defined]
+    views.invalidate(sweep_id)
+    routed = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a miss: the FastAPI route renders it
+    assert views.get(sweep_id) is not None
+    hot = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a hit: HotReads answers before routing
+    # one endpoint, two code paths: clients must not be able to tell them apart
+    assert (hot.status_code, hot.content) == (routed.status_code, routed.content) == (200, routed.content)
+    assert sorted(hot.headers.raw) == sorted(routed.headers.raw)
+    assert hot.json()["id"] == sweep_id
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": f"Basic {ALICE}"}])
+def test_cached_sweep_still_needs_a_valid_token(client: TestClient, headers: dict[str, str]) -> None:
+    sweep_id = submit(client)
+    assert client.get(f"/sweeps/{sweep_id}", headers=auth()).status_code == 200  # now cached
+    assert_error(client.get(f"/sweeps/{sweep_id}", headers=headers), 401, "unauthorized")
+
+
+def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
+    from types import SimpleNamespace
+
+    from service.auth import TokenTable
+    from service.manager import SweepReader
+    from service.middleware import HotReads
+    from service.settings import Settings
+    from service.views import ViewCache
+
+    cache = ViewCache(ttl_s=60)
+    cache.put("s-1", cache.generation("s-1"), "alice", b'{"id": "s-1"}')
+    state = SimpleNamespace(
+        tokens=TokenTable(Settings(tokens=f"alice={ALICE},bob={BOB}")),
+        reader=SweepReader(store=None, settings=None, views=cache),  # type: ignore[arg-type]  # hits touch neither
+    )
+    passed_on: list[str] = []
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        passed_on.append(f"{scope['method']} {scope['path']}")
+
+    async def request(method: str, path: str, headers: dict[str, str], app_state: Any = state) -> list[Any]:
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http", "method": method, "path": path, "root_path": "",
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        }
+        await HotReads(route, app_state)(scope, None, send)  # type: ignore[arg-type]
+        return sent
+
+    sent = asyncio.run(request("GET", "/sweeps/s-1", auth()))
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[0]["status"] == 200 and sent[1]["body"] == b'{"id": "s-1"}'
+    assert dict(sent[0]["headers"])[b"content-length"] == b"13"
+    assert passed_on == []
+
+    # everything else is the route's: its errors, its misses, its other endpoints
+    for method, path, headers in [
+        ("GET", "/sweeps/s-1", auth(BOB)),  # another owner's sweep: the route's 404
+        ("GET", "/sweeps/s-1", {}),
+        ("GET", "/sweeps/s-1", auth("nope")),
+        ("GET", "/sweeps/s-2", auth()),  # not cached
+        ("POST", "/sweeps/s-1", auth()),
+        ("GET", "/sweeps/s-1/report", auth()),
+        ("GET", "/sweeps/s-1/", auth()),
+    ]:
+        assert asyncio.run(request(method, path, headers)) == []
+    assert len(passed_on) == 7
+    # before the lifespan has made the reader, nothing is answered here
+    asyncio.run(request("GET", "/sweeps/s-1", auth(), SimpleNamespace(tokens=state.tokens)))
+    assert len(passed_on) == 8
+
+
 def test_concurrent_misses_share_one_store_read() -> None:
     from service.views import ViewCache
 
