@@ -62,7 +62,6 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
             log.exception("MLflow store %s is not reachable", settings.tracking_uri)
         supervisor = Supervisor(store, ray_launcher, settings)
         app.state.store, app.state.launcher, app.state.supervisor = store, ray_launcher, supervisor
-        app.state.views = views
         app.state.reader = SweepReader(store, settings, views)
         app.state.health = HealthChecker(store, ray_launcher, settings)
         await supervisor.reconcile()

@@ -51,8 +51,9 @@ class BearerOwner(HTTPBearer):
     """The owner of the request's bearer token, else 401 in the API's error shape.
 
     One dependency that is also the OpenAPI security scheme: FastAPI resolves each dependency of a
-    route on every request, and a separate `HTTPBearer` sub-dependency cost the hot read
-    (`GET /sweeps/{id}`) a sizeable share of its time (measured with benchmarks/api_load.py).
+    route on every request, and with a separate `HTTPBearer` sub-dependency (and the state objects as
+    three more) a cached `GET /sweeps/{id}` cost ~345 µs in the app, ~280 µs with these two (measured
+    in-process).
     """
 
     def __init__(self) -> None:

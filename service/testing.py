@@ -104,7 +104,7 @@ def _alive(pid: int) -> bool:
 def _stop_group(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
     """SIGTERM the process group `proc` leads, then SIGKILL what is left of it and of its descendants.
 
-    Descendants are listed first: Ray workers start their own sessions, so the group alone misses them.
+    Descendants are listed first: Ray workers start process groups of their own, so the group alone misses them.
     """
     tree = descendants(proc.pid)
     if proc.poll() is None:

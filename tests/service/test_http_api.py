@@ -439,7 +439,7 @@ def test_cached_sweep_is_still_404_for_another_owner(client: TestClient) -> None
 
 def test_cached_read_answers_byte_for_byte_as_the_route(client: TestClient) -> None:
     sweep_id = submit(client)
-    views = client.app.state.views  # type: ignore[attr-defined]
+    views = client.app.state.reader.views  # type: ignore[attr-defined]
     views.invalidate(sweep_id)
     routed = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a miss: the FastAPI route renders it
     assert views.get(sweep_id) is not None
