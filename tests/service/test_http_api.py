@@ -437,13 +437,16 @@ def test_cached_sweep_is_still_404_for_another_owner(client: TestClient) -> None
     assert_error(client.get(f"/sweeps/{sweep_id}", headers=auth(BOB)), 404, "not_found")
 
 
-def test_cached_read_answers_byte_for_byte_as_the_route(client: TestClient) -> None:
-    sweep_id = submit(client)
-    views = client.app.state.reader.views  # type: ignore[attr-defined]
-    views.invalidate(sweep_id)
-    routed = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a miss: the FastAPI route renders it
-    assert views.get(sweep_id) is not None
-    hot = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a hit: HotReads answers before routing
+def test_cached_read_answers_byte_for_byte_as_the_route(make_settings: Any, launcher: FakeLauncher) -> None:
+    # no poller: its write between the two reads would drop the entry and make the second a miss too
+    with TestClient(create_app(make_settings(poll_interval_s=60), launcher=launcher)) as client:
+        sweep_id = submit(client)
+        views = client.app.state.reader.views  # type: ignore[attr-defined]
+        views.invalidate(sweep_id)
+        routed = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a miss: the FastAPI route renders it
+        assert views.get(sweep_id) is not None
+        hot = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a hit: HotReads answers before routing
+        assert views.get(sweep_id) is not None  # still the same entry: nothing invalidated it meanwhile
     # one endpoint, two code paths: clients must not be able to tell them apart
     assert (hot.status_code, hot.content) == (routed.status_code, routed.content) == (200, routed.content)
     assert sorted(hot.headers.raw) == sorted(routed.headers.raw)
