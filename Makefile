@@ -29,6 +29,8 @@ $(SYSDEPS): | $(STAMP)
 	touch $@
 
 test: $(STAMP) $(SYSDEPS)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
 
 clean:

@@ -93,8 +93,16 @@ Request = tuple[str, str, dict[str, str] | None, bytes | None]  # method, path, 
 
 
 async def run_phase(
-    name: str, url: str, token: str, clients: int, duration_s: float, request: Request, ok: tuple[int, ...],
-    *, client_kind: str = "raw", think_s: float = 0.0,
+    name: str,
+    url: str,
+    token: str,
+    clients: int,
+    duration_s: float,
+    request: Request,
+    ok: tuple[int, ...],
+    *,
+    client_kind: str = "raw",
+    think_s: float = 0.0,
 ) -> Phase:
     phase = Phase(name)
     deadline = time.perf_counter() + duration_s

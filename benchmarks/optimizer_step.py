@@ -39,12 +39,18 @@ def gpt2_shapes(preset: str) -> list[tuple[str, tuple[int, ...]]]:
     out: list[tuple[str, tuple[int, ...]]] = [("wte", (VOCAB, d)), ("wpe", (N_POSITIONS, d))]
     for i in range(n_layer):
         out += [
-            (f"h{i}.ln_1.w", (d,)), (f"h{i}.ln_1.b", (d,)),
-            (f"h{i}.attn.c_attn.w", (d, 3 * d)), (f"h{i}.attn.c_attn.b", (3 * d,)),
-            (f"h{i}.attn.c_proj.w", (d, d)), (f"h{i}.attn.c_proj.b", (d,)),
-            (f"h{i}.ln_2.w", (d,)), (f"h{i}.ln_2.b", (d,)),
-            (f"h{i}.mlp.c_fc.w", (d, 4 * d)), (f"h{i}.mlp.c_fc.b", (4 * d,)),
-            (f"h{i}.mlp.c_proj.w", (4 * d, d)), (f"h{i}.mlp.c_proj.b", (d,)),
+            (f"h{i}.ln_1.w", (d,)),
+            (f"h{i}.ln_1.b", (d,)),
+            (f"h{i}.attn.c_attn.w", (d, 3 * d)),
+            (f"h{i}.attn.c_attn.b", (3 * d,)),
+            (f"h{i}.attn.c_proj.w", (d, d)),
+            (f"h{i}.attn.c_proj.b", (d,)),
+            (f"h{i}.ln_2.w", (d,)),
+            (f"h{i}.ln_2.b", (d,)),
+            (f"h{i}.mlp.c_fc.w", (d, 4 * d)),
+            (f"h{i}.mlp.c_fc.b", (4 * d,)),
+            (f"h{i}.mlp.c_proj.w", (4 * d, d)),
+            (f"h{i}.mlp.c_proj.b", (d,)),
         ]
     out += [("ln_f.w", (d,)), ("ln_f.b", (d,))]
     return out
@@ -53,8 +59,14 @@ def gpt2_shapes(preset: str) -> list[tuple[str, tuple[int, ...]]]:
 class AuthorsMERIT(torch.optim.Optimizer):
     """The authors' public MERIT (ICML 2025), per parameter, transcribed: the baseline ours must match."""
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
     @torch.no_grad()
@@ -174,12 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
 
     n_params = sum(torch.Size(s).numel() for _, s in gpt2_shapes(args.preset))
-    print(f"{args.preset}: {n_params / 1e6:.1f}M parameters, device={device}, torch {torch.__version__}, "
-          f"threads={torch.get_num_threads()}, repeats={args.repeats}")
+    print(
+        f"{args.preset}: {n_params / 1e6:.1f}M parameters, device={device}, torch {torch.__version__}, "
+        f"threads={torch.get_num_threads()}, repeats={args.repeats}"
+    )
 
     diff = check_merit_matches_authors(args.preset, device)
-    print(f"check: MERIT (ours) == MERIT (authors) after one step "
-          f"(allclose rtol 1e-5, atol 1e-7; max |diff| {diff:.2e})")
+    print(
+        f"check: MERIT (ours) == MERIT (authors) after one step (allclose rtol 1e-5, atol 1e-7; max |diff| {diff:.2e})"
+    )
     gc.collect()
 
     params = make_params(args.preset, device, seed=0)

@@ -13,6 +13,12 @@ from dashboards.page import render_dashboard
 from dashboards.publish import build_figures, dashboard_page, publish
 
 __all__ = [
-    "FigureSpec", "SweepData", "SweepDataError", "build_figures", "dashboard_page", "load_sweep", "publish",
+    "FigureSpec",
+    "SweepData",
+    "SweepDataError",
+    "build_figures",
+    "dashboard_page",
+    "load_sweep",
+    "publish",
     "render_dashboard",
 ]

@@ -213,9 +213,14 @@ def load_sweep(tracking_uri: str, sweep_id: str, *, client: Any = None) -> Sweep
 
     trials = tuple(t for r in runs if (t := _trial_of(r)) is not None)
     sweep = SweepData(
-        sweep_id=sweep_id, report=report, trials=trials, warnings=tuple(warnings),
-        status=summary.data.tags.get(f"{TAG}status"), experiment_id=exp.experiment_id,
-        summary_run_id=summary.info.run_id, tracking_uri=tracking_uri,
+        sweep_id=sweep_id,
+        report=report,
+        trials=trials,
+        warnings=tuple(warnings),
+        status=summary.data.tags.get(f"{TAG}status"),
+        experiment_id=exp.experiment_id,
+        summary_run_id=summary.info.run_id,
+        tracking_uri=tracking_uri,
     )
     wanted = _runs_needing_history(sweep)
     by_id = {r.info.run_id: r for r in runs}
@@ -311,13 +316,16 @@ def best_runs(sweep: SweepData) -> dict[tuple[str, int], TrialRun]:
             if cell.best_lr is None:
                 continue
             candidates = [
-                t for t in sweep.trials_of(opt, cell.batch_size)
+                t
+                for t in sweep.trials_of(opt, cell.batch_size)
                 if t.role == "search" and t.final_val_loss is not None and _same_lr(t.lr, cell.best_lr)
             ]
             if candidates:
                 out[(opt, cell.batch_size)] = min(candidates, key=lambda t: (t.final_val_loss, t.seed))
             else:
-                log.warning("%s bs=%d: no completed search run at the report's best lr %g", opt, cell.batch_size, cell.best_lr)
+                log.warning(
+                    "%s bs=%d: no completed search run at the report's best lr %g", opt, cell.batch_size, cell.best_lr
+                )
     return out
 
 
@@ -326,8 +334,11 @@ def sample_runs(sweep: SweepData) -> dict[tuple[str, int], list[TrialRun]]:
     out: dict[tuple[str, int], list[TrialRun]] = {}
     for key, best in best_runs(sweep).items():
         seeds = sorted(
-            (t for t in sweep.trials_of(*key)
-             if t.role == "seed" and t.final_val_loss is not None and _same_lr(t.lr, best.lr)),
+            (
+                t
+                for t in sweep.trials_of(*key)
+                if t.role == "seed" and t.final_val_loss is not None and _same_lr(t.lr, best.lr)
+            ),
             key=lambda t: t.seed,
         )
         out[key] = [best, *seeds]
@@ -394,23 +405,34 @@ def scaling_points(sweep: SweepData) -> ScalingTable:
     points, bands, marks = [], [], []
     for opt, o in r.optimizers.items():
         for c in o.cells:
-            points.append(ScalingPoint(
-                optimizer=opt, batch_size=c.batch_size, val_loss_mean=c.val_loss_mean,
-                ci_low=c.val_loss_ci95[0], ci_high=c.val_loss_ci95[1], ci_available=c.ci_available,
-                seeds=c.seeds, degradation_free_self=c.degradation_free.self,
-                degradation_free_baseline=c.degradation_free.baseline,
-            ))
+            points.append(
+                ScalingPoint(
+                    optimizer=opt,
+                    batch_size=c.batch_size,
+                    val_loss_mean=c.val_loss_mean,
+                    ci_low=c.val_loss_ci95[0],
+                    ci_high=c.val_loss_ci95[1],
+                    ci_available=c.ci_available,
+                    seeds=c.seeds,
+                    degradation_free_self=c.degradation_free.self,
+                    degradation_free_baseline=c.degradation_free.baseline,
+                )
+            )
         ref = o.reference_val_loss.self
         if ref is not None:
             bands.append(ToleranceBand(opt, r.reference_batch_size, ref, (1.0 + r.tolerance) * ref, opt == r.baseline))
         for which in ("self", "baseline"):
             bs = getattr(o.largest_degradation_free_batch_size, which)
             cell = next((c for c in o.cells if c.batch_size == bs), None) if bs is not None else None
-            marks.append(AnswerMark(
-                optimizer=opt, reference=which, batch_size=bs,  # type: ignore[arg-type]
-                val_loss_mean=cell.val_loss_mean if cell else None,
-                within_noise=getattr(o.within_noise, which),
-            ))
+            marks.append(
+                AnswerMark(
+                    optimizer=opt,
+                    reference=which,
+                    batch_size=bs,  # type: ignore[arg-type]
+                    val_loss_mean=cell.val_loss_mean if cell else None,
+                    within_noise=getattr(o.within_noise, which),
+                )
+            )
     return ScalingTable(tuple(points), tuple(bands), tuple(marks), r.tolerance, r.baseline)
 
 
@@ -459,7 +481,9 @@ def lr_points(sweep: SweepData) -> LrTable:
             loss = float(v) if v is not None and math.isfinite(v) else None
         else:
             loss = None
-        pts.append(LrPoint(t.optimizer, t.batch_size, t.lr, t.seed, t.role, t.status, loss, t.run_id in best_ids, t.run_name))
+        pts.append(
+            LrPoint(t.optimizer, t.batch_size, t.lr, t.seed, t.role, t.status, loss, t.run_id in best_ids, t.run_name)
+        )
     pts.sort(key=lambda p: (order[p.optimizer], p.batch_size, p.lr, p.seed, p.role))
     lo, hi = sweep.report.lr_range
     return LrTable(tuple(pts), (lo, hi))

@@ -58,7 +58,18 @@ __all__ = [
 ]
 
 PNG_DPI = 120
-OPT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+OPT_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 GREY = "#555555"
 LOSS_LABEL = "val loss (nats/token)"
 BATCH_LABEL = "batch size (sequences)"
@@ -88,16 +99,18 @@ class FigureSpec:
 
     def html(self) -> str:
         """A standalone page with plotly.js inline (~4.7 MB): it renders offline, also inside the MLflow UI."""
-        return pio.to_html(self.plotly_fig, full_html=True, include_plotlyjs=True, config=PLOTLY_CONFIG,
-                           div_id=f"fig-{self.name}")
+        return pio.to_html(
+            self.plotly_fig, full_html=True, include_plotlyjs=True, config=PLOTLY_CONFIG, div_id=f"fig-{self.name}"
+        )
 
     def div(self) -> str:
         """The figure's div and its script, without plotly.js (the page includes it once) and without
         its title (the page's heading above it says the same)."""
         fig = go.Figure(self.plotly_fig)
         fig.update_layout(title_text="", margin_t=40)
-        return pio.to_html(fig, full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG,
-                           div_id=f"fig-{self.name}")
+        return pio.to_html(
+            fig, full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG, div_id=f"fig-{self.name}"
+        )
 
     def data_json(self) -> str:
         """The table behind the figure as strict JSON (NaN/inf as null)."""
@@ -197,22 +210,39 @@ def _legend_outside(ax: Axes, handles: list[Any] | None = None, **kw: Any) -> No
         ax.legend(**kwargs)
 
 
-def _plotly(ncols: int = 1, *, titles: Sequence[str] | None = None, shared_y: bool = False,
-            title: str = "", width: int | None = None) -> go.Figure:
+def _plotly(
+    ncols: int = 1,
+    *,
+    titles: Sequence[str] | None = None,
+    shared_y: bool = False,
+    title: str = "",
+    width: int | None = None,
+) -> go.Figure:
     if ncols == 1 and not titles:
         fig = go.Figure()
     else:
-        fig = make_subplots(rows=1, cols=ncols, shared_yaxes=shared_y, subplot_titles=list(titles or []),
-                            horizontal_spacing=0.08 if ncols > 1 else 0.2)
+        fig = make_subplots(
+            rows=1,
+            cols=ncols,
+            shared_yaxes=shared_y,
+            subplot_titles=list(titles or []),
+            horizontal_spacing=0.08 if ncols > 1 else 0.2,
+        )
     fig.update_layout(
-        title={"text": title, "x": 0.01, "xanchor": "left"}, template="plotly_white",
-        height=PLOTLY_HEIGHT, width=width, legend={"font": {"size": 11}}, margin={"t": 70, "r": 20, "l": 60, "b": 50},
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        template="plotly_white",
+        height=PLOTLY_HEIGHT,
+        width=width,
+        legend={"font": {"size": 11}},
+        margin={"t": 70, "r": 20, "l": 60, "b": 50},
     )
     return fig
 
 
 def _plotly_batch_axis(fig: go.Figure, sizes: Sequence[int], **where: Any) -> None:
-    fig.update_xaxes(type="log", tickvals=list(sizes), ticktext=[str(b) for b in sizes], title_text=BATCH_LABEL, **where)
+    fig.update_xaxes(
+        type="log", tickvals=list(sizes), ticktext=[str(b) for b in sizes], title_text=BATCH_LABEL, **where
+    )
 
 
 def _known(v: float | None) -> float:
@@ -241,8 +271,16 @@ def scaling_figure(sweep: SweepData) -> FigureSpec:
             label = f"{opt} tolerance band: ≤ +{t.tolerance:.0%} of its loss at B={band.reference_batch_size}"
             label += " (the baseline reference)" if band.is_baseline else ""
             ax.axhspan(band.reference, band.upper, color=c, alpha=0.12, lw=0, label=label)
-            pfig.add_hrect(y0=band.reference, y1=band.upper, fillcolor=c, opacity=0.12, line_width=0,
-                           name=label, showlegend=True, legendgroup=opt)
+            pfig.add_hrect(
+                y0=band.reference,
+                y1=band.upper,
+                fillcolor=c,
+                opacity=0.12,
+                line_width=0,
+                name=label,
+                showlegend=True,
+                legendgroup=opt,
+            )
         pts = [p for p in t.points if p.optimizer == opt and p.val_loss_mean is not None]
         empty = sum(1 for p in t.points if p.optimizer == opt and p.val_loss_mean is None)
         label = f"{opt} (mean, 95% CI over seeds)" + (f"; {empty} cell(s) without a completed run" if empty else "")
@@ -251,13 +289,20 @@ def scaling_figure(sweep: SweepData) -> FigureSpec:
         lo = [_known(p.val_loss_mean) - _known(p.ci_low) for p in pts]  # error bar lengths below/above the mean
         hi = [_known(p.ci_high) - _known(p.val_loss_mean) for p in pts]
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=c, capsize=4, lw=1.8, ms=5, label=label)
-        pfig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines+markers", name=label, legendgroup=opt, line={"color": c},
-            error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo, "color": c},
-            customdata=[[p.seeds, p.ci_low, p.ci_high] for p in pts],
-            hovertemplate=f"{opt} B=%{{x}}<br>mean %{{y:.4f}}<br>95%% CI [%{{customdata[1]:.4f}}, %{{customdata[2]:.4f}}]"
-                          "<br>seeds %{customdata[0]}<extra></extra>",
-        ))
+        pfig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines+markers",
+                name=label,
+                legendgroup=opt,
+                line={"color": c},
+                error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo, "color": c},
+                customdata=[[p.seeds, p.ci_low, p.ci_high] for p in pts],
+                hovertemplate=f"{opt} B=%{{x}}<br>mean %{{y:.4f}}<br>95%% CI [%{{customdata[1]:.4f}}, %{{customdata[2]:.4f}}]"
+                "<br>seeds %{customdata[0]}<extra></extra>",
+            )
+        )
         for m in (m for m in t.marks if m.optimizer == opt):
             if m.reference == "baseline" and opt == t.baseline:
                 continue  # the baseline's "vs baseline" answer is its "vs self" answer
@@ -266,25 +311,66 @@ def scaling_figure(sweep: SweepData) -> FigureSpec:
                 # no answer to mark: say so in the legend rather than dropping it silently
                 txt = f"{opt}: no degradation-free batch size vs {'itself' if m.reference == 'self' else t.baseline}"
                 ax.plot([], [], ls="none", marker="*" if m.reference == "self" else "D", mfc="none", mec=c, label=txt)
-                pfig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=txt, legendgroup=opt,
-                                          marker={"color": c, "symbol": "x"}))
+                pfig.add_trace(
+                    go.Scatter(
+                        x=[None],
+                        y=[None],
+                        mode="markers",
+                        name=txt,
+                        legendgroup=opt,
+                        marker={"color": c, "symbol": "x"},
+                    )
+                )
                 continue
             if m.reference == "self":
                 txt = f"{opt}: largest degradation-free B = {m.batch_size} (vs itself at B={ref_b}){noise}"
-                ax.plot([m.batch_size], [m.val_loss_mean], ls="none", marker="*", ms=17, mfc=c, mec="black", zorder=5, label=txt)
-                ax.annotate(f"B={m.batch_size}", (m.batch_size, m.val_loss_mean), textcoords="offset points",
-                            xytext=(7, 7), fontsize=9, color=c, weight="bold")
+                ax.plot(
+                    [m.batch_size],
+                    [m.val_loss_mean],
+                    ls="none",
+                    marker="*",
+                    ms=17,
+                    mfc=c,
+                    mec="black",
+                    zorder=5,
+                    label=txt,
+                )
+                ax.annotate(
+                    f"B={m.batch_size}",
+                    (m.batch_size, m.val_loss_mean),
+                    textcoords="offset points",
+                    xytext=(7, 7),
+                    fontsize=9,
+                    color=c,
+                    weight="bold",
+                )
                 sym, size = "star", 20
             else:
                 txt = f"{opt}: largest degradation-free B = {m.batch_size} vs baseline {t.baseline}{noise}"
-                ax.plot([m.batch_size], [m.val_loss_mean], ls="none", marker="D", ms=12, mfc="none", mec=c,
-                        mew=1.8, zorder=5, label=txt)
+                ax.plot(
+                    [m.batch_size],
+                    [m.val_loss_mean],
+                    ls="none",
+                    marker="D",
+                    ms=12,
+                    mfc="none",
+                    mec=c,
+                    mew=1.8,
+                    zorder=5,
+                    label=txt,
+                )
                 sym, size = "diamond-open", 16
-            pfig.add_trace(go.Scatter(
-                x=[m.batch_size], y=[m.val_loss_mean], mode="markers", name=txt, legendgroup=opt,
-                marker={"symbol": sym, "size": size, "color": c, "line": {"color": "black", "width": 1}},
-                hovertemplate=f"{txt}<extra></extra>",
-            ))
+            pfig.add_trace(
+                go.Scatter(
+                    x=[m.batch_size],
+                    y=[m.val_loss_mean],
+                    mode="markers",
+                    name=txt,
+                    legendgroup=opt,
+                    marker={"symbol": sym, "size": size, "color": c, "line": {"color": "black", "width": 1}},
+                    hovertemplate=f"{txt}<extra></extra>",
+                )
+            )
     _log2_batch_axis(ax, sizes)
     ax.set_ylabel("final " + LOSS_LABEL)
     ax.set_title(title, fontsize=10)
@@ -322,14 +408,32 @@ def lr_figure(sweep: SweepData) -> FigureSpec:
     pfig = _plotly(len(opts), titles=subtitles, shared_y=True, title=title)
     # legend-only traces: one filled circle per batch size, then the marker kinds in grey
     for bs in sweep.batch_sizes:
-        pfig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"B={bs}", legendgroup=f"bs{bs}",
-                                  marker={"symbol": "circle", "size": 8, "color": colors[bs]}), row=1, col=1)
+        pfig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=f"B={bs}",
+                legendgroup=f"bs{bs}",
+                marker={"symbol": "circle", "size": 8, "color": colors[bs]},
+            ),
+            row=1,
+            col=1,
+        )
     n_bad = sum(1 for p in t.points if p.val_loss is None)
     n_pruned = sum(1 for p in t.points if p.status == "pruned")
-    for symbol, name in (("star", "best lr of the cell"), ("circle-open", f"pruned ({n_pruned}): loss when stopped"),
-                         ("x", f"diverged/failed ({n_bad}): no final loss, drawn at the top")):
-        pfig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                  marker={"symbol": symbol, "size": 10, "color": GREY}), row=1, col=1)
+    for symbol, name in (
+        ("star", "best lr of the cell"),
+        ("circle-open", f"pruned ({n_pruned}): loss when stopped"),
+        ("x", f"diverged/failed ({n_bad}): no final loss, drawn at the top"),
+    ):
+        pfig.add_trace(
+            go.Scatter(
+                x=[None], y=[None], mode="markers", name=name, marker={"symbol": symbol, "size": 10, "color": GREY}
+            ),
+            row=1,
+            col=1,
+        )
     for i, (opt, ax) in enumerate(zip(opts, axes, strict=True)):
         col = i + 1
         for bs in sweep.batch_sizes:
@@ -341,26 +445,65 @@ def lr_figure(sweep: SweepData) -> FigureSpec:
             bad = [p for p in mine if p.val_loss is None]
             label = f"B={bs}" if i == 0 else None
             ax.scatter([p.lr for p in done], [_known(p.val_loss) for p in done], color=c, s=30, label=label, zorder=3)
-            ax.scatter([p.lr for p in best], [_known(p.val_loss) for p in best], color=c, marker="*", s=220,
-                       edgecolors="black", linewidths=0.8, zorder=4)
-            ax.scatter([p.lr for p in pruned], [_known(p.val_loss) for p in pruned], facecolors="none", edgecolors=c,
-                       s=30, zorder=3)
+            ax.scatter(
+                [p.lr for p in best],
+                [_known(p.val_loss) for p in best],
+                color=c,
+                marker="*",
+                s=220,
+                edgecolors="black",
+                linewidths=0.8,
+                zorder=4,
+            )
+            ax.scatter(
+                [p.lr for p in pruned],
+                [_known(p.val_loss) for p in pruned],
+                facecolors="none",
+                edgecolors=c,
+                s=30,
+                zorder=3,
+            )
             # diverged/failed: no loss to place on y, so at the top of the panel (axes fraction 0.96)
-            ax.scatter([p.lr for p in bad], [0.96] * len(bad), color=c, marker="x", s=40,
-                       transform=ax.get_xaxis_transform(), zorder=3, clip_on=False)
-            for group, symbol, size, kind in ((done, "circle", 8, "completed"), (best, "star", 18, "best lr"),
-                                               (pruned, "circle-open", 8, "pruned"), (bad, "x", 9, "diverged/failed")):
+            ax.scatter(
+                [p.lr for p in bad],
+                [0.96] * len(bad),
+                color=c,
+                marker="x",
+                s=40,
+                transform=ax.get_xaxis_transform(),
+                zorder=3,
+                clip_on=False,
+            )
+            for group, symbol, size, kind in (
+                (done, "circle", 8, "completed"),
+                (best, "star", 18, "best lr"),
+                (pruned, "circle-open", 8, "pruned"),
+                (bad, "x", 9, "diverged/failed"),
+            ):
                 if not group:
                     continue
-                pfig.add_trace(go.Scatter(
-                    x=[p.lr for p in group], y=[p.val_loss if p.val_loss is not None else top for p in group],
-                    mode="markers", name=f"B={bs}", legendgroup=f"bs{bs}", showlegend=False,
-                    marker={"symbol": symbol, "size": size, "color": c,
-                            "line": {"color": "black" if kind == "best lr" else c, "width": 1}},
-                    text=[f"{p.run_name} ({p.status})" for p in group],
-                    hovertemplate="%{text}<br>lr %{x:.3g}<br>"
-                    + ("val loss %{y:.4f}" if kind != "diverged/failed" else "no final loss") + "<extra></extra>",
-                ), row=1, col=col)
+                pfig.add_trace(
+                    go.Scatter(
+                        x=[p.lr for p in group],
+                        y=[p.val_loss if p.val_loss is not None else top for p in group],
+                        mode="markers",
+                        name=f"B={bs}",
+                        legendgroup=f"bs{bs}",
+                        showlegend=False,
+                        marker={
+                            "symbol": symbol,
+                            "size": size,
+                            "color": c,
+                            "line": {"color": "black" if kind == "best lr" else c, "width": 1},
+                        },
+                        text=[f"{p.run_name} ({p.status})" for p in group],
+                        hovertemplate="%{text}<br>lr %{x:.3g}<br>"
+                        + ("val loss %{y:.4f}" if kind != "diverged/failed" else "no final loss")
+                        + "<extra></extra>",
+                    ),
+                    row=1,
+                    col=col,
+                )
         lr_lo, lr_hi = t.lr_range
         for x in (lr_lo, lr_hi):
             ax.axvline(x, color=GREY, ls=":", lw=1)
@@ -371,8 +514,13 @@ def lr_figure(sweep: SweepData) -> FigureSpec:
         ax.grid(alpha=0.3)
         if not any(p.optimizer == opt for p in t.points):
             _note(ax, "no finished trials")
-        pfig.update_xaxes(type="log", title_text="peak learning rate", row=1, col=col,
-                          range=[math.log10(lr_lo / 1.5), math.log10(lr_hi * 1.5)])
+        pfig.update_xaxes(
+            type="log",
+            title_text="peak learning rate",
+            row=1,
+            col=col,
+            range=[math.log10(lr_lo / 1.5), math.log10(lr_hi * 1.5)],
+        )
         for x in (lr_lo, lr_hi):
             pfig.add_vline(x=x, line_dash="dot", line_color=GREY, line_width=1, row=1, col=col)
     axes[0].set_ylabel("final " + LOSS_LABEL)
@@ -411,13 +559,32 @@ def best_lr_figure(sweep: SweepData) -> FigureSpec:
         edge = [p for p in pts if p.lr_at_edge]
         ax.plot([p.batch_size for p in inner], [p.best_lr for p in inner], "o", color=c, ms=7, label=f"{opt} best lr")
         if edge:
-            ax.plot([p.batch_size for p in edge], [p.best_lr for p in edge], "o", mfc="none", mec=c, ms=9, mew=1.5,
-                    label=f"{opt} best lr at the edge of the searched range")
-        for group, sym, name in ((inner, "circle", f"{opt} best lr"), (edge, "circle-open", f"{opt} best lr (at range edge)")):
+            ax.plot(
+                [p.batch_size for p in edge],
+                [p.best_lr for p in edge],
+                "o",
+                mfc="none",
+                mec=c,
+                ms=9,
+                mew=1.5,
+                label=f"{opt} best lr at the edge of the searched range",
+            )
+        for group, sym, name in (
+            (inner, "circle", f"{opt} best lr"),
+            (edge, "circle-open", f"{opt} best lr (at range edge)"),
+        ):
             if group:
-                pfig.add_trace(go.Scatter(x=[p.batch_size for p in group], y=[p.best_lr for p in group], mode="markers",
-                                          name=name, legendgroup=opt, marker={"symbol": sym, "size": 10, "color": c},
-                                          hovertemplate=f"{opt} B=%{{x}}<br>best lr %{{y:.3g}}<extra></extra>"))
+                pfig.add_trace(
+                    go.Scatter(
+                        x=[p.batch_size for p in group],
+                        y=[p.best_lr for p in group],
+                        mode="markers",
+                        name=name,
+                        legendgroup=opt,
+                        marker={"symbol": sym, "size": 10, "color": c},
+                        hovertemplate=f"{opt} B=%{{x}}<br>best lr %{{y:.3g}}<extra></extra>",
+                    )
+                )
         fit = next((f.law for f in t.fits if f.optimizer == opt), None)
         if fit is not None:
             r2 = f", R²={fit.r2:.2f}" if fit.r2 is not None else ""
@@ -430,8 +597,17 @@ def best_lr_figure(sweep: SweepData) -> FigureSpec:
             label = f"{opt} {rule.rule} rule (lr ∝ B^{rule.exponent:g}) from B={rule.anchor_batch}"
             ys = [rule(x) for x in xs_line]
             ax.plot(xs_line, ys, dash, color=c, lw=1.2, alpha=0.6, label=label)
-            pfig.add_trace(go.Scatter(x=xs_line, y=ys, mode="lines", name=label, legendgroup=opt, opacity=0.6,
-                                      line={"color": c, "dash": mdash, "width": 1.5}))
+            pfig.add_trace(
+                go.Scatter(
+                    x=xs_line,
+                    y=ys,
+                    mode="lines",
+                    name=label,
+                    legendgroup=opt,
+                    opacity=0.6,
+                    line={"color": c, "dash": mdash, "width": 1.5},
+                )
+            )
     lr_lo, lr_hi = sweep.report.lr_range
     for y in (lr_lo, lr_hi):
         ax.axhline(y, color=GREY, ls="-.", lw=0.8)
@@ -474,12 +650,22 @@ def loss_figure(sweep: SweepData) -> FigureSpec:
                 any_curve = True
                 xs, ys = [p.tokens for p in pts], [p.value for p in pts]
                 ax.plot(xs, ys, ls, color=colors[bs], alpha=alpha, marker="o" if metric == "val_loss" else None, ms=3)
-                pfig.add_trace(go.Scatter(
-                    x=xs, y=ys, mode="lines+markers" if metric == "val_loss" else "lines", opacity=alpha,
-                    name=f"B={bs}", legendgroup=f"bs{bs}", showlegend=bool(i == 0 and metric == "val_loss"),
-                    line={"color": colors[bs], "dash": dash}, text=[pts[0].run_name] * len(pts),
-                    hovertemplate=f"%{{text}}<br>{metric} %{{y:.4f}} at %{{x}} tokens<extra></extra>",
-                ), row=1, col=i + 1)
+                pfig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=ys,
+                        mode="lines+markers" if metric == "val_loss" else "lines",
+                        opacity=alpha,
+                        name=f"B={bs}",
+                        legendgroup=f"bs{bs}",
+                        showlegend=bool(i == 0 and metric == "val_loss"),
+                        line={"color": colors[bs], "dash": dash},
+                        text=[pts[0].run_name] * len(pts),
+                        hovertemplate=f"%{{text}}<br>{metric} %{{y:.4f}} at %{{x}} tokens<extra></extra>",
+                    ),
+                    row=1,
+                    col=i + 1,
+                )
         if not any_curve:
             _note(ax, "no completed best run")
         ax.set_title(opt, fontsize=10)
@@ -526,10 +712,20 @@ def attention_figure(sweep: SweepData) -> FigureSpec:
                 continue
             xs, ys = [p.tokens for p in pts], [p.value for p in pts]
             ax.plot(xs, ys, "-o", ms=3, color=colors[layer])
-            pfig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"layer {layer}", legendgroup=f"l{layer}",
-                                      showlegend=i == 0, line={"color": colors[layer]},
-                                      hovertemplate=f"layer {layer}<br>max logit %{{y:.3f}} at %{{x}} tokens<extra></extra>"),
-                           row=1, col=i + 1)
+            pfig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines+markers",
+                    name=f"layer {layer}",
+                    legendgroup=f"l{layer}",
+                    showlegend=i == 0,
+                    line={"color": colors[layer]},
+                    hovertemplate=f"layer {layer}<br>max logit %{{y:.3f}} at %{{x}} tokens<extra></extra>",
+                ),
+                row=1,
+                col=i + 1,
+            )
         if opt in t.missing:
             _note(ax, "no attention probe recorded")
         ax.set_title(subtitles[i], fontsize=8)
@@ -538,7 +734,9 @@ def attention_figure(sweep: SweepData) -> FigureSpec:
         pfig.update_xaxes(title_text=TOKENS_LABEL, row=1, col=i + 1)
     axes[0].set_ylabel("max attention logit q·k/√d (probe batch)")
     if layers:
-        _legend_outside(axes[-1], [Line2D([], [], color=colors[k], marker="o", ms=3, label=f"layer {k}") for k in layers])
+        _legend_outside(
+            axes[-1], [Line2D([], [], color=colors[k], marker="o", ms=3, label=f"layer {k}") for k in layers]
+        )
     fig.suptitle(title, fontsize=10)
     pfig.update_yaxes(title_text="max attention logit q·k/√d", row=1, col=1)
     pfig.update_annotations(font_size=11)
@@ -558,8 +756,10 @@ class StepsAndNoise:
     noise: Any  # dashboards.data.NoiseTable
 
 
-NO_NOISE = ("no gradient noise scale recorded:\nB_simple needs more than one micro-batch per step\n"
-            "(gradient accumulation; a batch that fits one forward pass has none)")
+NO_NOISE = (
+    "no gradient noise scale recorded:\nB_simple needs more than one micro-batch per step\n"
+    "(gradient accumulation; a batch that fits one forward pass has none)"
+)
 
 
 def steps_figure(sweep: SweepData) -> FigureSpec:
@@ -584,34 +784,83 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
         never = [p for p in st.points if p.optimizer == opt and p.steps is None and p.target_loss is not None]
         ax.plot([p.batch_size for p in pts], [_known(p.steps) for p in pts], "o-", color=c, label=f"{opt}")
         for p in pts:  # the count itself: log ticks alone leave most values unreadable
-            ax.annotate(str(p.steps), (p.batch_size, _known(p.steps)), textcoords="offset points", xytext=(5, 4),
-                        fontsize=7, color=c)
-        pfig.add_trace(go.Scatter(x=[p.batch_size for p in pts], y=[p.steps for p in pts], mode="lines+markers",
-                                  name=opt, legendgroup=opt, line={"color": c},
-                                  customdata=[p.tokens for p in pts],
-                                  hovertemplate=f"{opt} B=%{{x}}<br>%{{y}} steps (%{{customdata}} tokens)<extra></extra>"),
-                       row=1, col=1)
+            ax.annotate(
+                str(p.steps),
+                (p.batch_size, _known(p.steps)),
+                textcoords="offset points",
+                xytext=(5, 4),
+                fontsize=7,
+                color=c,
+            )
+        pfig.add_trace(
+            go.Scatter(
+                x=[p.batch_size for p in pts],
+                y=[p.steps for p in pts],
+                mode="lines+markers",
+                name=opt,
+                legendgroup=opt,
+                line={"color": c},
+                customdata=[p.tokens for p in pts],
+                hovertemplate=f"{opt} B=%{{x}}<br>%{{y}} steps (%{{customdata}} tokens)<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
         if never:
-            ax.scatter([p.batch_size for p in never], [0.95] * len(never), marker="^", facecolors="none", edgecolors=c,
-                       s=60, transform=ax.get_xaxis_transform(), clip_on=False, label=f"{opt}: target not reached")
-            pfig.add_trace(go.Scatter(x=[p.batch_size for p in never], y=[top] * len(never), mode="markers",
-                                      name=f"{opt}: target not reached", legendgroup=opt,
-                                      marker={"symbol": "triangle-up-open", "size": 12, "color": c}), row=1, col=1)
+            ax.scatter(
+                [p.batch_size for p in never],
+                [0.95] * len(never),
+                marker="^",
+                facecolors="none",
+                edgecolors=c,
+                s=60,
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+                label=f"{opt}: target not reached",
+            )
+            pfig.add_trace(
+                go.Scatter(
+                    x=[p.batch_size for p in never],
+                    y=[top] * len(never),
+                    mode="markers",
+                    name=f"{opt}: target not reached",
+                    legendgroup=opt,
+                    marker={"symbol": "triangle-up-open", "size": 12, "color": c},
+                ),
+                row=1,
+                col=1,
+            )
         for line in (p for p in st.perfect if p.optimizer == opt):
             xs = [line.anchor_batch, max(sizes)]
             ys = [line(x) for x in xs]
             label = f"{opt} perfect scaling (steps ∝ 1/B from B={line.anchor_batch})"
             ax.plot(xs, ys, "--", color=c, lw=1.2, alpha=0.7, label=label)
-            pfig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=label, legendgroup=opt, opacity=0.7,
-                                      line={"color": c, "dash": "dash"}), row=1, col=1)
+            pfig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    name=label,
+                    legendgroup=opt,
+                    opacity=0.7,
+                    line={"color": c, "dash": "dash"},
+                ),
+                row=1,
+                col=1,
+            )
         for crit in (k for k in ns.critical if k.optimizer == opt):
             label = f"{opt} B_crit ≈ {crit.b_crit:.3g} (final B_simple at B={crit.batch_size}, {crit.runs} run(s))"
             ax.axvline(crit.b_crit, color=c, ls=":", lw=1.4, label=label)
             bx.axhline(crit.b_crit, color=c, ls="--", lw=1.2)
             pfig.add_vline(x=crit.b_crit, line_dash="dot", line_color=c, row=1, col=1)
             pfig.add_hline(y=crit.b_crit, line_dash="dash", line_color=c, row=1, col=2)
-            pfig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=label, legendgroup=opt,
-                                      line={"color": c, "dash": "dot"}), row=1, col=1)
+            pfig.add_trace(
+                go.Scatter(
+                    x=[None], y=[None], mode="lines", name=label, legendgroup=opt, line={"color": c, "dash": "dot"}
+                ),
+                row=1,
+                col=1,
+            )
         runs = sorted({(p.batch_size, p.seed, p.run_name) for p in ns.points if p.optimizer == opt})
         widths = {b: 1.0 + 1.2 * i / max(len(sizes) - 1, 1) for i, b in enumerate(sizes)}  # thicker = larger B
         for bs, seed, name in runs:
@@ -619,19 +868,51 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
             first = (bs, seed) == runs[0][:2]
             xs, ys = [p.tokens for p in pts_n], [p.b_simple for p in pts_n]
             # the best run (seed 0) solid and labelled with its batch size at its end; seed re-runs faint
-            bx.plot(xs, ys, "-", color=c, lw=widths.get(bs, 1.0), alpha=0.95 if seed == 0 else 0.35,
-                    label=f"{opt} B_simple (label: the run's batch size)" if first else None)
+            bx.plot(
+                xs,
+                ys,
+                "-",
+                color=c,
+                lw=widths.get(bs, 1.0),
+                alpha=0.95 if seed == 0 else 0.35,
+                label=f"{opt} B_simple (label: the run's batch size)" if first else None,
+            )
             if seed == 0:
-                bx.annotate(f"B={bs}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 0), fontsize=7,
-                            color=c, va="center")
-            pfig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{opt} B_simple", legendgroup=opt,
-                                      showlegend=first, opacity=0.95 if seed == 0 else 0.35,
-                                      line={"color": c, "width": 1.5 * widths.get(bs, 1.0)}, text=[name] * len(pts_n),
-                                      hovertemplate="%{text}<br>B_simple %{y:.3g} sequences at %{x} tokens<extra></extra>"),
-                           row=1, col=2)
+                bx.annotate(
+                    f"B={bs}",
+                    (xs[-1], ys[-1]),
+                    textcoords="offset points",
+                    xytext=(4, 0),
+                    fontsize=7,
+                    color=c,
+                    va="center",
+                )
+            pfig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    name=f"{opt} B_simple",
+                    legendgroup=opt,
+                    showlegend=first,
+                    opacity=0.95 if seed == 0 else 0.35,
+                    line={"color": c, "width": 1.5 * widths.get(bs, 1.0)},
+                    text=[name] * len(pts_n),
+                    hovertemplate="%{text}<br>B_simple %{y:.3g} sequences at %{x} tokens<extra></extra>",
+                ),
+                row=1,
+                col=2,
+            )
         for crit in (k for k in ns.critical if k.optimizer == opt):
-            bx.annotate(f"{opt} B_crit ≈ {crit.b_crit:.3g}", (0.01, crit.b_crit), xycoords=("axes fraction", "data"),
-                        textcoords="offset points", xytext=(2, 3), fontsize=7, color=c)
+            bx.annotate(
+                f"{opt} B_crit ≈ {crit.b_crit:.3g}",
+                (0.01, crit.b_crit),
+                xycoords=("axes fraction", "data"),
+                textcoords="offset points",
+                xytext=(2, 3),
+                fontsize=7,
+                color=c,
+            )
     _log2_batch_axis(ax, sizes)
     if reached:
         ax.set_yscale("log")
@@ -652,8 +933,15 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
         bx.legend(fontsize=7, frameon=False)
     else:
         _blank(bx, NO_NOISE)
-        pfig.add_annotation(text=NO_NOISE.replace("\n", "<br>"), xref="x2 domain", yref="y2 domain", x=0.5, y=0.5,
-                            showarrow=False, font={"color": GREY})
+        pfig.add_annotation(
+            text=NO_NOISE.replace("\n", "<br>"),
+            xref="x2 domain",
+            yref="y2 domain",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font={"color": GREY},
+        )
     fig.suptitle(title, fontsize=10)
     _plotly_batch_axis(pfig, sizes, row=1, col=1)
     pfig.update_yaxes(type="log" if reached else "linear", title_text="optimizer steps to target", row=1, col=1)
@@ -664,5 +952,10 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
 
 # in the order the page shows them
 FIGURES: tuple[Callable[[SweepData], FigureSpec], ...] = (
-    scaling_figure, lr_figure, best_lr_figure, loss_figure, attention_figure, steps_figure,
+    scaling_figure,
+    lr_figure,
+    best_lr_figure,
+    loss_figure,
+    attention_figure,
+    steps_figure,
 )

@@ -63,9 +63,13 @@ def _answer(sweep: SweepData) -> str:
     for opt, o in r.optimizers.items():
         a = o.largest_degradation_free_batch_size
         noise = o.within_noise
-        vs_base = "" if opt == r.baseline else (
-            f"; vs baseline <b>{_e(r.baseline)}</b>: <b>{_e(_bs(a.baseline))}</b> "
-            f"({_flag(noise.baseline, 'within noise', 'outside noise', 'noise n/a')})"
+        vs_base = (
+            ""
+            if opt == r.baseline
+            else (
+                f"; vs baseline <b>{_e(r.baseline)}</b>: <b>{_e(_bs(a.baseline))}</b> "
+                f"({_flag(noise.baseline, 'within noise', 'outside noise', 'noise n/a')})"
+            )
         )
         items.append(
             f"<li><b>{_e(opt)}</b>: largest degradation-free batch size vs itself: <b>{_e(_bs(a.self))}</b> "
@@ -88,18 +92,37 @@ def _cells_table(sweep: SweepData) -> str:
             ci = f"[{lo:.4f}, {hi:.4f}]" if c.ci_available and lo is not None and hi is not None else "n/a"
             st = c.trial_status
             rows.append(
-                "<tr>" + "".join(f"<td>{v}</td>" for v in (
-                    _e(opt), c.batch_size, _e("n/a" if c.best_lr is None else f"{c.best_lr:.3g}")
-                    + (" (edge)" if c.lr_at_edge else ""),
-                    _e("n/a" if c.val_loss_mean is None else f"{c.val_loss_mean:.4f}"), _e(ci), c.seeds,
-                    _e(f"{st.completed}/{st.pruned}/{st.diverged}/{st.failed}"),
-                    _verdict(c.degradation_free.self), _verdict(c.degradation_free.baseline),
-                )).replace("<td>", '<td class="name">', 1) + "</tr>"
+                "<tr>"
+                + "".join(
+                    f"<td>{v}</td>"
+                    for v in (
+                        _e(opt),
+                        c.batch_size,
+                        _e("n/a" if c.best_lr is None else f"{c.best_lr:.3g}") + (" (edge)" if c.lr_at_edge else ""),
+                        _e("n/a" if c.val_loss_mean is None else f"{c.val_loss_mean:.4f}"),
+                        _e(ci),
+                        c.seeds,
+                        _e(f"{st.completed}/{st.pruned}/{st.diverged}/{st.failed}"),
+                        _verdict(c.degradation_free.self),
+                        _verdict(c.degradation_free.baseline),
+                    )
+                ).replace("<td>", '<td class="name">', 1)
+                + "</tr>"
             )
-    head = "".join(f"<th>{_e(h)}</th>" for h in (
-        "optimizer", "batch size", "best lr", "val loss (mean)", "95% CI", "seeds",
-        "completed/pruned/diverged/failed", "degradation-free vs self", "vs baseline",
-    )).replace("<th>", '<th class="name">', 1)
+    head = "".join(
+        f"<th>{_e(h)}</th>"
+        for h in (
+            "optimizer",
+            "batch size",
+            "best lr",
+            "val loss (mean)",
+            "95% CI",
+            "seeds",
+            "completed/pruned/diverged/failed",
+            "degradation-free vs self",
+            "vs baseline",
+        )
+    ).replace("<th>", '<th class="name">', 1)
     return f'<table id="cells"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -127,7 +150,7 @@ def render_dashboard(sweep: SweepData, figures: Sequence[FigureSpec], *, png_fal
     figs = "".join(_figure(f, png_fallback=png_fallback) for f in figures)
     nav = " · ".join(f'<a href="#{_e(f.name)}">{_e(f.title.split(" — ")[0])}</a>' for f in figures)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>Sweep {_e(sweep.sweep_id)}: batch-size scaling</title><style>{_CSS}</style>"
         # plotly.js once, inline: no network needed; figures' scripts below call Plotly.newPlot

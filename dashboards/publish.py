@@ -42,7 +42,11 @@ def write_figures(sweep: SweepData, figures: list[FigureSpec], out_dir: Path) ->
     fig_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     for f in figures:
-        for suffix, content in ((".png", f.png_bytes()), (".html", f.html().encode()), (".json", f.data_json().encode())):
+        for suffix, content in (
+            (".png", f.png_bytes()),
+            (".html", f.html().encode()),
+            (".json", f.data_json().encode()),
+        ):
             path = fig_dir / f"{f.name}{suffix}"
             path.write_bytes(content)
             paths.append(path)
@@ -71,8 +75,13 @@ def publish(tracking_uri: str, sweep_id: str, out_dir: str | Path | None = None)
     client.log_artifacts(sweep.summary_run_id, str(out / ARTIFACT_DIR), artifact_path=ARTIFACT_DIR)
     for f in figures:
         f.mpl_fig.clear()  # free the Agg buffers now rather than at garbage collection
-    log.info("published %d figures of sweep %s to run %s in %.1f s", len(figures), sweep_id,
-             sweep.summary_run_id, time.perf_counter() - started)
+    log.info(
+        "published %d figures of sweep %s to run %s in %.1f s",
+        len(figures),
+        sweep_id,
+        sweep.summary_run_id,
+        time.perf_counter() - started,
+    )
     return paths
 
 
@@ -89,9 +98,11 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False) -> 
     client = MlflowClient(tracking_uri)
     if not fresh:
         exp = client.get_experiment_by_name(sweep_id)
-        summaries = client.search_runs(
-            [exp.experiment_id], "tags.`batchsweep.role` = 'summary'", max_results=1
-        ) if exp is not None else []
+        summaries = (
+            client.search_runs([exp.experiment_id], "tags.`batchsweep.role` = 'summary'", max_results=1)
+            if exp is not None
+            else []
+        )
         if summaries:
             run_id = summaries[0].info.run_id
             if any(a.path == f"{ARTIFACT_DIR}/{DASHBOARD}" for a in client.list_artifacts(run_id, ARTIFACT_DIR)):

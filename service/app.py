@@ -100,7 +100,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
-        title=app.title, version=app.version, summary=app.summary, routes=app.routes,
+        title=app.title,
+        version=app.version,
+        summary=app.summary,
+        routes=app.routes,
     )
     spec_schema = SweepSpec.model_json_schema(ref_template="#/components/schemas/{model}")
     components = schema.setdefault("components", {}).setdefault("schemas", {})

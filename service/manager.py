@@ -56,20 +56,25 @@ async def submit(
     try:
         created = await anyio.to_thread.run_sync(
             lambda: store.create(
-                sweep_id=new_sweep_id(spec["name"]), owner=owner, spec=spec, idempotency_key=idempotency_key,
+                sweep_id=new_sweep_id(spec["name"]),
+                owner=owner,
+                spec=spec,
+                idempotency_key=idempotency_key,
                 max_active=settings.max_concurrent_per_owner,
             )
         )
     except IdempotencyConflict as exc:
         # draft-ietf-httpapi-idempotency-key-header: a key reused with another payload is a 422
         raise ApiError(
-            422, "idempotency_key_reused",
+            422,
+            "idempotency_key_reused",
             f"Idempotency-Key was already used for sweep {exc.existing.id} with a different spec",
             [{"field": "Idempotency-Key", "message": "reused with a different spec", "value": idempotency_key}],
         ) from None
     except TooManyActive as exc:
         raise ApiError(
-            429, "too_many_sweeps",
+            429,
+            "too_many_sweeps",
             f"{owner} has {exc.active} sweeps queued or running; the limit is {exc.limit}. "
             f"Wait for one to finish or cancel one.",
             headers={"Retry-After": str(max(1, int(settings.poll_interval_s * 5)))},

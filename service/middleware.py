@@ -60,9 +60,7 @@ class BodyLimit:
 
 
 async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps(
-        error_body("payload_too_large", f"request body exceeds the limit of {limit} bytes")
-    ).encode()
+    body = json.dumps(error_body("payload_too_large", f"request body exceeds the limit of {limit} bytes")).encode()
     await send(
         {
             "type": "http.response.start",
@@ -101,7 +99,7 @@ class HotReads:
 
     def _hit(self, scope: Scope) -> bytes | None:
         path, root = scope["path"], scope.get("root_path", "")
-        match = _SWEEP_PATH.fullmatch(path[len(root):] if root and path.startswith(root) else path)
+        match = _SWEEP_PATH.fullmatch(path[len(root) :] if root and path.startswith(root) else path)
         reader = getattr(self.state, "reader", None)  # None until the lifespan has run
         if match is None or reader is None:
             return None

@@ -30,7 +30,8 @@ def parse_body(body: bytes, content_type: str | None) -> Any:
     media = (content_type or "application/json").split(";", 1)[0].strip().lower()
     if media not in JSON_TYPES | YAML_TYPES:
         raise ApiError(
-            415, "unsupported_media_type",
+            415,
+            "unsupported_media_type",
             f"Content-Type {media!r} is not accepted; send application/json or application/yaml",
         )
     try:

@@ -48,13 +48,19 @@ class Progress(_Out):
         search, seeds = int(lr.get("trials_per_batch_size", 0)), int(spec.get("seeds", 1))
         cells = [
             CellProgress(
-                cell=cell_key(o, b), optimizer=o, batch_size=b, search_total=search, seeds_total=seeds,
+                cell=cell_key(o, b),
+                optimizer=o,
+                batch_size=b,
+                search_total=search,
+                seeds_total=seeds,
             )
             for o in optimizers
             for b in batch_sizes
         ]
         return cls(
-            cells_total=len(cells), trials_total=len(cells) * (search + seeds - 1), cells=cells,
+            cells_total=len(cells),
+            trials_total=len(cells) * (search + seeds - 1),
+            cells=cells,
         )
 
 
@@ -89,10 +95,19 @@ class SweepDetail(SweepSummary):
 def _fields(row: SweepRow, mlflow_url: str | None) -> dict[str, Any]:
     progress = Progress.model_validate(row.progress) if row.progress else Progress.initial(row.spec)
     return {
-        "id": row.id, "name": row.name, "status": row.status, "progress": progress,
-        "cancel_requested": row.cancel_requested, "error": row.error, "experiment_id": row.experiment_id,
-        "mlflow_url": mlflow_url, "created_at": row.created_at, "updated_at": row.updated_at,
-        "started_at": row.started_at, "finished_at": row.finished_at, "revision": row.revision,
+        "id": row.id,
+        "name": row.name,
+        "status": row.status,
+        "progress": progress,
+        "cancel_requested": row.cancel_requested,
+        "error": row.error,
+        "experiment_id": row.experiment_id,
+        "mlflow_url": mlflow_url,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "started_at": row.started_at,
+        "finished_at": row.finished_at,
+        "revision": row.revision,
     }
 
 

@@ -27,7 +27,7 @@ from sweeps.spec import DEFAULT_MAX_TRIALS
 
 
 def _split_csv(value: Any) -> Any:
-    """"a, b,,c" -> ["a", "b", "c"]; lists pass through (constructor arguments)."""
+    """ "a, b,,c" -> ["a", "b", "c"]; lists pass through (constructor arguments)."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value

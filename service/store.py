@@ -221,9 +221,17 @@ class Store:
                                 raise TooManyActive(active, max_active)
                         now = utcnow()
                         row = SweepRow(
-                            id=sweep_id, owner=owner, name=str(spec.get("name", "")), spec=spec, spec_hash=digest,
-                            status=SweepStatus.queued.value, idempotency_key=idempotency_key, cancel_requested=False,
-                            revision=1, created_at=now, updated_at=now,
+                            id=sweep_id,
+                            owner=owner,
+                            name=str(spec.get("name", "")),
+                            spec=spec,
+                            spec_hash=digest,
+                            status=SweepStatus.queued.value,
+                            idempotency_key=idempotency_key,
+                            cancel_requested=False,
+                            revision=1,
+                            created_at=now,
+                            updated_at=now,
                         )
                         s.add(row)
             except IntegrityError:
@@ -300,32 +308,38 @@ class Store:
         with self._sessions() as s:
             return s.execute(select(SweepRow.revision).where(SweepRow.id == sweep_id)).scalar_one_or_none()
 
-    def page(
-        self, *, owner: str, statuses: Sequence[str] | None = None, limit: int = 20, offset: int = 0
-    ) -> Page:
+    def page(self, *, owner: str, statuses: Sequence[str] | None = None, limit: int = 20, offset: int = 0) -> Page:
         """The owner's sweeps, newest first."""
         where = [SweepRow.owner == owner]
         if statuses:
             where.append(SweepRow.status.in_(list(statuses)))
         with self._sessions() as s:
             total = s.execute(select(func.count()).select_from(SweepRow).where(*where)).scalar_one()
-            rows = s.execute(
-                select(SweepRow)
-                .where(*where)
-                .order_by(SweepRow.created_at.desc(), SweepRow.id.desc())
-                .limit(limit)
-                .offset(offset)
-            ).scalars().all()
+            rows = (
+                s.execute(
+                    select(SweepRow)
+                    .where(*where)
+                    .order_by(SweepRow.created_at.desc(), SweepRow.id.desc())
+                    .limit(limit)
+                    .offset(offset)
+                )
+                .scalars()
+                .all()
+            )
         return Page(items=list(rows), total=int(total))
 
     def active(self) -> list[SweepRow]:
         """Every queued or running sweep, oldest first (the poller's work list)."""
         with self._sessions() as s:
-            rows = s.execute(
-                select(SweepRow)
-                .where(SweepRow.status.in_([st.value for st in ACTIVE_STATUSES]))
-                .order_by(SweepRow.created_at)
-            ).scalars().all()
+            rows = (
+                s.execute(
+                    select(SweepRow)
+                    .where(SweepRow.status.in_([st.value for st in ACTIVE_STATUSES]))
+                    .order_by(SweepRow.created_at)
+                )
+                .scalars()
+                .all()
+            )
         return list(rows)
 
     def statuses(self, sweep_ids: Sequence[str]) -> dict[str, str]:

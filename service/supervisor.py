@@ -64,9 +64,7 @@ class Supervisor:
             log.exception("sweep %s: driver failed to start", sweep_id)
             error = f"driver failed to start: {type(exc).__name__}: {exc}"
             await anyio.to_thread.run_sync(
-                lambda: self.store.update(
-                    sweep_id, status=SweepStatus.failed.value, error=error, finished_at=utcnow()
-                )
+                lambda: self.store.update(sweep_id, status=SweepStatus.failed.value, error=error, finished_at=utcnow())
             )
         finally:
             self._launching.discard(sweep_id)

@@ -176,18 +176,34 @@ class RayHead:
             7, exclude={self.port, self.dashboard_port}
         )
         cmd = [
-            ray_bin, "start", "--head", "--block",
-            f"--node-ip-address={LOOPBACK}", f"--dashboard-host={LOOPBACK}",
-            f"--port={self.port}", f"--dashboard-port={self.dashboard_port}",
-            f"--ray-client-server-port={client}", f"--node-manager-port={node_manager}",
-            f"--object-manager-port={object_manager}", f"--dashboard-agent-listen-port={agent_http}",
-            f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={env_agent}",
-            f"--metrics-export-port={metrics}", f"--num-cpus={self.num_cpus}", "--num-gpus=0",
-            "--include-dashboard=true", "--disable-usage-stats",
+            ray_bin,
+            "start",
+            "--head",
+            "--block",
+            f"--node-ip-address={LOOPBACK}",
+            f"--dashboard-host={LOOPBACK}",
+            f"--port={self.port}",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--ray-client-server-port={client}",
+            f"--node-manager-port={node_manager}",
+            f"--object-manager-port={object_manager}",
+            f"--dashboard-agent-listen-port={agent_http}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={env_agent}",
+            f"--metrics-export-port={metrics}",
+            f"--num-cpus={self.num_cpus}",
+            "--num-gpus=0",
+            "--include-dashboard=true",
+            "--disable-usage-stats",
         ]
-        env = _venv_env({
-            **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0",
-        })
+        env = _venv_env(
+            {
+                **LOOPBACK_ENV,
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN": self.token,
+                "RAY_USAGE_STATS_ENABLED": "0",
+            }
+        )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
@@ -311,14 +327,29 @@ class PostgresServer:
             shutil.chown(self.root, self.user)
             shutil.chown(pwfile, self.user)
         self._run(
-            str(bin_dir / "initdb"), "-D", str(data), "-U", self.db_user, f"--pwfile={pwfile}",
-            "--auth=scram-sha-256", "-E", "UTF8", "--no-sync",
+            str(bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            self.db_user,
+            f"--pwfile={pwfile}",
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-sync",
         )
         # loopback TCP only; the socket directory is ours, not /var/run/postgresql
         options = f"-c listen_addresses={LOOPBACK} -p {self.port} -k {self.root} -c fsync=off"
         self._run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(self.root / "log"), "-o", options, "-w", "start")
         self._run(
-            str(bin_dir / "createdb"), "-h", LOOPBACK, "-p", str(self.port), "-U", self.db_user, self.database,
+            str(bin_dir / "createdb"),
+            "-h",
+            LOOPBACK,
+            "-p",
+            str(self.port),
+            "-U",
+            self.db_user,
+            self.database,
             env=os.environ | {"PGPASSWORD": self.password},
         )
         return self

@@ -287,9 +287,7 @@ def mean_ci95(samples: Sequence[float]) -> tuple[float, float, float, bool]:
     return mean, mean - half, mean + half, True
 
 
-def welch_diff_ci95(
-    x: Sequence[float], y: Sequence[float], scale: float = 1.0
-) -> tuple[float, float, float] | None:
+def welch_diff_ci95(x: Sequence[float], y: Sequence[float], scale: float = 1.0) -> tuple[float, float, float] | None:
     """(d, lo, hi) for d = mean(x) - scale x mean(y), Welch 95% interval; None with < 2 samples in either."""
     if len(x) < 2 or len(y) < 2:
         return None
@@ -383,8 +381,12 @@ def _judge(
             checks.append({"batch_size": c.batch_size, "diff_mean": d, "diff_ci95": None, "straddles_zero": None})
         else:
             checks.append(
-                {"batch_size": c.batch_size, "diff_mean": ci[0], "diff_ci95": [ci[1], ci[2]],
-                 "straddles_zero": ci[1] <= 0.0 <= ci[2]}
+                {
+                    "batch_size": c.batch_size,
+                    "diff_mean": ci[0],
+                    "diff_ci95": [ci[1], ci[2]],
+                    "straddles_zero": ci[1] <= 0.0 <= ci[2],
+                }
             )
     if any(ch["straddles_zero"] is True for ch in checks):
         within: bool | None = True
@@ -445,9 +447,7 @@ def build_report(
     for o in inputs.optimizers:
         row = cells[o]
         self_ref = row[0]
-        v_self, ans_self, noise_self, checks_self = _judge(
-            row, self_ref, tol, lambda c: c.batch_size == ref_b
-        )
+        v_self, ans_self, noise_self, checks_self = _judge(row, self_ref, tol, lambda c: c.batch_size == ref_b)
         v_base, ans_base, noise_base, checks_base = _judge(
             row, baseline_ref, tol, lambda c: c.optimizer == inputs.baseline and c.batch_size == ref_b
         )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -49,7 +48,9 @@ def _load_spec(path: Path) -> Any:
 @app.command()
 def run(
     spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
-    sweep_id: Optional[str] = typer.Option(None, "--id", help="sweep id; the same id resumes (default: the spec's name)"),
+    sweep_id: Optional[str] = typer.Option(
+        None, "--id", help="sweep id; the same id resumes (default: the spec's name)"
+    ),
     report: Optional[Path] = typer.Option(None, "--report", help="write the report JSON here"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="default $SWEEPS_DATA_DIR or ./.batchsweep"),
 ) -> None:
@@ -65,8 +66,14 @@ def run(
         f"{spec.total_trials} trials of {spec.token_budget:,} tokens, {spec.resources.max_concurrent_trials} at a time"
     )
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
     ) as bars:
         trials = bars.add_task("trials", total=spec.total_trials)
         cells = bars.add_task("cells", total=len(spec.cells()))
@@ -75,9 +82,7 @@ def run(
         def on_progress(p: dict[str, Any]) -> None:
             bars.update(trials, completed=p["trials_done"])
             bars.update(cells, completed=p["cells_done"])
-            leaders = [
-                f"{c['cell']} {c['best_val_loss']:.3f}" for c in p["cells"] if c["best_val_loss"] is not None
-            ]
+            leaders = [f"{c['cell']} {c['best_val_loss']:.3f}" for c in p["cells"] if c["best_val_loss"] is not None]
             bars.update(best, description="best so far: " + (", ".join(leaders[-4:]) or "-"))
 
         outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
@@ -96,7 +101,9 @@ def run(
     )
     if report:
         console.print(f"report: {report}")
-    console.print(f"runs and figures: MLflow experiment [bold]{outcome.sweep_id}[/] (id {outcome.experiment_id}); browse with")
+    console.print(
+        f"runs and figures: MLflow experiment [bold]{outcome.sweep_id}[/] (id {outcome.experiment_id}); browse with"
+    )
     console.print(f"  mlflow ui --backend-store-uri {outcome.tracking_uri}")
 
 
@@ -129,7 +136,9 @@ def plots(
         raise typer.Exit(2) from None
     for path in paths:
         console.print(str(path))
-    console.print(f"logged under figures/ of the summary run of MLflow experiment [bold]{sweep_id}[/] ({runtime.tracking_uri})")
+    console.print(
+        f"logged under figures/ of the summary run of MLflow experiment [bold]{sweep_id}[/] ({runtime.tracking_uri})"
+    )
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -151,14 +160,20 @@ def _print_report(report: dict[str, Any]) -> None:
                 "yes" if c.get("lr_at_edge") else "",
             )
         console.print(t)
-    answer = Table(title=f"largest degradation-free batch size (tolerance {tol:.1%}, reference batch {report['reference_batch_size']})", title_justify="left")
+    answer = Table(
+        title=f"largest degradation-free batch size (tolerance {tol:.1%}, reference batch {report['reference_batch_size']})",
+        title_justify="left",
+    )
     for col in ("optimizer", "vs itself", "within noise", f"vs {report['baseline']}", "within noise"):
         answer.add_column(col)
     for name, opt in report["optimizers"].items():
         ans, noise = opt["largest_degradation_free_batch_size"], opt["within_noise"]
         answer.add_row(
-            name, str(ans["self"] if ans["self"] is not None else "none"), "yes" if noise.get("self") else "no",
-            str(ans["baseline"] if ans["baseline"] is not None else "none"), "yes" if noise.get("baseline") else "no",
+            name,
+            str(ans["self"] if ans["self"] is not None else "none"),
+            "yes" if noise.get("self") else "no",
+            str(ans["baseline"] if ans["baseline"] is not None else "none"),
+            "yes" if noise.get("baseline") else "no",
         )
     console.print(answer)
     for w in report.get("warnings", []):
@@ -249,8 +264,12 @@ def _watch(client: Any, sweep_id: str) -> None:
 
     final: dict[str, Any] | None = None
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     ) as bars:
         trials = bars.add_task("trials", total=None)
         cells = bars.add_task("cells", total=None)
@@ -275,13 +294,16 @@ def _watch(client: Any, sweep_id: str) -> None:
                         s = json.loads(data)
                         p = s["progress"]
                         bars.update(
-                            trials, total=p["trials_total"], completed=p["trials_done"],
+                            trials,
+                            total=p["trials_total"],
+                            completed=p["trials_done"],
                             description=f"trials ({s['status']})",
                         )
                         bars.update(cells, total=p["cells_total"], completed=p["cells_done"])
                         leaders = [
                             f"{c['cell']} {c['best_val_loss']:.3f}"
-                            for c in p["cells"] if c.get("best_val_loss") is not None
+                            for c in p["cells"]
+                            if c.get("best_val_loss") is not None
                         ]
                         bars.update(best, description="best so far: " + (", ".join(leaders[-4:]) or "-"))
                         if event == "end":
@@ -338,7 +360,10 @@ def list_sweeps(
     for s in page["items"]:
         p = s["progress"]
         t.add_row(
-            s["id"], s["status"], f"{p['trials_done']}/{p['trials_total']}", f"{p['cells_done']}/{p['cells_total']}",
+            s["id"],
+            s["status"],
+            f"{p['trials_done']}/{p['trials_total']}",
+            f"{p['cells_done']}/{p['cells_total']}",
             s["created_at"][:19],
         )
     console.print(t)
@@ -365,7 +390,9 @@ def status(
         t.add_column(col)
     for c in s["progress"]["cells"]:
         t.add_row(
-            c["cell"], f"{c['search_done']}/{c['search_total']}", f"{c['seeds_done']}/{c['seeds_total']}",
+            c["cell"],
+            f"{c['search_done']}/{c['search_total']}",
+            f"{c['seeds_done']}/{c['seeds_total']}",
             f"{c['best_lr']:.2e}" if c.get("best_lr") else "-",
             f"{c['best_val_loss']:.4f}" if c.get("best_val_loss") is not None else "-",
             "yes" if c["finished"] else "",

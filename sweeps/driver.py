@@ -73,7 +73,10 @@ def run_sweep(
     storage = open_storage(runtime.optuna_storage)
     searcher = CellSearcher(spec, sweep_id, storage)
     recorder = SweepRecorder(
-        tracking_uri=runtime.tracking_uri, artifact_root=runtime.artifact_root, sweep_id=sweep_id, spec=spec,
+        tracking_uri=runtime.tracking_uri,
+        artifact_root=runtime.artifact_root,
+        sweep_id=sweep_id,
+        spec=spec,
         cancelling=lambda: searcher.cancelling,
     )
 
@@ -113,8 +116,13 @@ def run_sweep(
     tuner = tune.Tuner(
         tune.with_resources(run_trial, resources),
         tune_config=tune.TuneConfig(
-            search_alg=searcher, scheduler=scheduler, metric=METRIC, mode=MODE, num_samples=-1,
-            max_concurrent_trials=res.max_concurrent_trials, reuse_actors=True,
+            search_alg=searcher,
+            scheduler=scheduler,
+            metric=METRIC,
+            mode=MODE,
+            num_samples=-1,
+            max_concurrent_trials=res.max_concurrent_trials,
+            reuse_actors=True,
         ),
         run_config=tune.RunConfig(
             name=f"{sweep_id}-{int(time.time())}",
@@ -142,9 +150,15 @@ def run_sweep(
     if on_progress:
         on_progress(searcher.progress())
     return SweepOutcome(
-        sweep_id=sweep_id, status=status, report=report, experiment_id=recorder.experiment_id,
-        summary_run_id=summary_run_id, tracking_uri=runtime.tracking_uri,
-        wall_time_s=time.perf_counter() - started, trial_train_time_s=train_times, warnings=report["warnings"],
+        sweep_id=sweep_id,
+        status=status,
+        report=report,
+        experiment_id=recorder.experiment_id,
+        summary_run_id=summary_run_id,
+        tracking_uri=runtime.tracking_uri,
+        wall_time_s=time.perf_counter() - started,
+        trial_train_time_s=train_times,
+        warnings=report["warnings"],
     )
 
 
@@ -160,10 +174,15 @@ def collect_results(searcher: CellSearcher) -> tuple[list[TrialResult], list[flo
                     val = t.intermediate_values[max(t.intermediate_values)]
                 results.append(
                     TrialResult(
-                        optimizer=cell.optimizer, batch_size=cell.batch_size, lr=float(t.params["lr"]),
-                        seed=int(t.user_attrs.get("seed", 0)), role=role, status=status,
+                        optimizer=cell.optimizer,
+                        batch_size=cell.batch_size,
+                        lr=float(t.params["lr"]),
+                        seed=int(t.user_attrs.get("seed", 0)),
+                        role=role,
+                        status=status,
                         val_loss=val if status in ("completed", "pruned") else None,
-                        tokens=int(t.user_attrs.get("tokens", 0)), steps=int(t.user_attrs.get("steps", 0)),
+                        tokens=int(t.user_attrs.get("tokens", 0)),
+                        steps=int(t.user_attrs.get("steps", 0)),
                         curve=tuple(tuple(p) for p in json.loads(t.user_attrs.get("curve", "[]"))),
                     )
                 )

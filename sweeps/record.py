@@ -39,11 +39,31 @@ TAG = "batchsweep."
 # what the worker reports, as opposed to the keys Ray Tune adds to every result
 NOT_METRICS = {"tokens", "done", "status", "step"}
 TUNE_KEYS = {
-    "time_this_iter_s", "time_total_s", "timestamp", "training_iteration", "iterations_since_restore",
-    "time_since_restore", "pid", "node_ip", "checkpoint_dir_name", "timesteps_total", "episodes_total",
-    "timesteps_since_restore", "should_checkpoint", "date", "hostname", "trial_id", "experiment_tag",
+    "time_this_iter_s",
+    "time_total_s",
+    "timestamp",
+    "training_iteration",
+    "iterations_since_restore",
+    "time_since_restore",
+    "pid",
+    "node_ip",
+    "checkpoint_dir_name",
+    "timesteps_total",
+    "episodes_total",
+    "timesteps_since_restore",
+    "should_checkpoint",
+    "date",
+    "hostname",
+    "trial_id",
+    "experiment_tag",
 }
-MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "cancelled": "KILLED"}
+MLFLOW_STATUS = {
+    "completed": "FINISHED",
+    "diverged": "FINISHED",
+    "pruned": "KILLED",
+    "failed": "FAILED",
+    "cancelled": "KILLED",
+}
 
 
 def ensure_store(tracking_uri: str) -> None:
@@ -83,7 +103,8 @@ class SweepRecorder(DriverOnly, Callback):
             if artifact_root is not None and not tracking_uri.startswith("http"):
                 location = (artifact_root / sweep_id).resolve().as_uri()
             self.experiment_id = self.client.create_experiment(
-                sweep_id, artifact_location=location,
+                sweep_id,
+                artifact_location=location,
                 tags={f"{TAG}sweep_id": sweep_id, f"{TAG}spec_name": spec.name},
             )
         else:
@@ -95,9 +116,15 @@ class SweepRecorder(DriverOnly, Callback):
         for opt, bs in spec.cells():
             if cell_key(opt, bs) not in self._cells:
                 run = self.client.create_run(
-                    self.experiment_id, run_name=run_name(opt, bs),
-                    tags={f"{TAG}sweep_id": sweep_id, f"{TAG}role": "cell", f"{TAG}cell": cell_key(opt, bs),
-                          f"{TAG}optimizer": opt, f"{TAG}batch_size": str(bs)},
+                    self.experiment_id,
+                    run_name=run_name(opt, bs),
+                    tags={
+                        f"{TAG}sweep_id": sweep_id,
+                        f"{TAG}role": "cell",
+                        f"{TAG}cell": cell_key(opt, bs),
+                        f"{TAG}optimizer": opt,
+                        f"{TAG}batch_size": str(bs),
+                    },
                 )
                 self._cells[cell_key(opt, bs)] = run.info.run_id
         self._mark_stale_trials()
@@ -111,7 +138,9 @@ class SweepRecorder(DriverOnly, Callback):
         c = trial.config
         self._queue.put(lambda: self._start_trial(trial.trial_id, c))
 
-    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
         metrics = _metrics_of(result)
         self._queue.put(lambda: self._log(trial.trial_id, metrics))
 
@@ -149,7 +178,8 @@ class SweepRecorder(DriverOnly, Callback):
             run_id = existing[0].info.run_id
         else:
             run_id = self.client.create_run(
-                self.experiment_id, run_name="summary",
+                self.experiment_id,
+                run_name="summary",
                 tags={f"{TAG}sweep_id": self.sweep_id, f"{TAG}role": "summary"},
             ).info.run_id
         params = flatten("", {k: v for k, v in self.spec.model_dump(mode="json").items() if k != "optimizers"})
@@ -161,7 +191,8 @@ class SweepRecorder(DriverOnly, Callback):
             metrics=[
                 Metric(f"largest_degradation_free_bs/{name}/{ref}", float(bs), int(time.time() * 1000), 0)
                 for name, opt in report["optimizers"].items()
-                for ref, bs in opt["largest_degradation_free_batch_size"].items() if bs is not None
+                for ref, bs in opt["largest_degradation_free_batch_size"].items()
+                if bs is not None
             ],
         )
         with tempfile.TemporaryDirectory() as d:
@@ -192,10 +223,16 @@ class SweepRecorder(DriverOnly, Callback):
             self.experiment_id,
             run_name=run_name(c["optimizer"], c["batch_size"], c["lr"], c["seed"]),
             tags={
-                "mlflow.parentRunId": self._cells[c["cell"]], f"{TAG}sweep_id": self.sweep_id,
-                f"{TAG}role": c["role"], f"{TAG}cell": c["cell"], f"{TAG}optimizer": c["optimizer"],
-                f"{TAG}batch_size": str(c["batch_size"]), f"{TAG}lr": repr(c["lr"]), f"{TAG}seed": str(c["seed"]),
-                f"{TAG}status": "running", f"{TAG}tune_trial_id": trial_id,
+                "mlflow.parentRunId": self._cells[c["cell"]],
+                f"{TAG}sweep_id": self.sweep_id,
+                f"{TAG}role": c["role"],
+                f"{TAG}cell": c["cell"],
+                f"{TAG}optimizer": c["optimizer"],
+                f"{TAG}batch_size": str(c["batch_size"]),
+                f"{TAG}lr": repr(c["lr"]),
+                f"{TAG}seed": str(c["seed"]),
+                f"{TAG}status": "running",
+                f"{TAG}tune_trial_id": trial_id,
                 f"{TAG}optuna_number": str(c.get("optuna_number")),
             },
         )
@@ -220,9 +257,7 @@ class SweepRecorder(DriverOnly, Callback):
 
     def _mark_stale_trials(self) -> None:
         """Trial runs left RUNNING by an interrupted driver are closed as KILLED (status interrupted)."""
-        stale = self.client.search_runs(
-            [self.experiment_id], f"tags.`{TAG}status` = 'running'", max_results=1000
-        )
+        stale = self.client.search_runs([self.experiment_id], f"tags.`{TAG}status` = 'running'", max_results=1000)
         for run in stale:
             self.client.set_tag(run.info.run_id, f"{TAG}status", "interrupted")
             self.client.set_terminated(run.info.run_id, "KILLED")
@@ -242,10 +277,33 @@ def _metrics_of(result: dict[str, Any]) -> list[tuple[str, float, int]]:
 def cells_csv(report: dict[str, Any]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["optimizer", "batch_size", "best_lr", "val_loss_mean", "ci95_low", "ci95_high", "seeds", "trials", "lr_at_edge"])
+    w.writerow(
+        [
+            "optimizer",
+            "batch_size",
+            "best_lr",
+            "val_loss_mean",
+            "ci95_low",
+            "ci95_high",
+            "seeds",
+            "trials",
+            "lr_at_edge",
+        ]
+    )
     for name, opt in report["optimizers"].items():
         for c in opt["cells"]:
             ci = c.get("val_loss_ci95") or [None, None]
-            w.writerow([name, c["batch_size"], c.get("best_lr"), c.get("val_loss_mean"), ci[0], ci[1],
-                        c.get("seeds"), c.get("trials"), c.get("lr_at_edge")])
+            w.writerow(
+                [
+                    name,
+                    c["batch_size"],
+                    c.get("best_lr"),
+                    c.get("val_loss_mean"),
+                    ci[0],
+                    ci[1],
+                    c.get("seeds"),
+                    c.get("trials"),
+                    c.get("lr_at_edge"),
+                ]
+            )
     return buf.getvalue()

@@ -36,8 +36,13 @@ class SweepActor:
             os.environ[key] = value  # MLflow/Optuna/data-dir settings of the service that launched it
         self.sweep_id, self.spec = sweep_id, spec
         self._state: dict[str, Any] = {
-            "status": "queued", "progress": None, "report": None, "error": None,
-            "experiment_id": None, "started_at": None, "finished_at": None,
+            "status": "queued",
+            "progress": None,
+            "report": None,
+            "error": None,
+            "experiment_id": None,
+            "started_at": None,
+            "finished_at": None,
         }
         self._cancel = threading.Event()
         self._lock = threading.Lock()
@@ -70,19 +75,23 @@ class SweepActor:
         try:
             spec = SweepSpec.model_validate(self.spec)
             outcome = run_sweep(
-                spec, sweep_id=self.sweep_id,
+                spec,
+                sweep_id=self.sweep_id,
                 on_progress=lambda p: self._update(progress=p),
                 should_stop=self._cancel.is_set,
             )
             publish_figures(outcome.tracking_uri, outcome.sweep_id)  # before "final": the service kills us then
             self._update(
-                status=outcome.status, report=outcome.report, experiment_id=outcome.experiment_id,
+                status=outcome.status,
+                report=outcome.report,
+                experiment_id=outcome.experiment_id,
                 finished_at=time.time(),
             )
         except BaseException as exc:  # reported to the service as the sweep's error, never lost
             log.exception("sweep %s failed", self.sweep_id)
             self._update(
-                status="failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}",
+                status="failed",
+                error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}",
                 finished_at=time.time(),
             )
 
@@ -100,7 +109,10 @@ def publish_figures(tracking_uri: str, sweep_id: str) -> None:
 def launch(sweep_id: str, spec: dict[str, Any], env: dict[str, str] | None = None) -> ray.actor.ActorHandle:
     """Create (or find) the sweep's detached driver and start it. Idempotent per sweep id."""
     handle = SweepActor.options(  # type: ignore[attr-defined]
-        name=actor_name(sweep_id), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        name=actor_name(sweep_id),
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
     ).remote(sweep_id, spec, env)
     ray.get(handle.start.remote())
     return handle

@@ -73,7 +73,8 @@ class Cell:
 
     def trials(self, role: str, states: tuple[TrialState, ...] = FINISHED_STATES) -> list[optuna.trial.FrozenTrial]:
         return [
-            t for t in self.study.get_trials(deepcopy=False, states=states)
+            t
+            for t in self.study.get_trials(deepcopy=False, states=states)
             if t.user_attrs.get("role") == role and t.user_attrs.get("status") not in RERUN_STATUSES
         ]
 
@@ -84,7 +85,9 @@ class Cell:
         return self.search_finished() + sum(1 for v in self.running.values() if not isinstance(v, tuple))
 
     def best(self) -> optuna.trial.FrozenTrial | None:
-        done = [t for t in self.trials("search", (TrialState.COMPLETE,)) if t.value is not None and math.isfinite(t.value)]
+        done = [
+            t for t in self.trials("search", (TrialState.COMPLETE,)) if t.value is not None and math.isfinite(t.value)
+        ]
         return min(done, key=lambda t: t.value) if done else None  # type: ignore[arg-type, return-value]
 
     def seeds_recorded(self) -> set[int]:
@@ -166,14 +169,20 @@ class CellSearcher(DriverOnly, Searcher):
                 return
             handle = cell.running.pop(trial_id)
             result = result or {}
-            status = "cancelled" if self.cancelling and not error and result.get("status") != "completed" else trial_status(result, error)
+            status = (
+                "cancelled"
+                if self.cancelling and not error and result.get("status") != "completed"
+                else trial_status(result, error)
+            )
             val = result.get(METRIC)
             attrs = {
                 "status": status,
                 "tokens": int(result.get(TIME_ATTR, 0)),
                 "steps": int(result.get("step", 0)),
                 "curve": json.dumps(self._curves.pop(trial_id, [])),
-                "train_time_s": float(result.get("train_time_s", time.time() - self._started.pop(trial_id, time.time()))),
+                "train_time_s": float(
+                    result.get("train_time_s", time.time() - self._started.pop(trial_id, time.time()))
+                ),
                 "tune_trial_id": trial_id,
             }
             if isinstance(handle, tuple):  # seed re-run: recorded whole at the end
@@ -220,7 +229,11 @@ class CellSearcher(DriverOnly, Searcher):
                 return None  # wait for the smaller batch's first result: it seeds this cell's search
             if not cell.study.trials and prev is not None and (best := prev.best()) is not None:
                 for lr in warm_start_lrs(
-                    best.params["lr"], prev.batch_size, cell.batch_size, lr_min=self.spec.lr.min, lr_max=self.spec.lr.max
+                    best.params["lr"],
+                    prev.batch_size,
+                    cell.batch_size,
+                    lr_min=self.spec.lr.min,
+                    lr_max=self.spec.lr.max,
                 )[: cell.n_search]:
                     cell.study.enqueue_trial({"lr": lr}, user_attrs={"warm_start": True})
             trial = cell.study.ask({"lr": self.distribution})
@@ -241,9 +254,15 @@ class CellSearcher(DriverOnly, Searcher):
         # sweeps record from the driver: no per-trial checkpoints (an interrupted trial is re-run whole)
         train = train.model_copy(update={"checkpoint_every_evals": 0})
         return {
-            "sweep_id": self.sweep_id, "cell": cell.key, "optimizer": cell.optimizer,
-            "batch_size": cell.batch_size, "lr": lr, "seed": seed, "role": role,
-            "optuna_number": number, "train": train.model_dump(mode="json"),
+            "sweep_id": self.sweep_id,
+            "cell": cell.key,
+            "optimizer": cell.optimizer,
+            "batch_size": cell.batch_size,
+            "lr": lr,
+            "seed": seed,
+            "role": role,
+            "optuna_number": number,
+            "train": train.model_dump(mode="json"),
         }
 
     # ---- progress ------------------------------------------------------------------------------
@@ -253,18 +272,28 @@ class CellSearcher(DriverOnly, Searcher):
             cells = []
             for c in self.cells:
                 best = c.best()
-                cells.append({
-                    "cell": c.key, "optimizer": c.optimizer, "batch_size": c.batch_size,
-                    "search_done": c.search_finished(), "search_total": c.n_search,
-                    "seeds_done": len(c.seeds_recorded()) + (1 if best else 0), "seeds_total": c.n_seeds,
-                    "best_lr": float(best.params["lr"]) if best else None,
-                    "best_val_loss": float(best.value) if best else None,  # type: ignore[arg-type]
-                    "finished": c.finished(), "running": len(c.running),
-                })
+                cells.append(
+                    {
+                        "cell": c.key,
+                        "optimizer": c.optimizer,
+                        "batch_size": c.batch_size,
+                        "search_done": c.search_finished(),
+                        "search_total": c.n_search,
+                        "seeds_done": len(c.seeds_recorded()) + (1 if best else 0),
+                        "seeds_total": c.n_seeds,
+                        "best_lr": float(best.params["lr"]) if best else None,
+                        "best_val_loss": float(best.value) if best else None,  # type: ignore[arg-type]
+                        "finished": c.finished(),
+                        "running": len(c.running),
+                    }
+                )
             done = sum(c["search_done"] + len(self.cells[i].seeds_recorded()) for i, c in enumerate(cells))
             return {
-                "cells_done": sum(c["finished"] for c in cells), "cells_total": len(cells),
-                "trials_done": done, "trials_total": self.spec.total_trials, "cells": cells,
+                "cells_done": sum(c["finished"] for c in cells),
+                "cells_total": len(cells),
+                "trials_done": done,
+                "trials_total": self.spec.total_trials,
+                "cells": cells,
             }
 
 
@@ -285,8 +314,13 @@ class PerCellASHA(DriverOnly, FIFOScheduler):
     def __init__(self, *, max_t: int, grace_period: int, reduction_factor: int) -> None:
         super().__init__()
         self._kw = dict(
-            time_attr=TIME_ATTR, metric=METRIC, mode=MODE, max_t=max_t,
-            grace_period=grace_period, reduction_factor=reduction_factor, brackets=1,
+            time_attr=TIME_ATTR,
+            metric=METRIC,
+            mode=MODE,
+            max_t=max_t,
+            grace_period=grace_period,
+            reduction_factor=reduction_factor,
+            brackets=1,
         )
         self._asha: dict[str, AsyncHyperBandScheduler] = {}
         self._cell_of: dict[str, str] = {}
@@ -345,7 +379,8 @@ def run_trial(config: dict[str, Any]) -> None:
         train_loop_per_worker,
         train_loop_config=cfg.model_dump(mode="json"),
         scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+            num_workers=cfg.num_workers,
+            use_gpu=cfg.use_gpu,
             resources_per_worker={"CPU": cfg.threads_per_worker or 1},
         ),
         run_config=RunConfig(

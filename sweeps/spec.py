@@ -148,7 +148,9 @@ class LRSearchSpec(_Strict):
     def _order(self) -> LRSearchSpec:
         if not self.min < self.max:
             raise _problem(
-                "min", f"lr.min must be < lr.max, got min={self.min}, max={self.max}", {"min": self.min, "max": self.max}
+                "min",
+                f"lr.min must be < lr.max, got min={self.min}, max={self.max}",
+                {"min": self.min, "max": self.max},
             )
         return self
 
@@ -361,7 +363,9 @@ class SweepSpec(_Strict):
     def train_config(self, optimizer: str, batch_size: int, lr: float, seed: int) -> TrainConfig:
         """The `TrainConfig` of one trial of this sweep (cell `(optimizer, batch_size)` at `lr`, `seed`)."""
         if batch_size not in self.batch_sizes:
-            raise ValueError(f"batch_size={batch_size} is not in sweep {self.name!r}; its batch_sizes: {self.batch_sizes}")
+            raise ValueError(
+                f"batch_size={batch_size} is not in sweep {self.name!r}; its batch_sizes: {self.batch_sizes}"
+            )
         return TrainConfig(
             model=self.model,
             data=self.data,

@@ -41,10 +41,19 @@ def ray_address(token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     env = {**os.environ, **TRAIN_ENV, "BATCHSWEEP_CACHE": str(token_cache), "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     cmd = [
-        str(BIN / "ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
-        "--num-cpus=4", "--disable-usage-stats",
-        f"--ray-client-server-port={free_port()}", f"--min-worker-port={20000}", f"--max-worker-port={29999}",
+        str(BIN / "ray"),
+        "start",
+        "--head",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}",
+        "--include-dashboard=true",
+        "--num-cpus=4",
+        "--disable-usage-stats",
+        f"--ray-client-server-port={free_port()}",
+        f"--min-worker-port={20000}",
+        f"--max-worker-port={29999}",
     ]
     subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=180)
     address = f"127.0.0.1:{port}"

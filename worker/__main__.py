@@ -44,8 +44,13 @@ def main(
 
     def row(m: dict) -> None:
         table.add_row(
-            f"{m['tokens']:,}", str(m["step"]), f"{m['train_loss']:.3f}", f"{m['val_loss']:.3f}",
-            f"{m['lr']:.2e}", f"{m['tokens_per_s']:,.0f}", f"{m.get('attn_logit_max', float('nan')):.2f}",
+            f"{m['tokens']:,}",
+            str(m["step"]),
+            f"{m['train_loss']:.3f}",
+            f"{m['val_loss']:.3f}",
+            f"{m['lr']:.2e}",
+            f"{m['tokens_per_s']:,.0f}",
+            f"{m.get('attn_logit_max', float('nan')):.2f}",
             f"{m['noise_scale']:.1f}" if "noise_scale" in m else "-",
         )
 
@@ -61,9 +66,11 @@ def main(
         from worker.loop import train
         from worker.session import LocalSession
 
-        session = LocalSession(on_report=lambda m: console.print(
-            f"  tokens {m['tokens']:>9,}  val loss {m.get('val_loss', float('nan')):.3f}"
-        ))
+        session = LocalSession(
+            on_report=lambda m: console.print(
+                f"  tokens {m['tokens']:>9,}  val loss {m.get('val_loss', float('nan')):.3f}"
+            )
+        )
         final = train(cfg, session)
         for m in session.reports:
             if "val_loss" in m:

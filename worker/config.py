@@ -30,14 +30,14 @@ class ModelConfig(_Config):
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
         if self.preset is not None and self.preset not in MODEL_PRESETS:
-            raise ValueError(
-                f"unknown model preset {self.preset!r}; valid presets: {', '.join(sorted(MODEL_PRESETS))}"
-            )
+            raise ValueError(f"unknown model preset {self.preset!r}; valid presets: {', '.join(sorted(MODEL_PRESETS))}")
         if self.preset is None and None in (self.n_layer, self.n_head, self.n_embd):
             raise ValueError("without a preset, n_layer, n_head and n_embd are all required")
         shape = self.shape()
         if shape["n_embd"] % shape["n_head"]:
-            raise ValueError(f"n_embd must be divisible by n_head, got n_embd={shape['n_embd']}, n_head={shape['n_head']}")
+            raise ValueError(
+                f"n_embd must be divisible by n_head, got n_embd={shape['n_embd']}, n_head={shape['n_head']}"
+            )
         return self
 
     def shape(self) -> dict[str, int]:

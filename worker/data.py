@@ -217,8 +217,7 @@ class TrainBatches:
         for key in ("seed", "world_size", "seq_len", "micro_batch", "n_windows"):
             if key in state and state[key] != getattr(self, key):
                 raise ValueError(
-                    f"cannot resume batches: checkpoint has {key}={state[key]}, this run has "
-                    f"{key}={getattr(self, key)}"
+                    f"cannot resume batches: checkpoint has {key}={state[key]}, this run has {key}={getattr(self, key)}"
                 )
         epoch, position = int(state["epoch"]), int(state["position"])
         if epoch < 0 or not 0 <= position <= self.batches_per_epoch:
@@ -252,7 +251,11 @@ def val_batches(
     if n < n_batches * micro_batch:
         logger.warning(
             "val split holds %d windows of %d tokens; evaluating on %d instead of %d x %d",
-            available, seq_len + 1, n, n_batches, micro_batch,
+            available,
+            seq_len + 1,
+            n,
+            n_batches,
+            micro_batch,
         )
     windows = np.arange(n)
     return [_gather(data.val, windows[i : i + micro_batch], seq_len) for i in range(0, n, micro_batch)]
@@ -577,7 +580,13 @@ def _build(corpus: _Corpus, cfg: DataConfig, out: Path, final: Path) -> None:
     _BUILD_COUNT += 1
     logger.info(
         "built token cache %s: %d documents, %s chars -> %d train + %d val tokens (vocab %d) in %.1f s",
-        final.name, counts["documents"], _human(counts["chars"]), n_train, n_val, vocab_size, elapsed,
+        final.name,
+        counts["documents"],
+        _human(counts["chars"]),
+        n_train,
+        n_val,
+        vocab_size,
+        elapsed,
     )
 
 

@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from worker.config import TrainConfig, split_batch
-from worker.data import TrainBatches, TokenData, prepare_data, train_sequences_available, val_batches
+from worker.data import TokenData, TrainBatches, prepare_data, train_sequences_available, val_batches
 from worker.model import attention_logit_probe, build_model, flops_per_token
 from worker.noise_scale import NoiseScaleEMA
 from worker.optim import OPTIMIZERS, build_optimizer
@@ -56,8 +55,11 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
+
     def autocast() -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(device.type, dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
+        return (
+            torch.autocast(device.type, dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
+        )
 
     micro, accum = split_batch(cfg.batch_size, session.world_size, cfg.max_micro_batch)
     total_steps, eval_every = cfg.total_steps, cfg.eval_interval_steps
@@ -67,15 +69,21 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     # --- data ------------------------------------------------------------------------------------
     data: TokenData = prepare_data(cfg.data)
     batches = TrainBatches(
-        data, seq_len=seq_len, micro_batch=micro, rank=session.world_rank,
-        world_size=session.world_size, seed=cfg.seed,
+        data,
+        seq_len=seq_len,
+        micro_batch=micro,
+        rank=session.world_rank,
+        world_size=session.world_size,
+        seed=cfg.seed,
     )
     held_out = val_batches(data, seq_len=seq_len, micro_batch=cfg.max_micro_batch, n_batches=cfg.eval_batches)
     epochs_needed = cfg.token_budget / max(1, train_sequences_available(data, seq_len) * seq_len)
     if epochs_needed > 1 and session.world_rank == 0:
         log.warning(
             "token_budget=%d needs %.2f epochs of %s: repeated data favours small batches",
-            cfg.token_budget, epochs_needed, data.description,
+            cfg.token_budget,
+            epochs_needed,
+            data.description,
         )
 
     # --- model and optimizer --------------------------------------------------------------------
@@ -126,7 +134,9 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     grad_norm = float("nan")
     while step < total_steps:
         t0 = time.perf_counter()
-        lr = lr_at(step, peak_lr=cfg.optimizer.lr, total_steps=total_steps, warmup=warmup, min_lr_ratio=cfg.min_lr_ratio)
+        lr = lr_at(
+            step, peak_lr=cfg.optimizer.lr, total_steps=total_steps, warmup=warmup, min_lr_ratio=cfg.min_lr_ratio
+        )
         for group in optimizer.param_groups:
             group["lr"] = lr
 
@@ -218,9 +228,14 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
                     if session.world_rank == 0:
                         torch.save(
                             {
-                                "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                                "batches": batches.state_dict(), "step": step, "tokens": tokens,
-                                "initial_loss": initial_loss, "noise": (noise.g2, noise.trace), "last": last,
+                                "model": raw_model.state_dict(),
+                                "optimizer": optimizer.state_dict(),
+                                "batches": batches.state_dict(),
+                                "step": step,
+                                "tokens": tokens,
+                                "initial_loss": initial_loss,
+                                "noise": (noise.g2, noise.trace),
+                                "last": last,
                             },
                             d / CHECKPOINT_FILE,
                         )
@@ -230,7 +245,11 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
 
     if status == "diverged":
         final = {
-            **last, "tokens": tokens, "step": step, "status": "diverged", "done": True,
+            **last,
+            "tokens": tokens,
+            "step": step,
+            "status": "diverged",
+            "done": True,
             "train_time_s": time.perf_counter() - started,
         }
         log.info("diverged at step %d (lr=%.3g)", step, cfg.optimizer.lr)

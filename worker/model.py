@@ -53,9 +53,7 @@ def _sdpa_with_logit_probe(
                 best = max(best, scores.masked_fill(~causal, float("-inf")).amax().item())
         layer = int(getattr(module, "layer_idx", len(_recording)))
         _recording[layer] = max(best, _recording.get(layer, float("-inf")))
-    return sdpa_attention_forward(
-        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-    )
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
 
 AttentionInterface.register(ATTN_IMPL, _sdpa_with_logit_probe)

@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def noise_scale_estimates(
-    g_small_sq: float, g_big_sq: float, b_small: float, b_big: float
-) -> tuple[float, float]:
+def noise_scale_estimates(g_small_sq: float, g_big_sq: float, b_small: float, b_big: float) -> tuple[float, float]:
     """(|G|^2, tr(Sigma)) estimates from squared gradient norms at batch sizes b_small < b_big."""
     if not 0 < b_small < b_big:
         raise ValueError(f"need 0 < b_small < b_big, got b_small={b_small}, b_big={b_big}")

@@ -62,8 +62,13 @@ async def submit_sweep(
         response.status_code = status.HTTP_200_OK
         return await manager.dry_run(body, content_type, settings)
     created = await manager.submit(
-        body=body, content_type=content_type, owner=owner, idempotency_key=idempotency_key,
-        settings=settings, store=store, supervisor=supervisor,
+        body=body,
+        content_type=content_type,
+        owner=owner,
+        idempotency_key=idempotency_key,
+        settings=settings,
+        store=store,
+        supervisor=supervisor,
     )
     response.headers["Location"] = f"/sweeps/{created.row.id}"
     if created.replayed:

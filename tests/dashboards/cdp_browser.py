@@ -21,9 +21,18 @@ from typing import Any
 
 CHROMIUM = os.environ.get("BATCHSWEEP_CHROMIUM", "/usr/bin/chromium")
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio", "--window-size=1400,1000",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--window-size=1400,1000",
 )
 
 
@@ -61,8 +70,10 @@ class Chromium:
 
         self.proc = subprocess.Popen(
             [exe, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={self.user_data_dir}", "about:blank"],
-            pass_fds=(3, 4), preexec_fn=wire,
-            stdout=subprocess.DEVNULL, stderr=(self.user_data_dir / "chromium.log").open("wb"),
+            pass_fds=(3, 4),
+            preexec_fn=wire,
+            stdout=subprocess.DEVNULL,
+            stderr=(self.user_data_dir / "chromium.log").open("wb"),
         )
         os.close(to_child_r)
         os.close(from_child_w)
@@ -100,8 +111,9 @@ class Chromium:
                         self.events.append(msg)
                     self._cond.notify_all()
 
-    def call(self, method: str, params: dict[str, Any] | None = None, *, session: str | None = None,
-             timeout: float = 30.0) -> dict[str, Any]:
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, *, session: str | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         with self._lock:
             self._next_id += 1
             msg_id = self._next_id
@@ -111,12 +123,16 @@ class Chromium:
         try:
             os.write(self._to_child, json.dumps(msg).encode() + b"\0")
         except BrokenPipeError as e:
-            raise CDPError(f"{method}: Chromium is gone (rc={self.proc.poll()}); its log ends:\n{self.log_tail()}") from e
+            raise CDPError(
+                f"{method}: Chromium is gone (rc={self.proc.poll()}); its log ends:\n{self.log_tail()}"
+            ) from e
         deadline = time.monotonic() + timeout
         with self._cond:
             while msg_id not in self._responses:
                 if -1 in self._responses:
-                    raise CDPError(f"{method}: Chromium exited (rc={self.proc.poll()}); its log ends:\n{self.log_tail()}")
+                    raise CDPError(
+                        f"{method}: Chromium exited (rc={self.proc.poll()}); its log ends:\n{self.log_tail()}"
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"CDP {method} got no answer in {timeout} s")
@@ -132,7 +148,9 @@ class Chromium:
         except OSError:
             return "(no log)"
 
-    def wait_event(self, method: str, *, session: str | None = None, since: int = 0, timeout: float = 30.0) -> dict[str, Any]:
+    def wait_event(
+        self, method: str, *, session: str | None = None, since: int = 0, timeout: float = 30.0
+    ) -> dict[str, Any]:
         """The first event `method` (of `session`) at index >= since."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -153,8 +171,11 @@ class Chromium:
         page = Page(self, session)
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=session)
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=session,
+        )
         return page
 
     def close(self) -> None:
@@ -200,8 +221,9 @@ class Page:
         self.browser.wait_event("Page.loadEventFired", session=self.session, since=since, timeout=timeout)
 
     def evaluate(self, expression: str, timeout: float = 30.0) -> Any:
-        res = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True},
-                        timeout=timeout)
+        res = self.call(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, timeout=timeout
+        )
         if "exceptionDetails" in res:
             raise CDPError(f"evaluate({expression!r}): {res['exceptionDetails']}")
         return res["result"].get("value")
@@ -228,7 +250,9 @@ class Page:
                 d = p.get("exceptionDetails", {})
                 out.append(f"exception: {d.get('exception', {}).get('description') or d.get('text')}")
             elif ev["method"] == "Runtime.consoleAPICalled" and p.get("type") == "error":
-                out.append("console.error: " + " ".join(str(a.get("value", a.get("description"))) for a in p.get("args", [])))
+                out.append(
+                    "console.error: " + " ".join(str(a.get("value", a.get("description"))) for a in p.get("args", []))
+                )
             elif ev["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
                 e = p["entry"]
                 out.append(f"log: {e.get('text')} {e.get('url', '')}")
@@ -238,8 +262,10 @@ class Page:
         params: dict[str, Any] = {"format": "png"}
         if full_page:
             size = self.call("Page.getLayoutMetrics")["cssContentSize"]
-            params |= {"captureBeyondViewport": True,
-                       "clip": {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 16000), "scale": 1}}
+            params |= {
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 16000), "scale": 1},
+            }
         data = self.call("Page.captureScreenshot", params, timeout=60)["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))

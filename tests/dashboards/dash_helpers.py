@@ -43,8 +43,16 @@ def trial(
     metrics = {k: c[-1][1] for k, c in history.items()}
     name = run_name(optimizer, batch_size, lr, seed)
     return TrialRun(
-        run_id=f"{name}/{role}".replace(" ", "_"), run_name=name, optimizer=optimizer, batch_size=batch_size,
-        lr=lr, seed=seed, role=role, status=status, metrics=metrics, history=history,
+        run_id=f"{name}/{role}".replace(" ", "_"),
+        run_name=name,
+        optimizer=optimizer,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        role=role,
+        status=status,
+        metrics=metrics,
+        history=history,
     )
 
 
@@ -70,17 +78,37 @@ def make_sweep(
         curve = t.history.get("val_loss", ())
         val = curve[-1][1] if curve and t.status in ("completed", "pruned") else None
         tokens = curve[-1][0] if curve else 0
-        results.append(TrialResult(
-            optimizer=t.optimizer, batch_size=t.batch_size, lr=t.lr, seed=t.seed, role=t.role,  # type: ignore[arg-type]
-            status=t.status, val_loss=val, tokens=tokens,  # type: ignore[arg-type]
-            steps=tokens // (t.batch_size * seq_len), curve=tuple(curve),
-        ))
-    report = build_report(results, inputs=AnalysisInput(
-        sweep=sweep_id, batch_sizes=tuple(batch_sizes), optimizers=tuple(optimizers), baseline=baseline,
-        tolerance=tolerance, lr_min=lr_range[0], lr_max=lr_range[1], seeds=seeds, seq_len=seq_len,
-    ))
-    return SweepData(sweep_id=sweep_id, report=validate_report(report), trials=trials, warnings=tuple(warnings),
-                     status="succeeded")
+        results.append(
+            TrialResult(
+                optimizer=t.optimizer,
+                batch_size=t.batch_size,
+                lr=t.lr,
+                seed=t.seed,
+                role=t.role,  # type: ignore[arg-type]
+                status=t.status,
+                val_loss=val,
+                tokens=tokens,  # type: ignore[arg-type]
+                steps=tokens // (t.batch_size * seq_len),
+                curve=tuple(curve),
+            )
+        )
+    report = build_report(
+        results,
+        inputs=AnalysisInput(
+            sweep=sweep_id,
+            batch_sizes=tuple(batch_sizes),
+            optimizers=tuple(optimizers),
+            baseline=baseline,
+            tolerance=tolerance,
+            lr_min=lr_range[0],
+            lr_max=lr_range[1],
+            seeds=seeds,
+            seq_len=seq_len,
+        ),
+    )
+    return SweepData(
+        sweep_id=sweep_id, report=validate_report(report), trials=trials, warnings=tuple(warnings), status="succeeded"
+    )
 
 
 def decay(final: float, start: float, points: Sequence[int] = (1024, 2048, 3072, 4096)) -> list[tuple[int, float]]:
@@ -102,36 +130,81 @@ def rich_sweep(sweep_id: str = "rich") -> SweepData:
             best_lr = 1e-3 * (bs / 4) ** (0.5 if opt == "adamw" else 0.8)
             final = base + slope * i * i
             growth = 0.002 if opt == "adamw" else 0.0002  # per token: AdamW's logits run away, MERIT's barely move
-            attn = {layer: [(p, 2.0 + layer + growth * p * (bs / 4)) for p in (1024, 2048, 3072, 4096)] for layer in range(3)}
-            noise = [(p, 6.0 + 4.0 * p / 4096 + i) for p in (1024, 2048, 3072, 4096)] if opt == "merit" and bs >= 8 else []
+            attn = {
+                layer: [(p, 2.0 + layer + growth * p * (bs / 4)) for p in (1024, 2048, 3072, 4096)]
+                for layer in range(3)
+            }
+            noise = (
+                [(p, 6.0 + 4.0 * p / 4096 + i) for p in (1024, 2048, 3072, 4096)] if opt == "merit" and bs >= 8 else []
+            )
             if opt == "adamw" and bs == 32:
                 # every trial of this cell diverges: no best run, no mean, the chain breaks here
                 for lr in (best_lr, best_lr * 3):
-                    ts.append(trial(opt, bs, lr, status="diverged", val=decay(4.0, 5.0, (1024, 2048)),
-                                    attn={layer: [(1024, 5.0 + layer), (2048, 40.0 + 10 * layer)] for layer in range(3)}))
+                    ts.append(
+                        trial(
+                            opt,
+                            bs,
+                            lr,
+                            status="diverged",
+                            val=decay(4.0, 5.0, (1024, 2048)),
+                            attn={layer: [(1024, 5.0 + layer), (2048, 40.0 + 10 * layer)] for layer in range(3)},
+                        )
+                    )
                 continue
-            ts.append(trial(opt, bs, best_lr, val=decay(final, final + 1.0), train=decay(final + 0.05, final + 1.2),
-                            noise=noise, attn=attn))
-            ts.append(trial(opt, bs, best_lr, seed=1, role="seed", val=decay(final + 0.01, final + 1.0),
-                            noise=[(s, v * 1.1) for s, v in noise], attn=attn))
+            ts.append(
+                trial(
+                    opt,
+                    bs,
+                    best_lr,
+                    val=decay(final, final + 1.0),
+                    train=decay(final + 0.05, final + 1.2),
+                    noise=noise,
+                    attn=attn,
+                )
+            )
+            ts.append(
+                trial(
+                    opt,
+                    bs,
+                    best_lr,
+                    seed=1,
+                    role="seed",
+                    val=decay(final + 0.01, final + 1.0),
+                    noise=[(s, v * 1.1) for s, v in noise],
+                    attn=attn,
+                )
+            )
             ts.append(trial(opt, bs, best_lr * 4, val=decay(final + 0.2, final + 1.3)))
             if bs == 8:
-                ts.append(trial(opt, bs, best_lr / 8, status="pruned", val=decay(final + 0.6, final + 1.5, (1024, 2048))))
+                ts.append(
+                    trial(opt, bs, best_lr / 8, status="pruned", val=decay(final + 0.6, final + 1.5, (1024, 2048)))
+                )
             if bs == 16:
                 ts.append(trial(opt, bs, 0.05, status="diverged", val=decay(final + 0.9, final + 1.0, (1024,))))
                 ts.append(trial(opt, bs, 0.08, status="failed"))
             if bs == 4:
                 ts.append(trial(opt, bs, best_lr * 2, status="cancelled", val=decay(final + 0.3, final + 1.0, (1024,))))
-    return make_sweep(ts, sweep_id=sweep_id, batch_sizes=sizes, lr_range=(1e-4, 1e-1), tolerance=0.03,
-                      warnings=["token_budget <exceeds> the corpus & repeats data"])
+    return make_sweep(
+        ts,
+        sweep_id=sweep_id,
+        batch_sizes=sizes,
+        lr_range=(1e-4, 1e-1),
+        tolerance=0.03,
+        warnings=["token_budget <exceeds> the corpus & repeats data"],
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # Recording a hand-made sweep in MLflow (the recorder's layout, without Ray)
 # --------------------------------------------------------------------------------------------------
 
-MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FINISHED", "pruned": "KILLED", "failed": "FAILED",
-                 "cancelled": "KILLED"}
+MLFLOW_STATUS = {
+    "completed": "FINISHED",
+    "diverged": "FINISHED",
+    "pruned": "KILLED",
+    "failed": "FAILED",
+    "cancelled": "KILLED",
+}
 
 
 def record_sweep(tracking_uri: str, sweep: SweepData, artifact_root: Path) -> tuple[str, str]:
@@ -142,24 +215,44 @@ def record_sweep(tracking_uri: str, sweep: SweepData, artifact_root: Path) -> tu
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
-    exp_id = client.create_experiment(sweep.sweep_id, artifact_location=(artifact_root / sweep.sweep_id).as_uri(),
-                                       tags={f"{TAG}sweep_id": sweep.sweep_id})
+    exp_id = client.create_experiment(
+        sweep.sweep_id,
+        artifact_location=(artifact_root / sweep.sweep_id).as_uri(),
+        tags={f"{TAG}sweep_id": sweep.sweep_id},
+    )
     cells = {}
     for opt in sweep.optimizers:
         for bs in sweep.batch_sizes:
-            run = client.create_run(exp_id, run_name=run_name(opt, bs), tags={
-                f"{TAG}role": "cell", f"{TAG}cell": cell_key(opt, bs), f"{TAG}optimizer": opt, f"{TAG}batch_size": str(bs)})
+            run = client.create_run(
+                exp_id,
+                run_name=run_name(opt, bs),
+                tags={
+                    f"{TAG}role": "cell",
+                    f"{TAG}cell": cell_key(opt, bs),
+                    f"{TAG}optimizer": opt,
+                    f"{TAG}batch_size": str(bs),
+                },
+            )
             cells[(opt, bs)] = run.info.run_id
     now = int(time.time() * 1000)
     for t in sweep.trials:
-        run = client.create_run(exp_id, run_name=t.run_name, tags={
-            "mlflow.parentRunId": cells[(t.optimizer, t.batch_size)], f"{TAG}role": t.role,
-            f"{TAG}cell": cell_key(t.optimizer, t.batch_size), f"{TAG}optimizer": t.optimizer,
-            f"{TAG}batch_size": str(t.batch_size), f"{TAG}lr": repr(t.lr), f"{TAG}seed": str(t.seed),
-            f"{TAG}status": t.status})
+        run = client.create_run(
+            exp_id,
+            run_name=t.run_name,
+            tags={
+                "mlflow.parentRunId": cells[(t.optimizer, t.batch_size)],
+                f"{TAG}role": t.role,
+                f"{TAG}cell": cell_key(t.optimizer, t.batch_size),
+                f"{TAG}optimizer": t.optimizer,
+                f"{TAG}batch_size": str(t.batch_size),
+                f"{TAG}lr": repr(t.lr),
+                f"{TAG}seed": str(t.seed),
+                f"{TAG}status": t.status,
+            },
+        )
         metrics = [Metric(k, v, now, s) for k, curve in t.history.items() for s, v in curve if math.isfinite(v)]
         for i in range(0, len(metrics), 500):
-            client.log_batch(run.info.run_id, metrics=metrics[i:i + 500])
+            client.log_batch(run.info.run_id, metrics=metrics[i : i + 500])
         client.set_terminated(run.info.run_id, MLFLOW_STATUS.get(t.status, "FINISHED"))
     summary = client.create_run(exp_id, run_name="summary", tags={f"{TAG}role": "summary", f"{TAG}status": "succeeded"})
     report: dict[str, Any] = sweep.report.model_dump(mode="json")

@@ -34,8 +34,10 @@ LOCAL = ("http://127.0.0.1", "data:", "blob:", "about:")
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Chromium]:
     if find_chromium() is None:
-        pytest.fail("Chromium is missing: the end-to-end test needs Debian's `chromium` package "
-                    "(installed by `make test`'s setup: apt-get install -y chromium)")
+        pytest.fail(
+            "Chromium is missing: the end-to-end test needs Debian's `chromium` package "
+            "(installed by `make test`'s setup: apt-get install -y chromium)"
+        )
     with Chromium() as b:
         yield b
 
@@ -71,23 +73,32 @@ def test_dashboard_page_renders_without_errors(tiny_sweep, browser: Chromium, tm
         page.goto(f"http://127.0.0.1:{server.server_port}/index.html")
         # every figure became a plotly plot, and each drew its traces
         page.wait_for(f"document.querySelectorAll('.js-plotly-plot').length === {len(figs)}", timeout=60)
-        traces = page.evaluate("[...document.querySelectorAll('.js-plotly-plot')]"
-                               ".map(d => d.querySelectorAll('.scatterlayer .trace').length)")
+        traces = page.evaluate(
+            "[...document.querySelectorAll('.js-plotly-plot')]"
+            ".map(d => d.querySelectorAll('.scatterlayer .trace').length)"
+        )
         assert len(traces) == len(figs) and all(n > 0 for n in traces), traces
         # the page is readable without JavaScript errors (and without failed loads)
         assert page.errors() == []
         # self-contained: nothing was fetched from anywhere but the page's own server
-        urls = [ev["params"]["request"]["url"] for ev in browser.events
-                if ev.get("method") == "Network.requestWillBeSent" and ev.get("sessionId") == page.session]
+        urls = [
+            ev["params"]["request"]["url"]
+            for ev in browser.events
+            if ev.get("method") == "Network.requestWillBeSent" and ev.get("sessionId") == page.session
+        ]
         assert urls and all(u.startswith(LOCAL) for u in urls), urls
         # the answer at the top, and the star drawn at the report's batch size
         answer = page.evaluate("document.getElementById('answer').innerText")
         for opt, o in outcome.report["optimizers"].items():
             bs = o["largest_degradation_free_batch_size"]["self"]
-            assert f"{opt}: largest degradation-free batch size vs itself: {'none' if bs is None else f'B = {bs}'}" in answer
+            assert (
+                f"{opt}: largest degradation-free batch size vs itself: {'none' if bs is None else f'B = {bs}'}"
+                in answer
+            )
             stars = page.evaluate(
                 f"document.getElementById('fig-scaling').data.filter(t => t.name.startsWith('{opt}: largest "
-                "degradation-free B = ') && t.name.includes('itself')).map(t => t.x[0])")
+                "degradation-free B = ') && t.name.includes('itself')).map(t => t.x[0])"
+            )
             assert stars == ([bs] if bs is not None else [])
         top = page.evaluate("document.getElementById('answer').getBoundingClientRect().top")
         first_fig = page.evaluate("document.querySelector('.js-plotly-plot').getBoundingClientRect().top")
@@ -127,9 +138,22 @@ def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Chromium, 
     log = tmp_path / "mlflow-server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(BIN / "mlflow"), "server", "--backend-store-uri", outcome.tracking_uri, "--host", "127.0.0.1",
-             "--port", str(port), "--workers", "1"],
-            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(BIN / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                outcome.tracking_uri,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -139,9 +163,11 @@ def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Chromium, 
         page.goto(f"{base}/#/experiments/{outcome.experiment_id}/runs")
         page.wait_for("document.body.innerText.includes('adamw bs=4')", timeout=120)
         # the cell runs are parents: expand them and their trials appear, named by optimizer, batch, lr, seed
-        expanded = page.evaluate("(() => { const b = [...document.querySelectorAll("
-                                 "'button[data-component-id*=\"runnamecellrenderer\"]')]; b.forEach(x => x.click());"
-                                 " return b.length; })()")
+        expanded = page.evaluate(
+            "(() => { const b = [...document.querySelectorAll("
+            "'button[data-component-id*=\"runnamecellrenderer\"]')]; b.forEach(x => x.click());"
+            " return b.length; })()"
+        )
         assert expanded == 4, "expected one expander per cell run (2 optimizers x 2 batch sizes)"
         page.wait_for("document.body.innerText.includes('adamw bs=4 lr=')", timeout=60)
         text = page.evaluate("document.body.innerText")
@@ -157,8 +183,10 @@ def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Chromium, 
         page.wait_for("document.body.innerText.includes('scaling.png')", timeout=30)
         assert page.evaluate(CLICK_TEXT % "scaling.png")
         # the preview is a blob image of the PNG's real size
-        width = page.wait_for("[...document.images].filter(i => i.src.startsWith('blob:') && i.complete)"
-                              ".map(i => i.naturalWidth)[0]", timeout=30)
+        width = page.wait_for(
+            "[...document.images].filter(i => i.src.startsWith('blob:') && i.complete).map(i => i.naturalWidth)[0]",
+            timeout=30,
+        )
         assert width > 500
         _keep(page.screenshot(tmp_path / "mlflow-artifacts.png", full_page=False))
     finally:

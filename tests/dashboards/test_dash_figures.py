@@ -52,8 +52,11 @@ def test_scaling_figure_draws_the_report_numbers(rich: tuple) -> None:
         assert hi == pytest.approx([c.val_loss_ci95[1] for c in cells])
         assert lo == pytest.approx([c.val_loss_ci95[0] for c in cells])
     # the star sits at the report's answer
-    (star,) = [tr for tr in f.plotly_fig.data
-               if tr.name.startswith("merit: largest degradation-free B = ") and "itself" in tr.name]
+    (star,) = [
+        tr
+        for tr in f.plotly_fig.data
+        if tr.name.startswith("merit: largest degradation-free B = ") and "itself" in tr.name
+    ]
     assert list(star.x) == [32]
     # the legend admits AdamW's cell without a completed run
     assert any("1 cell(s) without a completed run" in tr.name for tr in f.plotly_fig.data)
@@ -87,8 +90,10 @@ def test_best_lr_figure_is_log_log_with_fits(rich: tuple) -> None:
 
 
 def test_steps_figure_without_noise_scale_says_why() -> None:
-    s = make_sweep([trial("adamw", 4, 0.01, val=[(64, 3.5), (128, 3.0)]),
-                    trial("adamw", 8, 0.01, val=[(64, 3.6), (128, 3.1)])], optimizers=("adamw",))
+    s = make_sweep(
+        [trial("adamw", 4, 0.01, val=[(64, 3.5), (128, 3.0)]), trial("adamw", 8, 0.01, val=[(64, 3.6), (128, 3.1)])],
+        optimizers=("adamw",),
+    )
     f = steps_figure(s)
     assert f.data.noise.points == () and f.data.noise.missing == ("adamw",)
     texts = [t.get_text() for t in f.mpl_fig.axes[1].texts]
@@ -99,10 +104,17 @@ def test_steps_figure_without_noise_scale_says_why() -> None:
 @pytest.mark.parametrize("case", ["nothing_completed", "one_batch_size", "optimizer_without_trials"])
 def test_figures_survive_missing_data(case: str) -> None:
     if case == "nothing_completed":
-        s = make_sweep([trial("adamw", 4, 0.01, status="diverged", val=[(50, 9.0)]),
-                        trial("adamw", 8, 0.01, status="failed"), trial("merit", 4, 0.01, status="pruned", val=[(50, 5.0)])])
+        s = make_sweep(
+            [
+                trial("adamw", 4, 0.01, status="diverged", val=[(50, 9.0)]),
+                trial("adamw", 8, 0.01, status="failed"),
+                trial("merit", 4, 0.01, status="pruned", val=[(50, 5.0)]),
+            ]
+        )
     elif case == "one_batch_size":
-        s = make_sweep([trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("merit", 4, 0.02, val=[(64, 3.1)])], batch_sizes=(4,))
+        s = make_sweep(
+            [trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("merit", 4, 0.02, val=[(64, 3.1)])], batch_sizes=(4,)
+        )
     else:
         s = make_sweep([trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("adamw", 8, 0.01, val=[(64, 3.05)])])
     figs = [make(s) for make in FIGURES]  # a crash here is the failure
@@ -114,8 +126,15 @@ def test_figures_survive_missing_data(case: str) -> None:
 
 
 def test_lr_figure_counts_in_the_panel_titles() -> None:
-    s = make_sweep([trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("adamw", 4, 0.05, status="diverged", val=[(32, 3.3)]),
-                    trial("adamw", 4, 0.001, status="pruned", val=[(32, 3.9)])], optimizers=("adamw",), batch_sizes=(4,))
+    s = make_sweep(
+        [
+            trial("adamw", 4, 0.01, val=[(64, 3.0)]),
+            trial("adamw", 4, 0.05, status="diverged", val=[(32, 3.3)]),
+            trial("adamw", 4, 0.001, status="pruned", val=[(32, 3.9)]),
+        ],
+        optimizers=("adamw",),
+        batch_sizes=(4,),
+    )
     f = lr_figure(s)
     assert f.mpl_fig.axes[0].get_title() == "adamw: 1 completed, 1 pruned, 1 diverged/failed"
 
@@ -147,8 +166,11 @@ def test_page_is_self_contained_and_escaped(rich: tuple) -> None:
 
 def test_page_escapes_a_hostile_sweep_id() -> None:
     evil = '<script>alert("x")</script>'
-    s = make_sweep([trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("merit", 4, 0.02, val=[(64, 3.1)])],
-                   batch_sizes=(4,), sweep_id=evil)
+    s = make_sweep(
+        [trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("merit", 4, 0.02, val=[(64, 3.1)])],
+        batch_sizes=(4,),
+        sweep_id=evil,
+    )
     page = render_dashboard(s, build_figures(s), png_fallback=False)
     assert evil not in page  # neither in the page's HTML nor in plotly's embedded JSON (it escapes < as \u003c)
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page

@@ -96,8 +96,9 @@ def test_dashboard_page_serves_the_published_page_or_renders_one(recorded: tuple
     page = dashboard_page(uri, "unpublished")
     assert page.startswith("<!DOCTYPE html>") and "Sweep unpublished" in page
     client = MlflowClient(uri)
-    summary = client.search_runs([client.get_experiment_by_name("unpublished").experiment_id],
-                                 "tags.`batchsweep.role` = 'summary'")[0].info.run_id
+    summary = client.search_runs(
+        [client.get_experiment_by_name("unpublished").experiment_id], "tags.`batchsweep.role` = 'summary'"
+    )[0].info.run_id
     assert client.list_artifacts(summary, "figures") == []
     # once published, the page is the published artifact itself
     paths = publish(uri, "unpublished", tmp_path / "out")

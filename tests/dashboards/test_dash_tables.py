@@ -83,9 +83,14 @@ def test_best_run_follows_the_report_and_breaks_ties_by_seed() -> None:
 
 
 def test_best_run_missing_when_a_cell_has_no_completed_search() -> None:
-    s = make_sweep([trial("adamw", 4, 0.01, val=[(100, 3.0)]),
-                    trial("adamw", 8, 0.01, status="diverged", val=[(50, 3.5)]),
-                    trial("adamw", 8, 0.02, status="failed")], optimizers=("adamw",))
+    s = make_sweep(
+        [
+            trial("adamw", 4, 0.01, val=[(100, 3.0)]),
+            trial("adamw", 8, 0.01, status="diverged", val=[(50, 3.5)]),
+            trial("adamw", 8, 0.02, status="failed"),
+        ],
+        optimizers=("adamw",),
+    )
     assert set(best_runs(s)) == {("adamw", 4)}
     assert s.cell("adamw", 8).best_lr is None  # type: ignore[union-attr]
 
@@ -99,7 +104,9 @@ def test_scaling_points_are_the_report_cells() -> None:
     s = rich_sweep()
     t = scaling_points(s)
     # one point per (optimizer, batch size), including AdamW's empty B=32 cell
-    assert [(p.optimizer, p.batch_size) for p in t.points] == [(o, b) for o in ("adamw", "merit") for b in (4, 8, 16, 32)]
+    assert [(p.optimizer, p.batch_size) for p in t.points] == [
+        (o, b) for o in ("adamw", "merit") for b in (4, 8, 16, 32)
+    ]
     for p in t.points:
         cell = s.cell(p.optimizer, p.batch_size)
         assert cell is not None
@@ -179,8 +186,9 @@ def test_best_lr_fit_on_a_sweep() -> None:
 
 
 def test_best_lr_fit_needs_two_batch_sizes() -> None:
-    s = make_sweep([trial("adamw", 4, 0.01, val=[(100, 3.0)]), trial("adamw", 8, 0.01, status="diverged")],
-                   optimizers=("adamw",))
+    s = make_sweep(
+        [trial("adamw", 4, 0.01, val=[(100, 3.0)]), trial("adamw", 8, 0.01, status="diverged")], optimizers=("adamw",)
+    )
     t = best_lr_fit(s)
     assert t.fits == ()  # one point: no law
     assert [r.anchor_batch for r in t.rules] == [4, 4]
@@ -218,8 +226,9 @@ def test_attention_falls_back_to_the_longest_run_of_the_largest_batch() -> None:
 
 
 def test_attention_missing_probe() -> None:
-    s = make_sweep([trial("adamw", 4, 0.01, val=[(100, 3.0)], attn={0: [(100, 1.0)]}),
-                    trial("merit", 4, 0.01, val=[(100, 3.0)])])
+    s = make_sweep(
+        [trial("adamw", 4, 0.01, val=[(100, 3.0)], attn={0: [(100, 1.0)]}), trial("merit", 4, 0.01, val=[(100, 3.0)])]
+    )
     t = attention_curves(s)
     assert t.missing == ("merit",)
     assert [(p.layer, p.tokens, p.value) for p in t.points] == [(0, 100, 1.0)]
@@ -232,11 +241,17 @@ def test_attention_missing_probe() -> None:
 
 def _steps_sweep():
     # seq_len 8, tolerance 0.1: the reference is B=4's final loss 3.0, the target 3.3
-    return make_sweep([
-        trial("adamw", 4, 0.01, val=[(1024, 4.0), (2048, 3.2), (3072, 3.05), (4096, 3.0)]),
-        trial("adamw", 8, 0.01, val=[(1024, 4.0), (2048, 3.5), (3072, 3.25), (4096, 3.1)]),
-        trial("adamw", 16, 0.01, val=[(1024, 4.2), (2048, 3.9), (3072, 3.6), (4096, 3.4)]),
-    ], optimizers=("adamw",), batch_sizes=(4, 8, 16), tolerance=0.1, seq_len=8)
+    return make_sweep(
+        [
+            trial("adamw", 4, 0.01, val=[(1024, 4.0), (2048, 3.2), (3072, 3.05), (4096, 3.0)]),
+            trial("adamw", 8, 0.01, val=[(1024, 4.0), (2048, 3.5), (3072, 3.25), (4096, 3.1)]),
+            trial("adamw", 16, 0.01, val=[(1024, 4.2), (2048, 3.9), (3072, 3.6), (4096, 3.4)]),
+        ],
+        optimizers=("adamw",),
+        batch_sizes=(4, 8, 16),
+        tolerance=0.1,
+        seq_len=8,
+    )
 
 
 def test_steps_to_target_exact() -> None:
@@ -255,14 +270,17 @@ def test_steps_to_target_exact() -> None:
 
 def test_noise_scale_critical_batch_is_the_mean_final_estimate_at_the_smallest_measured_batch() -> None:
     lr = 0.01
-    s = make_sweep([
-        trial("adamw", 4, lr, val=[(100, 3.0)]),  # accumulation 1: no B_simple
-        trial("adamw", 8, lr, val=[(100, 3.0)], noise=[(50, 20.0), (100, 10.0)]),
-        trial("adamw", 8, lr, seed=1, role="seed", val=[(100, 3.01)], noise=[(50, 9.0), (100, 14.0)]),
-        trial("adamw", 8, lr * 2, val=[(100, 3.5)], noise=[(100, 99.0)]),  # not a sample run: ignored
-        trial("adamw", 16, lr, val=[(100, 3.0)], noise=[(100, 50.0)]),
-        trial("merit", 4, lr, val=[(100, 3.0)]),
-    ], batch_sizes=(4, 8, 16))
+    s = make_sweep(
+        [
+            trial("adamw", 4, lr, val=[(100, 3.0)]),  # accumulation 1: no B_simple
+            trial("adamw", 8, lr, val=[(100, 3.0)], noise=[(50, 20.0), (100, 10.0)]),
+            trial("adamw", 8, lr, seed=1, role="seed", val=[(100, 3.01)], noise=[(50, 9.0), (100, 14.0)]),
+            trial("adamw", 8, lr * 2, val=[(100, 3.5)], noise=[(100, 99.0)]),  # not a sample run: ignored
+            trial("adamw", 16, lr, val=[(100, 3.0)], noise=[(100, 50.0)]),
+            trial("merit", 4, lr, val=[(100, 3.0)]),
+        ],
+        batch_sizes=(4, 8, 16),
+    )
     t = noise_scale(s)
     (crit,) = t.critical
     assert (crit.optimizer, crit.batch_size, crit.runs) == ("adamw", 8, 2)
@@ -270,13 +288,20 @@ def test_noise_scale_critical_batch_is_the_mean_final_estimate_at_the_smallest_m
     assert t.missing == ("merit",)
     # the curves: every sample run's B_simple, none of the non-sample run
     assert sorted((p.batch_size, p.seed, p.tokens, p.b_simple) for p in t.points) == [
-        (8, 0, 50, 20.0), (8, 0, 100, 10.0), (8, 1, 50, 9.0), (8, 1, 100, 14.0), (16, 0, 100, 50.0)]
+        (8, 0, 50, 20.0),
+        (8, 0, 100, 10.0),
+        (8, 1, 50, 9.0),
+        (8, 1, 100, 14.0),
+        (16, 0, 100, 50.0),
+    ]
     assert not any(math.isclose(p.b_simple, 99.0) for p in t.points)
 
 
 def test_tables_survive_a_sweep_with_nothing_completed() -> None:
-    s = make_sweep([trial("adamw", 4, 0.01, status="diverged", val=[(50, 9.0)]),
-                    trial("merit", 4, 0.01, status="failed")], batch_sizes=(4,))
+    s = make_sweep(
+        [trial("adamw", 4, 0.01, status="diverged", val=[(50, 9.0)]), trial("merit", 4, 0.01, status="failed")],
+        batch_sizes=(4,),
+    )
     assert best_runs(s) == {}
     assert all(p.val_loss_mean is None for p in scaling_points(s).points)
     assert scaling_points(s).bands == ()

@@ -59,10 +59,14 @@ def test_scaling_points_ci_bars_and_marked_batch_size(tiny) -> None:
         drawn = [c for c in o["cells"] if c["val_loss_mean"] is not None]
         assert list(line.x) == [c["batch_size"] for c in drawn]
         assert [y + e for y, e in zip(line.y, line.error_y.array, strict=True)] == pytest.approx(
-            [c["val_loss_ci95"][1] for c in drawn])
+            [c["val_loss_ci95"][1] for c in drawn]
+        )
         answer = o["largest_degradation_free_batch_size"]["self"]
-        stars = [tr for tr in f.plotly_fig.data if tr.name.startswith(f"{opt}: largest degradation-free B = ")
-                 and "itself" in tr.name]
+        stars = [
+            tr
+            for tr in f.plotly_fig.data
+            if tr.name.startswith(f"{opt}: largest degradation-free B = ") and "itself" in tr.name
+        ]
         assert [list(s.x) for s in stars] == ([[answer]] if answer is not None else [])
 
 
@@ -74,9 +78,11 @@ def test_lr_points_are_the_trial_runs(tiny) -> None:
     # one point with a final val loss per completed trial run in MLflow
     assert sum(1 for p in t.points if p.status == "completed" and p.val_loss is not None) == len(completed)
     assert sum(1 for p in t.points if p.val_loss is not None and p.status == "completed") == sum(
-        c["trial_status"]["completed"] for o in outcome.report["optimizers"].values() for c in o["cells"])
+        c["trial_status"]["completed"] for o in outcome.report["optimizers"].values() for c in o["cells"]
+    )
     assert sorted(p.val_loss for p in t.points if p.status == "completed") == pytest.approx(
-        sorted(r.data.metrics["val_loss"] for r in completed))
+        sorted(r.data.metrics["val_loss"] for r in completed)
+    )
     # diverged/failed trials have no loss to draw; pruned ones keep the loss when they were stopped
     for p in t.points:
         assert (p.val_loss is None) == (p.status in ("diverged", "failed"))

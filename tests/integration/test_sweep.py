@@ -113,7 +113,8 @@ def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, t
     done: list[int] = []
 
     first = run_sweep(
-        spec, runtime=runtime,
+        spec,
+        runtime=runtime,
         on_progress=lambda p: done.append(p["trials_done"]),
         should_stop=lambda: bool(done) and done[-1] >= 2,
     )
@@ -152,7 +153,15 @@ def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, t
     finished_runs = [r for r in runs if r.data.tags["batchsweep.status"] in ("completed", "pruned", "diverged")]
     # MLflow agrees: one finished run per planned trial, no duplicate (lr, seed) within a cell
     assert len(finished_runs) == spec.total_trials
-    keys = [(r.data.tags["batchsweep.cell"], r.data.tags["batchsweep.lr"], r.data.tags["batchsweep.seed"], r.data.tags["batchsweep.role"]) for r in finished_runs]
+    keys = [
+        (
+            r.data.tags["batchsweep.cell"],
+            r.data.tags["batchsweep.lr"],
+            r.data.tags["batchsweep.seed"],
+            r.data.tags["batchsweep.role"],
+        )
+        for r in finished_runs
+    ]
     assert len(set(keys)) == len(keys)
     for cell in second.report["optimizers"]["adamw"]["cells"]:
         assert cell["seeds"] == 2 and math.isfinite(cell["val_loss_mean"])

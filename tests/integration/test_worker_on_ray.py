@@ -18,8 +18,12 @@ pytestmark = pytest.mark.ray
 CFG = TrainConfig(
     model=ModelConfig(preset="gpt2-nano", seq_len=32),
     optimizer=OptimizerConfig(name="adamw", lr=3e-3),
-    batch_size=16, max_micro_batch=4, token_budget=16 * 32 * 16, eval_every_tokens=16 * 32 * 4,
-    eval_batches=2, threads_per_worker=1,
+    batch_size=16,
+    max_micro_batch=4,
+    token_budget=16 * 32 * 16,
+    eval_every_tokens=16 * 32 * 4,
+    eval_batches=2,
+    threads_per_worker=1,
 )
 
 
@@ -63,10 +67,9 @@ def _crash_once_loop(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_killed_worker_resumes_from_checkpoint(ray_session: str, tmp_path: Path) -> None:
+    import ray.cloudpickle
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-
-    import ray.cloudpickle
 
     # the worker processes cannot import this test module: ship the crashing loop by value
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

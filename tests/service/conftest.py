@@ -15,15 +15,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-
 import pytest
 from fastapi.testclient import TestClient
+from svc_helpers import ExistingRay, FakeLauncher, ThreadServer, fast_settings, start_service
 
 from service.app import create_app
 from service.health import mlflow_check
 from service.settings import Settings
 from service.testing import PostgresServer, RayHead, ServiceProcess
-from svc_helpers import ExistingRay, FakeLauncher, ThreadServer, fast_settings, start_service
 
 # --------------------------------------------------------------------------------------------------
 # In-process: fake launcher

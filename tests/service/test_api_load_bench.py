@@ -9,7 +9,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
 from svc_helpers import ALICE, ThreadServer, tiny_spec
 
 

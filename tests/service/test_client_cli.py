@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
+from svc_helpers import ALICE, ThreadServer, tiny_spec, wait_until
 from typer.testing import CliRunner
 
 from sweeps.cli import app
-from svc_helpers import ALICE, ThreadServer, tiny_spec, wait_until
 
 REPORT: dict[str, Any] = {
     "tolerance": 0.05,

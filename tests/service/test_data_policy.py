@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from svc_helpers import tiny_spec
 
 from service.errors import ApiError
 from service.policy import data_source_problem, parse_body, validate_spec
 from service.settings import Settings
-from svc_helpers import tiny_spec
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from svc_helpers import ALICE, BOB, FakeLauncher, auth, tiny_spec, wait_until
 
 from service.app import create_app
 from sweeps.cli import parse_sse
-from svc_helpers import ALICE, BOB, FakeLauncher, auth, tiny_spec, wait_until
 
 
 def assert_error(resp: Any, status: int, code: str) -> dict[str, Any]:
@@ -487,7 +487,10 @@ def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
             sent.append(message)
 
         scope = {
-            "type": "http", "method": method, "path": path, "root_path": "",
+            "type": "http",
+            "method": method,
+            "path": path,
+            "root_path": "",
             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
         }
         await HotReads(route, app_state)(scope, None, send)  # type: ignore[arg-type]

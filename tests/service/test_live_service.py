@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from svc_helpers import BOB, auth, live_client, start_service, tiny_spec
 
 from service.testing import PostgresServer, ServiceProcess
-from svc_helpers import BOB, auth, live_client, start_service, tiny_spec
 
 pytestmark = pytest.mark.ray
 
@@ -199,7 +199,9 @@ def test_live_submit_watch_to_success_and_report(live: ServiceProcess, alice: ht
     assert "largest degradation-free batch size" in page.text.lower()
     assert page.text.count("js-plotly-plot") + page.text.count("Plotly.newPlot") >= 6
     artifacts = MlflowClient(mlflow_uri).list_artifacts(
-        MlflowClient(mlflow_uri).search_runs([final["experiment_id"]], "tags.`batchsweep.role` = 'summary'")[0].info.run_id,
+        MlflowClient(mlflow_uri)
+        .search_runs([final["experiment_id"]], "tags.`batchsweep.role` = 'summary'")[0]
+        .info.run_id,
         "figures",
     )
     assert {"figures/scaling.png", "figures/dashboard.html"} <= {a.path for a in artifacts}
@@ -270,8 +272,9 @@ def test_sweeps_serve_binds_to_loopback_by_default(
 ) -> None:
     import sys
 
-    from service.testing import free_port
     from svc_helpers import TOKENS
+
+    from service.testing import free_port
 
     monkeypatch.delenv("SWEEPS_HOST", raising=False)  # the subprocess inherits this environment
     port = free_port()

@@ -70,5 +70,8 @@ def test_malformed_tokens_are_refused_without_echoing_them(monkeypatch: pytest.M
 
 def test_mlflow_link_only_when_a_ui_is_configured() -> None:
     assert Settings(mlflow_ui_url=None).mlflow_link("3") is None
-    assert Settings(mlflow_ui_url="http://127.0.0.1:5000/").mlflow_link("3") == "http://127.0.0.1:5000/#/experiments/3/runs"
+    assert (
+        Settings(mlflow_ui_url="http://127.0.0.1:5000/").mlflow_link("3")
+        == "http://127.0.0.1:5000/#/experiments/3/runs"
+    )
     assert Settings(mlflow_ui_url="http://127.0.0.1:5000").mlflow_link(None) is None

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from svc_helpers import FakeLauncher, tiny_spec
 
 from service.settings import Settings
 from service.store import Store
 from service.supervisor import DRIVER_LOST, Supervisor
-from svc_helpers import FakeLauncher, tiny_spec
 
 
 @pytest.fixture

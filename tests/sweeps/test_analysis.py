@@ -40,15 +40,30 @@ LR = 1e-3  # a best lr well inside [1e-4, 3e-2]
 
 def search(opt, b, loss, *, lr=LR, seed=0, status="completed", curve=()):
     return TrialResult(
-        optimizer=opt, batch_size=b, lr=lr, seed=seed, role="search", status=status,
-        val_loss=loss, tokens=1000, steps=10, curve=curve,
+        optimizer=opt,
+        batch_size=b,
+        lr=lr,
+        seed=seed,
+        role="search",
+        status=status,
+        val_loss=loss,
+        tokens=1000,
+        steps=10,
+        curve=curve,
     )
 
 
 def seed_run(opt, b, loss, seed, *, lr=LR, status="completed"):
     return TrialResult(
-        optimizer=opt, batch_size=b, lr=lr, seed=seed, role="seed", status=status,
-        val_loss=loss, tokens=1000, steps=10,
+        optimizer=opt,
+        batch_size=b,
+        lr=lr,
+        seed=seed,
+        role="seed",
+        status=status,
+        val_loss=loss,
+        tokens=1000,
+        steps=10,
     )
 
 
@@ -361,18 +376,41 @@ def test_steps_and_tokens_to_reference():
 def test_report_schema_keys_are_stable():
     report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), inputs=INPUTS)
     assert list(report) == [
-        "schema_version", "sweep", "reference_batch_size", "baseline", "tolerance",
-        "seq_len", "lr_range", "seeds_planned", "optimizers", "warnings",
+        "schema_version",
+        "sweep",
+        "reference_batch_size",
+        "baseline",
+        "tolerance",
+        "seq_len",
+        "lr_range",
+        "seeds_planned",
+        "optimizers",
+        "warnings",
     ]
     assert report["reference_batch_size"] == 16 and report["sweep"] == "merit-vs-adamw"
     assert list(report["optimizers"]) == ["adamw", "merit"]  # spec order
     opt = report["optimizers"]["merit"]
     assert list(opt) == [
-        "cells", "reference_val_loss", "largest_degradation_free_batch_size", "within_noise", "noise_checks",
+        "cells",
+        "reference_val_loss",
+        "largest_degradation_free_batch_size",
+        "within_noise",
+        "noise_checks",
     ]
     assert list(opt["cells"][0]) == [
-        "batch_size", "best_lr", "val_loss_mean", "val_loss_ci95", "ci_available", "val_losses", "seeds",
-        "trials", "trial_status", "lr_at_edge", "degradation_free", "steps_to_reference", "tokens_to_reference",
+        "batch_size",
+        "best_lr",
+        "val_loss_mean",
+        "val_loss_ci95",
+        "ci_available",
+        "val_losses",
+        "seeds",
+        "trials",
+        "trial_status",
+        "lr_at_edge",
+        "degradation_free",
+        "steps_to_reference",
+        "tokens_to_reference",
     ]
     assert [c["batch_size"] for c in opt["cells"]] == list(BATCHES)
 
@@ -418,8 +456,15 @@ def test_analysis_input_from_the_demo_spec():
     spec = SweepSpec.load(Path(sweeps.__file__).parent / "examples" / "demo.yaml")
     inputs = AnalysisInput.from_spec(spec)
     assert inputs == AnalysisInput(
-        sweep="demo", batch_sizes=(8, 16, 32, 64), optimizers=("adamw", "merit"), baseline="adamw",
-        tolerance=0.02, lr_min=1e-4, lr_max=3e-2, seeds=2, seq_len=64,
+        sweep="demo",
+        batch_sizes=(8, 16, 32, 64),
+        optimizers=("adamw", "merit"),
+        baseline="adamw",
+        tolerance=0.02,
+        lr_min=1e-4,
+        lr_max=3e-2,
+        seeds=2,
+        seq_len=64,
     )
     # with no results at all every cell is empty and every answer null
     report = build_report([], inputs=inputs)

@@ -158,8 +158,9 @@ def test_unknown_optimizer_lists_the_valid_ones():
 
 
 def test_duplicate_optimizer_names():
-    err = only(refusal(spec_data(optimizers=[{"name": "adamw"}, {"name": "merit"}, {"name": "adamw"}])),
-               "optimizers.2.name")
+    err = only(
+        refusal(spec_data(optimizers=[{"name": "adamw"}, {"name": "merit"}, {"name": "adamw"}])), "optimizers.2.name"
+    )
     assert "duplicate name 'adamw' (entries 0 and 2)" in err["message"] and err["value"] == "adamw"
 
 
@@ -218,8 +219,12 @@ def test_trial_cap_from_the_validation_context():
 
 def test_default_trial_cap():
     # 1 optimizer x 1 batch size x (DEFAULT_MAX_TRIALS + 2 - 1) = DEFAULT_MAX_TRIALS + 1 trials
-    data = spec_data(optimizers=[{"name": "adamw"}], batch_sizes=[16], seeds=2,
-                     lr={"min": 1e-4, "max": 1e-2, "trials_per_batch_size": DEFAULT_MAX_TRIALS})
+    data = spec_data(
+        optimizers=[{"name": "adamw"}],
+        batch_sizes=[16],
+        seeds=2,
+        lr={"min": 1e-4, "max": 1e-2, "trials_per_batch_size": DEFAULT_MAX_TRIALS},
+    )
     assert DEFAULT_MAX_TRIALS == 1000
     err = only(refusal(data), "total_trials")
     assert f"max_trials={DEFAULT_MAX_TRIALS}" in err["message"] and err["value"] == DEFAULT_MAX_TRIALS + 1
@@ -282,8 +287,9 @@ def test_errors_are_json_serializable():
 
 
 def test_total_trials_and_cells():
-    spec = SweepSpec.model_validate(spec_data(optimizers=[{"name": "merit"}, {"name": "adamw"}, {"name": "lion"}],
-                                              batch_sizes=[16, 64], seeds=2))
+    spec = SweepSpec.model_validate(
+        spec_data(optimizers=[{"name": "merit"}, {"name": "adamw"}, {"name": "lion"}], batch_sizes=[16, 64], seeds=2)
+    )
     # 3 optimizers x 2 batch sizes x (6 + 2 - 1)
     assert spec.total_trials == 42
     # optimizer order as given, batch sizes ascending
@@ -292,8 +298,10 @@ def test_total_trials_and_cells():
 
 def test_train_config_maps_the_spec_onto_one_run():
     data = spec_data(
-        optimizers=[{"name": "adamw"}, {"name": "merit", "betas": [0.9, 0.95], "weight_decay": 0.01,
-                                         "eps": 1e-7, "extra": {"k": 1}}],
+        optimizers=[
+            {"name": "adamw"},
+            {"name": "merit", "betas": [0.9, 0.95], "weight_decay": 0.01, "eps": 1e-7, "extra": {"k": 1}},
+        ],
         schedule={"warmup_fraction": 0.1, "min_lr_ratio": 0.2},
         resources={"workers_per_trial": 2, "gpus_per_worker": 0.5, "cpus_per_worker": 3, "max_micro_batch": 8},
         eval_every_tokens=50_000,
@@ -303,8 +311,9 @@ def test_train_config_maps_the_spec_onto_one_run():
     cfg = spec.train_config("merit", 64, 3e-3, seed=7)
     assert isinstance(cfg, TrainConfig)
     assert cfg.model == spec.model and cfg.data == spec.data
-    assert cfg.optimizer == OptimizerConfig(name="merit", lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01,
-                                            eps=1e-7, extra={"k": 1})
+    assert cfg.optimizer == OptimizerConfig(
+        name="merit", lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01, eps=1e-7, extra={"k": 1}
+    )
     assert (cfg.batch_size, cfg.token_budget, cfg.seed) == (64, 2_000_000, 7)
     assert (cfg.warmup_fraction, cfg.min_lr_ratio, cfg.grad_clip, cfg.eval_every_tokens) == (0.1, 0.2, 0.5, 50_000)
     assert (cfg.num_workers, cfg.use_gpu, cfg.threads_per_worker, cfg.max_micro_batch) == (2, True, 3, 8)

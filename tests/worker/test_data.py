@@ -338,7 +338,10 @@ def test_batches_shapes_and_shift() -> None:
 
 def test_batches_are_deterministic_per_seed() -> None:
     data = synthetic(8000)
-    run = lambda seed: [window_ids(x, 7) for x, _ in take(TrainBatches(data, seq_len=7, micro_batch=4, seed=seed), 20)]
+
+    def run(seed):
+        return [window_ids(x, 7) for x, _ in take(TrainBatches(data, seq_len=7, micro_batch=4, seed=seed), 20)]
+
     assert run(0) == run(0)
     assert run(0) != run(1)
     # shuffled: not the stream order

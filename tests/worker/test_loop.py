@@ -35,8 +35,17 @@ def test_loss_goes_down_and_reports_line_up_on_tokens() -> None:
     assert tokens == [1536, 3072, 4608, 6144]
     assert session.reports[-1]["val_loss"] < session.reports[0]["val_loss"]
     assert session.reports[-1]["done"] is True and all(not r["done"] for r in session.reports[:-1])
-    for key in ("train_loss", "lr", "tokens_per_s", "grad_norm", "attn_logit_max", "attn_logit_max/layer_0",
-                "attn_logit_max/layer_1", "noise_scale", "train_time_s"):
+    for key in (
+        "train_loss",
+        "lr",
+        "tokens_per_s",
+        "grad_norm",
+        "attn_logit_max",
+        "attn_logit_max/layer_0",
+        "attn_logit_max/layer_1",
+        "noise_scale",
+        "train_time_s",
+    ):
         assert key in final, key
     # accumulation 2 x micro 4: the noise scale is measured, and is a positive number of sequences
     assert final["noise_scale"] > 0

@@ -156,8 +156,13 @@ def test_merit_matches_per_element_reference(case: str, wd: float, mode: str, mo
 
 @torch.no_grad()
 def _authors_merit_step(
-    params: list[torch.Tensor], state: dict[int, dict[str, torch.Tensor]], *,
-    lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
+    params: list[torch.Tensor],
+    state: dict[int, dict[str, torch.Tensor]],
+    *,
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+    weight_decay: float,
 ) -> None:
     """The authors' MERIT.step for one parameter group (ICML 2025 public code), transcribed."""
     beta1, beta2 = betas
@@ -207,7 +212,11 @@ def _gpt2_like_shapes(vocab: int = 97, n_pos: int = 16, d: int = 32) -> list[tup
 
 
 def _compare_with_authors(
-    shapes: list[tuple[int, ...]], grads_fn, steps: int, mode: str, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+    shapes: list[tuple[int, ...]],
+    grads_fn,
+    steps: int,
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
     scale: float = 0.02,
 ) -> None:
     gen = torch.Generator().manual_seed(1)
@@ -216,8 +225,15 @@ def _compare_with_authors(
     hp = {"lr": 1e-2, "betas": (0.9, 0.999), "eps": 1e-6}
     decay = [i for i, s in enumerate(shapes) if len(s) >= 2]
     no_decay = [i for i, s in enumerate(shapes) if len(s) < 2]
-    opt = _merit([{"params": [ours[i] for i in decay], "weight_decay": 0.1},
-                  {"params": [ours[i] for i in no_decay], "weight_decay": 0.0}], mode, monkeypatch, **hp)
+    opt = _merit(
+        [
+            {"params": [ours[i] for i in decay], "weight_decay": 0.1},
+            {"params": [ours[i] for i in no_decay], "weight_decay": 0.0},
+        ],
+        mode,
+        monkeypatch,
+        **hp,
+    )
     state: dict[int, dict[str, torch.Tensor]] = {}
     for step in range(steps):
         for a, b in zip(ours, theirs):
@@ -233,6 +249,7 @@ def _compare_with_authors(
 @pytest.mark.parametrize("mode", _MERIT_MODES)
 def test_merit_matches_authors_algorithm_on_gpt2_like_shapes(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     shapes = _gpt2_like_shapes() + [(3, 4, 5)]  # plus a 3-D tensor: reduced over dims 1 and 0 like theirs
+
     def grads(shape: torch.Size, gen: torch.Generator, step: int) -> torch.Tensor:
         return torch.randn(shape, generator=gen) * 1e-3
 
@@ -285,8 +302,18 @@ def test_merit_skips_params_without_grad() -> None:
 # Sophia-G
 
 
-def _ref_sophia_step(w: list[float], g: list[float], m: list[float], h: list[float], *,
-                     lr: float, b1: float, rho: float, wd: float, bs: int) -> None:
+def _ref_sophia_step(
+    w: list[float],
+    g: list[float],
+    m: list[float],
+    h: list[float],
+    *,
+    lr: float,
+    b1: float,
+    rho: float,
+    wd: float,
+    bs: int,
+) -> None:
     for k in range(len(w)):
         w[k] *= 1 - lr * wd
         m[k] = b1 * m[k] + (1 - b1) * g[k]

@@ -103,7 +103,8 @@ def _extra_keywords(name: str) -> frozenset[str]:
     **kwargs silently, so a typo like `rh0` would otherwise be ignored)."""
     sig = inspect.signature(_CLASSES[name].__init__)
     named = {
-        k for k, prm in sig.parameters.items()
+        k
+        for k, prm in sig.parameters.items()
         if k != "self" and prm.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     }
     return frozenset(named - _RESERVED)
@@ -170,7 +171,9 @@ def build_optimizer(cfg: OptimizerConfig, model: torch.nn.Module, *, tokens_per_
     optimizer = entry.factory(groups, cfg.lr, **kw)
     logger.debug(
         "built %s: lr=%g, (weight_decay, tensors) per group %s, keywords=%s",
-        cfg.name, cfg.lr, [(g["weight_decay"], len(g["params"])) for g in groups], kw,
+        cfg.name,
+        cfg.lr,
+        [(g["weight_decay"], len(g["params"])) for g in groups],
+        kw,
     )
     return optimizer
-

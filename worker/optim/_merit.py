@@ -140,13 +140,19 @@ class MERIT(torch.optim.Optimizer):
         bufs = self._scratch.get(key)
         if bufs is None or bufs[0].numel() < p.numel():
             # Grows once to the largest matrix (GPT-2: the token embedding), then reused every step.
-            bufs = (torch.empty(p.numel(), dtype=p.dtype, device=p.device),
-                    torch.empty(p.numel(), dtype=p.dtype, device=p.device))
+            bufs = (
+                torch.empty(p.numel(), dtype=p.dtype, device=p.device),
+                torch.empty(p.numel(), dtype=p.dtype, device=p.device),
+            )
             self._scratch[key] = bufs
         return bufs[0][: p.numel()].view(p.shape), bufs[1][: p.numel()].view(p.shape)
 
     def _matrix_step(
-        self, p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+        self,
+        p: torch.Tensor,
+        grad: torch.Tensor,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
         group: dict[str, Any],
     ) -> None:
         lr: float = group["lr"]
