@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from service.ray_head import LocalRayHead
 from service.settings import Settings
 from sweeps import remote
 
@@ -63,11 +64,15 @@ class RayLauncher:
     def connect(self) -> None:
         from worker.launch import init_ray  # torch-free (worker.config + ray)
 
-        init_ray(self.settings.ray_address)
+        address = self.settings.ray_address
+        if not address:
+            # the service's own head, in a process group of its own (service/ray_head.py says why)
+            address = LocalRayHead(self.settings.data_dir).ensure().address
+        init_ray(address)
         log.info("connected to Ray at %s", ray.get_runtime_context().gcs_address)
 
     def start(self, sweep_id: str, spec: dict[str, Any]) -> None:
-        handle = remote.launch(sweep_id, spec, env=self.settings.driver_env())
+        handle = remote.launch(sweep_id, spec, self.settings.runtime())
         with self._lock:
             self._handles[sweep_id] = handle
 
@@ -138,8 +143,8 @@ class RayLauncher:
         return {"cpus": resources.get("CPU", 0), "gpus": resources.get("GPU", 0)}
 
     def close(self) -> None:
-        # disconnects this process only: the cluster and its detached drivers keep running
-        # (unless the service started the cluster itself, when it goes down with it)
+        # disconnects this process only: the cluster (the service's own local head too) and its
+        # detached drivers keep running
         with self._lock:
             self._handles.clear()
         if ray.is_initialized():

@@ -78,6 +78,9 @@ class SweepSummary(_Out):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     revision: int = Field(description="increases on every change of the sweep")
+    driver_starts: int = Field(
+        default=0, description="driver actors started; above 1, a lost driver was relaunched and resumed the sweep"
+    )
 
     @classmethod
     def from_row(cls, row: SweepRow, mlflow_url: str | None) -> SweepSummary:
@@ -108,6 +111,7 @@ def _fields(row: SweepRow, mlflow_url: str | None) -> dict[str, Any]:
         "started_at": row.started_at,
         "finished_at": row.finished_at,
         "revision": row.revision,
+        "driver_starts": row.driver_starts,
     }
 
 

@@ -3,7 +3,8 @@
 Every setting has an env var; most carry the `SWEEPS_` prefix. Three keep the names their own tools
 use, so one environment serves the service, `sweeps run` and the driver alike:
 
-  RAY_ADDRESS            Ray cluster (default: start a local one on 127.0.0.1, which dies with the service)
+  RAY_ADDRESS            Ray cluster (default: the service's own local head on 127.0.0.1, which outlives
+                         the service; `sweeps ray-stop` stops it, see service/ray_head.py)
   MLFLOW_TRACKING_URI    MLflow store (default sqlite:///<data dir>/mlflow.db)
   MLFLOW_UI_URL          base URL of an MLflow UI for links (default: no link)
 
@@ -23,6 +24,7 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from sweeps.runtime import SweepRuntime
 from sweeps.spec import DEFAULT_MAX_TRIALS
 
 
@@ -62,6 +64,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"  # loopback unless told otherwise
     port: int = Field(default=8000, ge=0, le=65535)
     poll_interval_s: float = Field(default=1.0, gt=0)
+    # a sweep whose driver is lost (killed, its node gone, the cluster restarted) is relaunched under the
+    # same id and resumes from its recorded trials, at most this many driver starts in all, waiting
+    # driver_restart_backoff_s x 2^(starts - 1) (at most 60 s) before each relaunch
+    max_driver_starts: int = Field(default=5, ge=1, le=100)
+    driver_restart_backoff_s: float = Field(default=2.0, ge=0, le=60)
     sse_interval_s: float = Field(default=0.5, gt=0)  # how often an event stream re-reads its sweep
     sse_heartbeat_s: float = Field(default=15.0, gt=0)
     # /healthz answers from a cache this young, so probes under load do not hammer Ray and MLflow
@@ -114,21 +121,17 @@ class Settings(BaseSettings):
     def database(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'service.db'}"
 
+    def runtime(self) -> SweepRuntime:
+        """Where the sweeps of this service keep their state; handed to every sweep driver as it is."""
+        return SweepRuntime.at(self.data_dir, tracking_uri=self.mlflow_tracking_uri, optuna_storage=self.optuna_storage)
+
     @property
     def tracking_uri(self) -> str:
-        return self.mlflow_tracking_uri or f"sqlite:///{self.data_dir / 'mlflow.db'}"
+        return self.runtime().tracking_uri
 
     @property
     def optuna_url(self) -> str:
-        return self.optuna_storage or f"sqlite:///{self.data_dir / 'optuna.db'}"
-
-    def driver_env(self) -> dict[str, str]:
-        """Environment of a sweep driver: it records where this service reads (see sweeps/runtime.py)."""
-        return {
-            "MLFLOW_TRACKING_URI": self.tracking_uri,
-            "SWEEPS_OPTUNA_STORAGE": self.optuna_url,
-            "SWEEPS_DATA_DIR": str(self.data_dir),
-        }
+        return self.runtime().optuna_storage
 
     def owner_of(self) -> dict[str, str]:
         """token -> owner."""

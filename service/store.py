@@ -100,6 +100,8 @@ class SweepRow(Base):
     experiment_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
+    # driver actors started for this sweep: a lost driver is relaunched (and resumes) a bounded number of times
+    driver_starts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # bumped on every change: event streams compare it instead of the whole row
     revision: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -271,6 +273,15 @@ class Store:
         if changed:
             self._changed(sweep_id)
         return row
+
+    def count_driver_start(self, sweep_id: str) -> int:
+        """One more driver start of the sweep (before it is started); returns the count."""
+        with self.session() as s:
+            row = s.get(SweepRow, sweep_id, with_for_update=self.dialect == "postgresql")
+            if row is None:
+                return 0
+            row.driver_starts += 1
+            return row.driver_starts
 
     def request_cancel(self, sweep_id: str) -> SweepRow | None:
         """Flag a cancel; a sweep that is still queued and never started ends here as cancelled."""

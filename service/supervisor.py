@@ -3,8 +3,12 @@
 - `launch`: starts a queued sweep's driver in a worker thread (a submit never waits for it).
 - `poll_once`: for every queued/running sweep, reads its driver's `state()` and writes status,
   progress, experiment id and, at the end, the report into the store; then kills the finished actor.
-  A running sweep whose driver is gone is failed ("driver lost"); a queued sweep without a driver
-  (the service stopped before launching it) is launched.
+  A queued sweep without a driver (the service stopped before launching it) is launched. A running
+  sweep whose driver is gone (killed, its node lost, the cluster restarted) is relaunched under the
+  same id, after a backoff, and its new driver resumes from the Optuna storage (finished trials are
+  kept, the ones that were running are run again); only after `max_driver_starts` starts is it
+  failed, with what happened in its error. A sweep that ends without a driver leaves nothing
+  RUNNING in Optuna or MLflow (`sweeps.driver.close_leftovers`).
 - `reconcile`: on start, one `poll_once`, and drivers of sweeps the store already has as final are
   killed (the service stopped between storing the result and killing the actor).
 - `run`: `poll_once` every `poll_interval_s` until stopped.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +31,13 @@ from service.store import FINAL_STATUSES, Store, SweepRow, SweepStatus, utcnow
 
 log = logging.getLogger(__name__)
 
-DRIVER_LOST = "driver lost (Ray cluster restarted?)"
+
+def driver_lost_error(starts: int) -> str:
+    return (
+        f"the sweep's driver was lost {starts} time(s) (its actor process died, its node was lost or the Ray "
+        f"cluster restarted) and was relaunched each time until the limit of {starts} starts; see the "
+        "service log and the Ray logs of the driver"
+    )
 
 
 def _when(epoch: Any) -> datetime | None:
@@ -40,6 +51,8 @@ class Supervisor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
+        # sweep id -> monotonic time before which a lost driver is not relaunched (touched by the poller only)
+        self._relaunch_at: dict[str, float] = {}
 
     # ---- launching --------------------------------------------------------------------------------
 
@@ -54,6 +67,7 @@ class Supervisor:
 
     async def _launch(self, sweep_id: str, spec: dict[str, Any]) -> None:
         try:
+            await anyio.to_thread.run_sync(self.store.count_driver_start, sweep_id)
             await anyio.to_thread.run_sync(self.launcher.start, sweep_id, spec)
             log.info("sweep %s: driver started", sweep_id)
             row = await anyio.to_thread.run_sync(self.store.get, sweep_id)
@@ -130,16 +144,45 @@ class Supervisor:
         return False
 
     def _no_driver(self, row: SweepRow) -> bool:
-        if row.status == SweepStatus.running.value:
-            log.warning("sweep %s: %s", row.id, DRIVER_LOST)
-            self.store.update(row.id, status=SweepStatus.failed.value, error=DRIVER_LOST, finished_at=utcnow())
-            return False
         if row.id in self._launching:
             return False
         if row.cancel_requested:
-            self.store.update(row.id, status=SweepStatus.cancelled.value, finished_at=utcnow())
+            self._end_without_driver(row, SweepStatus.cancelled, None)
             return False
-        return True  # queued and never started (the service stopped first): start it now
+        if row.status == SweepStatus.queued.value:
+            return True  # never started (the service stopped first): start it now
+        # running, and its driver is gone
+        if row.driver_starts >= self.settings.max_driver_starts:
+            error = driver_lost_error(row.driver_starts)
+            log.error("sweep %s: %s", row.id, error)
+            self._end_without_driver(row, SweepStatus.failed, error)
+            return False
+        now = time.monotonic()
+        due = self._relaunch_at.get(row.id)
+        if due is None:
+            backoff = min(60.0, self.settings.driver_restart_backoff_s * 2 ** max(0, row.driver_starts - 1))
+            self._relaunch_at[row.id] = now + backoff
+            log.warning(
+                "sweep %s: its driver is gone (start %d of at most %d); relaunching in %.0f s, it resumes "
+                "from its recorded trials", row.id, row.driver_starts, self.settings.max_driver_starts, backoff,
+            )  # fmt: skip
+            due = now + backoff
+        if now < due:
+            return False
+        del self._relaunch_at[row.id]
+        return True
+
+    def _end_without_driver(self, row: SweepRow, status: SweepStatus, error: str | None) -> None:
+        """Final without a driver to say so: close what it left RUNNING in Optuna and MLflow, then store it."""
+        from sweeps.driver import close_leftovers  # torch-free (optuna, mlflow)
+
+        try:
+            trials, runs = close_leftovers(row.id, self.settings.runtime())
+            if trials or runs:
+                log.info("sweep %s: closed %d running trials and %d running MLflow runs", row.id, trials, runs)
+        except Exception:
+            log.exception("sweep %s: could not close its running trials and runs", row.id)
+        self.store.update(row.id, status=status.value, error=error, finished_at=utcnow())
 
     async def reconcile(self) -> None:
         """Bring the store in line with the cluster: on service start, before the first request."""

@@ -16,8 +16,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,109 +25,12 @@ from pathlib import Path
 
 import httpx
 
+from service.processes import LOOPBACK, free_port, free_ports, stop_tree, wait_for_port
+from service.ray_head import LOOPBACK_ENV, head_command, head_env
+
+__all__ = ["LOOPBACK", "LOOPBACK_ENV", "PostgresServer", "RayHead", "ServiceProcess", "free_port"]
+
 log = logging.getLogger(__name__)
-
-LOOPBACK = "127.0.0.1"
-
-# Ray 2.60 turns --node-ip-address=127.0.0.1 into the machine's address (services.resolve_ip_for_localhost)
-# and then listens on every interface. With this switch off, Ray's node IP is the loopback address and
-# GCS, raylet, dashboard and workers listen on 127.0.0.1 only (checked with `ss -ltn`).
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-def free_ports(n: int, exclude: set[int] | None = None) -> list[int]:
-    """`n` distinct free ports (sockets held open together, so the kernel cannot hand one out twice)."""
-    held: list[socket.socket] = []
-    try:
-        ports: list[int] = []
-        while len(ports) < n:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(s)
-            s.bind((LOOPBACK, 0))
-            port = int(s.getsockname()[1])
-            if port not in (exclude or set()):
-                ports.append(port)
-        return ports
-    finally:
-        for s in held:
-            s.close()
-
-
-def wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.settimeout(0.5)
-            if s.connect_ex((LOOPBACK, port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"port {port} did not open within {timeout_s} s")
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below `pid`, read from /proc (no psutil in the environment)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
-        fields = text[text.rindex(")") + 2 :].split()
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rindex(")") + 2] != "Z"  # a zombie has exited; its parent reaps it
-
-
-def _stop_group(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
-    """SIGTERM the process group `proc` leads, then SIGKILL what is left of it and of its descendants.
-
-    Descendants are listed first: Ray workers start process groups of their own, so the group alone misses them.
-    """
-    tree = descendants(proc.pid)
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
-        time.sleep(0.2)  # workers notice their raylet is gone and exit by themselves
-    for pid in tree:
-        if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _venv_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -170,40 +71,11 @@ class RayHead:
             self.port, self.dashboard_port = free_ports(2)
 
     def start(self, timeout_s: float = 90.0) -> RayHead:
-        ray_bin = str(Path(sys.executable).parent / "ray")
-        # Ray refuses two components on one port: draw the rest together, distinct from ours
-        client, node_manager, object_manager, agent_http, agent_grpc, env_agent, metrics = free_ports(
-            7, exclude={self.port, self.dashboard_port}
-        )
-        cmd = [
-            ray_bin,
-            "start",
-            "--head",
-            "--block",
-            f"--node-ip-address={LOOPBACK}",
-            f"--dashboard-host={LOOPBACK}",
-            f"--port={self.port}",
-            f"--dashboard-port={self.dashboard_port}",
-            f"--ray-client-server-port={client}",
-            f"--node-manager-port={node_manager}",
-            f"--object-manager-port={object_manager}",
-            f"--dashboard-agent-listen-port={agent_http}",
-            f"--dashboard-agent-grpc-port={agent_grpc}",
-            f"--runtime-env-agent-port={env_agent}",
-            f"--metrics-export-port={metrics}",
-            f"--num-cpus={self.num_cpus}",
-            "--num-gpus=0",
-            "--include-dashboard=true",
-            "--disable-usage-stats",
-        ]
-        env = _venv_env(
-            {
-                **LOOPBACK_ENV,
-                "RAY_AUTH_MODE": "token",
-                "RAY_AUTH_TOKEN": self.token,
-                "RAY_USAGE_STATS_ENABLED": "0",
-            }
-        )
+        cmd = head_command(
+            port=self.port, dashboard_port=self.dashboard_port, num_cpus=self.num_cpus,
+            extra_ports=free_ports(7, exclude={self.port, self.dashboard_port}),
+        )  # fmt: skip
+        env = head_env({"RAY_AUTH_TOKEN": self.token})
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
@@ -215,7 +87,7 @@ class RayHead:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop_group(self.proc)
+            stop_tree(self.proc.pid, proc=self.proc)
             self.proc = None
 
 
@@ -265,7 +137,7 @@ class ServiceProcess:
 
     def stop(self, timeout_s: float = 20.0) -> None:
         if self.proc is not None:
-            _stop_group(self.proc, timeout_s)
+            stop_tree(self.proc.pid, timeout_s=timeout_s, proc=self.proc)
             self.proc = None
 
     def restart(self) -> ServiceProcess:

@@ -7,7 +7,8 @@ Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
   sweeps submit SPEC.yaml [--watch] [--dry-run]           submit; --watch follows the progress and prints the answer
   sweeps list [--status running]                          your sweeps, newest first
   sweeps status ID | cancel ID | report ID                one sweep
-  sweeps serve [--host 127.0.0.1] [--port 8000]           start the service
+  sweeps serve [--host 127.0.0.1] [--port 8000]           start the service (and, with no RAY_ADDRESS, its Ray head)
+  sweeps ray-stop [--data-dir DIR]                        stop the local Ray head that `serve` started
 """
 
 from __future__ import annotations
@@ -438,12 +439,37 @@ def serve(
     port: Optional[int] = typer.Option(None, "--port", help="default $SWEEPS_PORT or 8000"),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
-    """Start the HTTP service (settings from the environment: SWEEPS_*, RAY_ADDRESS, MLFLOW_TRACKING_URI)."""
+    """Start the HTTP service (settings from the environment: SWEEPS_*, RAY_ADDRESS, MLFLOW_TRACKING_URI).
+
+    With no RAY_ADDRESS the service runs its own local Ray head (127.0.0.1 only, token auth, state
+    under $SWEEPS_DATA_DIR/ray/) in a process group of its own: it outlives the service, so a restarted
+    service finds its running sweeps again. Stop it with `sweeps ray-stop` (same SWEEPS_DATA_DIR).
+    """
     from service.server import serve as run_server
     from service.settings import Settings
 
     overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     run_server(Settings(**overrides), log_level=log_level)
+
+
+@app.command("ray-stop")
+def ray_stop(
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="default $SWEEPS_DATA_DIR or ./.batchsweep"),
+) -> None:
+    """Stop the local Ray head that `sweeps serve` started for this data dir (its sweeps stop with it).
+
+    Only that head and the processes below it are stopped, by process id: other Ray clusters on the
+    machine are left alone.
+    """
+    from service.ray_head import LocalRayHead
+    from service.settings import Settings
+
+    root = data_dir.resolve() if data_dir else Settings().data_dir
+    state = LocalRayHead(root).stop()
+    if state is None:
+        console.print(f"no local Ray head is running for {root}")
+    else:
+        console.print(f"stopped the local Ray head at {state.address} (pid {state.pid})")
 
 
 def main() -> None:  # pragma: no cover

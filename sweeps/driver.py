@@ -17,7 +17,16 @@ from typing import Any
 from sweeps.analysis import AnalysisInput, TrialResult, build_report
 from sweeps.plan import DriverOnly
 from sweeps.runtime import SweepRuntime
-from sweeps.search import METRIC, MODE, CellSearcher, PerCellASHA, open_storage, run_trial
+from sweeps.search import (
+    METRIC,
+    MODE,
+    TRIAL_RETRIES,
+    CellSearcher,
+    PerCellASHA,
+    close_sweep_trials,
+    open_storage,
+    run_trial,
+)
 from sweeps.spec import SweepSpec
 
 log = logging.getLogger(__name__)
@@ -130,7 +139,8 @@ def run_sweep(
             callbacks=[recorder, _Progress()],
             stop=_Cancel(),
             verbose=0,
-            failure_config=tune.FailureConfig(max_failures=0),
+            # a trial whose worker died is restarted; training errors are results (`run_trial`)
+            failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
             checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
         ),
     )
@@ -159,6 +169,16 @@ def run_sweep(
         wall_time_s=time.perf_counter() - started,
         trial_train_time_s=train_times,
         warnings=report["warnings"],
+    )
+
+
+def close_leftovers(sweep_id: str, runtime: SweepRuntime) -> tuple[int, int]:
+    """A sweep that ended without its driver (lost for good, or cancelled while gone) leaves nothing
+    RUNNING: its Optuna trials and MLflow runs are closed. Returns (trials, runs) closed."""
+    from sweeps.record import close_sweep_runs
+
+    return close_sweep_trials(open_storage(runtime.optuna_storage), sweep_id), close_sweep_runs(
+        runtime.tracking_uri, sweep_id
     )
 
 

@@ -63,6 +63,7 @@ MLFLOW_STATUS = {
     "pruned": "KILLED",
     "failed": "FAILED",
     "cancelled": "KILLED",
+    "interrupted": "KILLED",  # lost to the infrastructure: run again
 }
 
 
@@ -151,7 +152,9 @@ class SweepRecorder(DriverOnly, Callback):
         self._queue.put(lambda: self._end_trial(trial.trial_id, status))
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        self._queue.put(lambda: self._end_trial(trial.trial_id, "failed"))
+        # Tune's restarts are spent: the infrastructure lost it (search.trial_status), it is run again
+        status = trial_status(trial.last_result, error=True)
+        self._queue.put(lambda: self._end_trial(trial.trial_id, status))
 
     # ---- driver-side calls -----------------------------------------------------------------------
 
@@ -218,6 +221,12 @@ class SweepRecorder(DriverOnly, Callback):
                 log.exception("MLflow write failed")
 
     def _start_trial(self, trial_id: str, c: dict[str, Any]) -> None:
+        if trial_id in self._trials:
+            # Tune restarted the trial after its worker died: one run per trial, with its restarts counted
+            run_id = self._trials[trial_id]
+            restarts = int(self.client.get_run(run_id).data.tags.get(f"{TAG}restarts", "0")) + 1
+            self.client.set_tag(run_id, f"{TAG}restarts", str(restarts))
+            return
         train = c["train"]
         run = self.client.create_run(
             self.experiment_id,
@@ -256,11 +265,30 @@ class SweepRecorder(DriverOnly, Callback):
         self.client.set_terminated(run_id, MLFLOW_STATUS[status])
 
     def _mark_stale_trials(self) -> None:
-        """Trial runs left RUNNING by an interrupted driver are closed as KILLED (status interrupted)."""
-        stale = self.client.search_runs([self.experiment_id], f"tags.`{TAG}status` = 'running'", max_results=1000)
-        for run in stale:
-            self.client.set_tag(run.info.run_id, f"{TAG}status", "interrupted")
-            self.client.set_terminated(run.info.run_id, "KILLED")
+        close_running_runs(self.client, self.experiment_id)
+
+
+def close_running_runs(client: MlflowClient, experiment_id: str) -> int:
+    """Trial runs left RUNNING by a driver that is gone end as KILLED (status interrupted); the count closed."""
+    stale = client.search_runs([experiment_id], f"tags.`{TAG}status` = 'running'", max_results=1000)
+    for run in stale:
+        client.set_tag(run.info.run_id, f"{TAG}status", "interrupted")
+        client.set_terminated(run.info.run_id, "KILLED")
+    return len(stale)
+
+
+def close_sweep_runs(tracking_uri: str, sweep_id: str) -> int:
+    """Everything of a finished sweep still RUNNING in MLflow ends: trial runs KILLED (interrupted), cell
+    runs KILLED (a sweep that ended without its driver has no answer for them)."""
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(sweep_id)
+    if exp is None:
+        return 0
+    closed = close_running_runs(client, exp.experiment_id)
+    for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+        client.set_terminated(run.info.run_id, "KILLED")
+        closed += 1
+    return closed
 
 
 def _metrics_of(result: dict[str, Any]) -> list[tuple[str, float, int]]:

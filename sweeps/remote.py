@@ -16,6 +16,8 @@ from typing import Any
 
 import ray
 
+from sweeps.runtime import SweepRuntime
+
 log = logging.getLogger(__name__)
 
 NAMESPACE = "batchsweep"
@@ -29,12 +31,11 @@ def actor_name(sweep_id: str) -> str:
 class SweepActor:
     """Runs `sweeps.driver.run_sweep` on a thread; `state()` answers while it runs."""
 
-    def __init__(self, sweep_id: str, spec: dict[str, Any], env: dict[str, str] | None = None) -> None:
+    def __init__(self, sweep_id: str, spec: dict[str, Any], runtime: SweepRuntime) -> None:
         import os
 
-        for key, value in (env or {}).items():
-            os.environ[key] = value  # MLflow/Optuna/data-dir settings of the service that launched it
-        self.sweep_id, self.spec = sweep_id, spec
+        # the stores of the service that launched it, as one typed object (never through os.environ)
+        self.sweep_id, self.spec, self.runtime = sweep_id, spec, runtime
         self._state: dict[str, Any] = {
             "status": "queued",
             "progress": None,
@@ -43,6 +44,7 @@ class SweepActor:
             "experiment_id": None,
             "started_at": None,
             "finished_at": None,
+            "pid": os.getpid(),  # the driver's process, for operators (and fault-injection tests)
         }
         self._cancel = threading.Event()
         self._lock = threading.Lock()
@@ -77,6 +79,7 @@ class SweepActor:
             outcome = run_sweep(
                 spec,
                 sweep_id=self.sweep_id,
+                runtime=self.runtime,
                 on_progress=lambda p: self._update(progress=p),
                 should_stop=self._cancel.is_set,
             )
@@ -106,14 +109,14 @@ def publish_figures(tracking_uri: str, sweep_id: str) -> None:
         log.exception("figures of sweep %s could not be published", sweep_id)
 
 
-def launch(sweep_id: str, spec: dict[str, Any], env: dict[str, str] | None = None) -> ray.actor.ActorHandle:
+def launch(sweep_id: str, spec: dict[str, Any], runtime: SweepRuntime) -> ray.actor.ActorHandle:
     """Create (or find) the sweep's detached driver and start it. Idempotent per sweep id."""
     handle = SweepActor.options(  # type: ignore[attr-defined]
         name=actor_name(sweep_id),
         namespace=NAMESPACE,
         lifetime="detached",
         get_if_exists=True,
-    ).remote(sweep_id, spec, env)
+    ).remote(sweep_id, spec, runtime)
     ray.get(handle.start.remote())
     return handle
 

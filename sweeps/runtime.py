@@ -22,13 +22,30 @@ class SweepRuntime:
     ray_address: str | None = None
 
     @classmethod
-    def from_env(cls, data_dir: str | os.PathLike[str] | None = None) -> SweepRuntime:
-        root = Path(data_dir or os.environ.get("SWEEPS_DATA_DIR") or ".batchsweep").resolve()
+    def at(
+        cls,
+        data_dir: str | os.PathLike[str],
+        *,
+        tracking_uri: str | None = None,
+        optuna_storage: str | None = None,
+        ray_address: str | None = None,
+    ) -> SweepRuntime:
+        """The stores of `data_dir`, each defaulting to SQLite (and a local artifact folder) inside it."""
+        root = Path(data_dir).expanduser().resolve()
         return cls(
             data_dir=root,
-            tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}",
+            tracking_uri=tracking_uri or f"sqlite:///{root / 'mlflow.db'}",
             artifact_root=root / "mlartifacts",
-            optuna_storage=os.environ.get("SWEEPS_OPTUNA_STORAGE") or f"sqlite:///{root / 'optuna.db'}",
+            optuna_storage=optuna_storage or f"sqlite:///{root / 'optuna.db'}",
+            ray_address=ray_address,
+        )
+
+    @classmethod
+    def from_env(cls, data_dir: str | os.PathLike[str] | None = None) -> SweepRuntime:
+        return cls.at(
+            data_dir or os.environ.get("SWEEPS_DATA_DIR") or ".batchsweep",
+            tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None,
+            optuna_storage=os.environ.get("SWEEPS_OPTUNA_STORAGE") or None,
             ray_address=os.environ.get("RAY_ADDRESS") or None,
         )
 

@@ -36,8 +36,16 @@ log = logging.getLogger(__name__)
 
 METRIC, MODE, TIME_ATTR = "val_loss", "min", "tokens"
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-# FAIL trials with these statuses were cut short by the sweep itself and are run again on resume
+# FAIL trials with these statuses were cut short by the sweep itself or by the infrastructure (a killed
+# worker, a lost node, a lost driver): they are no search result and are run again
 RERUN_STATUSES = ("interrupted", "cancelled")
+# Tune restarts a trial whose worker died this many times before it is given up ("interrupted", re-run)
+TRIAL_RETRIES = 2
+
+
+class InfrastructureFailures(RuntimeError):
+    """Too many trials were lost to the infrastructure: the cluster is broken, not the trials."""
+
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -111,6 +119,9 @@ class CellSearcher(DriverOnly, Searcher):
         super().__init__(metric=METRIC, mode=MODE)
         self.spec, self.sweep_id = spec, sweep_id
         self.cancelling = False  # set by the driver: trials ending now are re-run on resume
+        # trials lost to the infrastructure after Tune's own retries; past the bound the sweep stops
+        self.lost_trials = 0
+        self.max_lost_trials = max(8, spec.total_trials)
         self.distribution = FloatDistribution(spec.lr.min, spec.lr.max, log=True)
         self._lock = threading.Lock()
         fingerprint = spec_fingerprint(spec)
@@ -132,10 +143,7 @@ class CellSearcher(DriverOnly, Searcher):
                     f"sweep id {sweep_id!r} was started with a different spec (fingerprint {stored}, "
                     f"now {fingerprint}); use a new sweep id"
                 )
-            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-                if t.state == TrialState.RUNNING:  # left behind by an interrupted run: replaced, not resumed
-                    optuna.trial.Trial(study, t._trial_id).set_user_attr("status", "interrupted")
-                    study.tell(t.number, state=TrialState.FAIL)
+            close_running_trials(study)  # left behind by an interrupted driver: replaced, not resumed
             cell = Cell(opt, bs, study, spec.lr.trials_per_batch_size, spec.seeds, previous=by_opt.get(opt))
             by_opt[opt] = cell
             self.cells.append(cell)
@@ -147,6 +155,11 @@ class CellSearcher(DriverOnly, Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         with self._lock:
+            if self.lost_trials > self.max_lost_trials:
+                raise InfrastructureFailures(
+                    f"{self.lost_trials} trials were lost to infrastructure failures (worker processes killed, "
+                    f"nodes lost), each after {TRIAL_RETRIES} restarts; the cluster needs attention"
+                )
             for cell in self.cells:
                 config = self._next_of(cell, trial_id)
                 if config is not None:
@@ -159,8 +172,12 @@ class CellSearcher(DriverOnly, Searcher):
             return None  # waiting: a cell's seeds need its search to end first
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        if METRIC in result and TIME_ATTR in result:
-            self._curves.setdefault(trial_id, []).append((int(result[TIME_ATTR]), float(result[METRIC])))
+        if METRIC in result and TIME_ATTR in result and math.isfinite(result[METRIC]):
+            curve = self._curves.setdefault(trial_id, [])
+            tokens = int(result[TIME_ATTR])
+            if curve and tokens <= curve[-1][0]:
+                curve.clear()  # Tune restarted the trial after its worker died: the curve starts again
+            curve.append((tokens, float(result[METRIC])))
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         with self._lock:
@@ -174,6 +191,9 @@ class CellSearcher(DriverOnly, Searcher):
                 if self.cancelling and not error and result.get("status") != "completed"
                 else trial_status(result, error)
             )
+            if status == "interrupted":
+                self.lost_trials += 1
+                log.warning("trial %s of %s was lost to the infrastructure; it will be run again", trial_id, cell.key)
             val = result.get(METRIC)
             attrs = {
                 "status": status,
@@ -297,12 +317,35 @@ class CellSearcher(DriverOnly, Searcher):
             }
 
 
+def close_running_trials(study: optuna.Study) -> int:
+    """Trials left RUNNING by a driver that is gone end as FAIL, status `interrupted` (run again on resume)."""
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in stale:
+        optuna.trial.Trial(study, t._trial_id).set_user_attr("status", "interrupted")
+        study.tell(t.number, state=TrialState.FAIL)
+    return len(stale)
+
+
+def close_sweep_trials(storage: optuna.storages.BaseStorage, sweep_id: str) -> int:
+    """`close_running_trials` for every cell study of a sweep; the count closed."""
+    closed = 0
+    for name in optuna.get_all_study_names(storage):
+        if name.startswith(f"{sweep_id}/"):
+            closed += close_running_trials(optuna.load_study(study_name=name, storage=storage))
+    return closed
+
+
 def trial_status(result: dict[str, Any] | None, error: bool) -> str:
-    """completed | diverged | pruned | failed, from a trial's last result."""
+    """completed | diverged | failed | pruned | interrupted, from a trial's last result.
+
+    An error that reaches Tune is the infrastructure's (the trial's process died: `run_trial` turns
+    every exception of training itself into a `failed` result), and it is "interrupted" once Tune's
+    restarts are spent: no search result, run again.
+    """
     if error:
-        return "failed"
+        return "interrupted"
     status = (result or {}).get("status")
-    if status in ("completed", "diverged"):
+    if status in ("completed", "diverged", "failed"):
         return str(status)
     return "pruned"  # stopped by the scheduler before its budget was spent
 
@@ -363,10 +406,18 @@ def run_trial(config: dict[str, Any]) -> None:
 
     cfg = TrainConfig.model_validate(config["train"])
     if cfg.num_workers == 1:
+        from ray import tune
+
         from worker.loop import train
         from worker.session import TuneSession
 
-        train(cfg, TuneSession())  # its last report carries the final status
+        try:
+            train(cfg, TuneSession())  # its last report carries the final status
+        except Exception as exc:
+            # training itself failed (a bad optimizer keyword, out of memory...): a result, not a crash,
+            # so Tune's restarts are kept for the infrastructure
+            log.exception("trial failed in training")
+            tune.report({"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500], METRIC: math.nan})
         return
     from ray import tune
     from ray.train import FailureConfig, RunConfig, ScalingConfig

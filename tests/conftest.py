@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import worker  # noqa: F401  (before anything imports ray: pins local Ray clusters to loopback)
-
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -34,40 +23,24 @@ def token_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_address(token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A local Ray cluster in its own processes, so services under test can restart around it."""
+    """A local Ray cluster in its own process group (`ray start --head --block`, 127.0.0.1 only), so
+    services under test can restart around it; stopped by process id, never `ray stop`."""
+    from service.testing import RayHead
     from worker.launch import TRAIN_ENV
 
-    port, dashboard = free_port(), free_port()
-    env = {**os.environ, **TRAIN_ENV, "BATCHSWEEP_CACHE": str(token_cache), "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    cmd = [
-        str(BIN / "ray"),
-        "start",
-        "--head",
-        f"--port={port}",
-        "--node-ip-address=127.0.0.1",
-        "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dashboard}",
-        "--include-dashboard=true",
-        "--num-cpus=4",
-        "--disable-usage-stats",
-        f"--ray-client-server-port={free_port()}",
-        f"--min-worker-port={20000}",
-        f"--max-worker-port={29999}",
-    ]
-    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=180)
-    address = f"127.0.0.1:{port}"
+    token = (Path.home() / ".ray" / "auth_token").read_text().strip()  # importing worker created it
+    head = RayHead(tmp_path_factory.mktemp("ray-head") / "head.log", num_cpus=4, token=token).start(timeout_s=180)
     previous = os.environ.get("RAY_ADDRESS")
-    os.environ["RAY_ADDRESS"] = address
+    os.environ["RAY_ADDRESS"] = head.address
     for key, value in TRAIN_ENV.items():
         os.environ.setdefault(key, value)
     try:
-        yield address
+        yield head.address
     finally:
         import ray
 
         ray.shutdown()
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        head.stop()
         if previous is None:
             os.environ.pop("RAY_ADDRESS", None)
         else:

@@ -27,11 +27,10 @@ def test_defaults_live_under_one_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert s.ray_address is None  # no address: a local cluster
     # the service binds to loopback unless told otherwise
     assert (s.host, s.port) == ("127.0.0.1", 8000)
-    assert s.driver_env() == {
-        "MLFLOW_TRACKING_URI": s.tracking_uri,
-        "SWEEPS_OPTUNA_STORAGE": s.optuna_url,
-        "SWEEPS_DATA_DIR": str(root),
-    }
+    # what every sweep driver is handed: the same stores, as one typed object
+    runtime = s.runtime()
+    assert (runtime.data_dir, runtime.tracking_uri, runtime.optuna_storage) == (root, s.tracking_uri, s.optuna_url)
+    assert runtime.artifact_root == root / "mlartifacts"
 
 
 def test_tool_env_vars_win_over_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,7 +40,8 @@ def test_tool_env_vars_win_over_defaults(monkeypatch: pytest.MonkeyPatch) -> Non
     s = Settings()
     assert s.tracking_uri == "http://127.0.0.1:5000"
     assert s.ray_address == "127.0.0.1:6379"
-    assert s.driver_env()["SWEEPS_OPTUNA_STORAGE"] == "postgresql://u@127.0.0.1/optuna"
+    assert s.runtime().optuna_storage == "postgresql://u@127.0.0.1/optuna"
+    assert s.runtime().tracking_uri == "http://127.0.0.1:5000"
 
 
 def test_lists_and_tokens_from_comma_separated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio.to_thread
 import pytest
 from svc_helpers import FakeLauncher, tiny_spec
 
 from service.settings import Settings
 from service.store import Store
-from service.supervisor import DRIVER_LOST, Supervisor
+from service.supervisor import Supervisor, driver_lost_error
 
 
 @pytest.fixture
@@ -52,13 +54,49 @@ def test_poll_writes_progress_then_final_report_and_kills_the_driver(
     assert launcher.killed == ["s-1"]
 
 
-def test_running_sweep_without_driver_is_failed_as_lost(
+def test_lost_driver_is_relaunched_after_a_backoff_and_resumes(
+    store: Store, launcher: FakeLauncher, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(driver_restart_backoff_s=0.3, max_driver_starts=3)
+    new(store, "s-1", "running")
+    store.count_driver_start("s-1")  # its first driver, now gone
+    sup = Supervisor(store, launcher, settings)
+    assert sup.poll_once() == []  # not at once: the backoff runs first
+    assert store.get("s-1").status == "running"  # type: ignore[union-attr]
+    time.sleep(0.35)
+    assert [r.id for r in sup.poll_once()] == ["s-1"]  # relaunched under the same id
+
+
+def test_lost_driver_relaunches_are_bounded_then_the_sweep_fails_saying_why(
+    store: Store, launcher: FakeLauncher, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(driver_restart_backoff_s=0.0, max_driver_starts=2)
+    new(store, "s-1", "running")
+    sup = Supervisor(store, launcher, settings)
+
+    async def lose_and_relaunch() -> None:
+        for _ in range(2):  # each start's driver is lost at once
+            for row in await anyio.to_thread.run_sync(sup.poll_once):
+                sup.launch(row)
+            while sup._launching:
+                await asyncio.sleep(0.01)
+            launcher.drivers.pop("s-1", None)
+        await anyio.to_thread.run_sync(sup.poll_once)
+
+    run(lose_and_relaunch)
+    row = store.get("s-1")
+    assert launcher.started == ["s-1", "s-1"]
+    assert row is not None and (row.status, row.driver_starts) == ("failed", 2)
+    assert row.error == driver_lost_error(2) and "lost 2 time(s)" in row.error
+
+
+def test_a_cancelled_sweep_whose_driver_is_gone_ends_cancelled_not_relaunched(
     store: Store, launcher: FakeLauncher, settings: Settings
 ) -> None:
-    new(store, "s-1", "running")
-    Supervisor(store, launcher, settings).poll_once()
-    row = store.get("s-1")
-    assert row is not None and (row.status, row.error) == ("failed", DRIVER_LOST)
+    new(store, "s-1", "running", cancel_requested=True)
+    assert Supervisor(store, launcher, settings).poll_once() == []
+    assert store.get("s-1").status == "cancelled"  # type: ignore[union-attr]
+    assert launcher.started == []
 
 
 def test_busy_driver_is_asked_again_later(store: Store, launcher: FakeLauncher, settings: Settings) -> None:
