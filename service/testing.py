@@ -105,6 +105,8 @@ class ServiceProcess:
     port: int = field(default_factory=free_port)
     # None: `python -m service` with SWEEPS_HOST/SWEEPS_PORT set; else this command, as it is
     command: list[str] | None = None
+    # variables of this process's environment the service must not see (RAY_ADDRESS: the embedded default)
+    unset: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -117,6 +119,8 @@ class ServiceProcess:
             command = [sys.executable, "-m", "service", "--log-level", "info"]
         else:
             env, command = _venv_env(self.env), self.command
+        for key in self.unset:
+            env.pop(key, None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)

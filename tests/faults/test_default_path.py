@@ -1,0 +1,246 @@
+"""The default path of the README, for minutes, with the faults an on-call engineer sees.
+
+`sweeps serve` exactly as the README runs it: no RAY_ADDRESS (the service starts its own local Ray
+head), SQLite stores in the data dir. One sweep of several minutes runs while the test
+
+- churns the service's worker-thread pool (bursts of concurrent requests, then idle spells longer
+  than anyio's idle-thread timeout, so threads come and go: a Ray head forked from one of them would
+  be SIGKILLed when it exits),
+- kills the API with SIGKILL and restarts it, then stops it with SIGTERM and restarts it (the sweep
+  keeps running on the same head; the restarted service finds it),
+- SIGKILLs the sweep's driver actor (relaunched under the same id, it resumes from Optuna),
+- SIGKILLs a trial's worker process (Tune restarts the trial; it is never a search result).
+
+Afterwards the sweep has succeeded, every planned trial is recorded exactly once in Optuna and in
+MLflow, nothing is left RUNNING, and the report's trial counts are the planned ones. Processes are
+found below the head's pid in /proc and stopped by pid; the head by `LocalRayHead.stop`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.processes import alive, cmdline, descendants, free_port
+from service.ray_head import LocalRayHead
+from service.testing import ServiceProcess
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+TOKEN = "fault-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+# 2 optimizers x 3 batch sizes x (3 search + 1 confirmation) = 24 trials of 196,608 tokens: ~4 min here
+SPEC = """
+name: faults
+model: {preset: gpt2-nano, seq_len: 32}
+data: {source: builtin}
+optimizers: [{name: adamw}, {name: merit}]
+batch_sizes: [4, 8, 16]
+token_budget: 196608
+eval_every_tokens: 49152
+lr: {min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 3}
+seeds: 2
+degradation: {tolerance: 0.05, baseline: adamw}
+resources: {max_concurrent_trials: 2}
+pruning: {enabled: false}
+"""
+PLANNED_SEARCH, PLANNED_SEEDS, CELLS = 3, 1, 6
+
+
+def _wait(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"{what} not reached within {timeout_s} s")
+
+
+class Churn:
+    """Bursts of concurrent requests, then idle spells longer than anyio's 10 s idle-thread timeout."""
+
+    def __init__(self, url: str, sweep_id: str) -> None:
+        self.url, self.sweep_id = url, sweep_id
+        self.stop = threading.Event()
+        self.bursts = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        paths = ["/sweeps", f"/sweeps/{self.sweep_id}", f"/sweeps/{self.sweep_id}/report", "/healthz"]
+        with httpx.Client(base_url=self.url, headers=AUTH, timeout=10) as client, ThreadPoolExecutor(24) as pool:
+
+            def get(i: int) -> None:
+                try:
+                    client.get(paths[i % len(paths)])
+                except httpx.TransportError:
+                    pass  # the API is being restarted by the test
+
+            while not self.stop.is_set():
+                list(pool.map(get, range(96)))
+                self.bursts += 1
+                self.stop.wait(12)
+
+    def __enter__(self) -> Churn:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def service(tmp_path: Path, token_cache: Path) -> Iterator[tuple[ServiceProcess, Path]]:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    env = {
+        "SWEEPS_DATA_DIR": str(data_dir),
+        "SWEEPS_TOKENS": f"ops={TOKEN}",
+        "SWEEPS_DRIVER_RESTART_BACKOFF_S": "1",
+        "BATCHSWEEP_CACHE": str(token_cache),
+    }
+    command = [str(Path(sys.executable).parent / "sweeps"), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    embedded = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "SWEEPS_OPTUNA_STORAGE", "SWEEPS_DATABASE_URL")
+    svc = ServiceProcess(env=env, log_path=tmp_path / "api.log", port=port, command=command, unset=embedded)
+    try:
+        yield svc.start(timeout_s=180), data_dir
+    finally:
+        svc.stop()
+        LocalRayHead(data_dir).stop()
+
+
+def _processes_below(pid: int, marker: str) -> list[int]:
+    return [p for p in descendants(pid) if any(marker in part for part in cmdline(p))]
+
+
+def test_default_path_survives_restarts_and_killed_processes(service: tuple[ServiceProcess, Path]) -> None:
+    svc, data_dir = service
+    head = LocalRayHead(data_dir)
+    first = head.running()
+    assert first is not None, "sweeps serve with no RAY_ADDRESS must run its own Ray head"
+    assert first.address.startswith("127.0.0.1:")
+
+    client = httpx.Client(base_url=svc.url, headers=AUTH, timeout=30)
+    created = client.post("/sweeps", content=SPEC, headers={"Content-Type": "application/yaml"})
+    assert created.status_code == 201, created.text
+    sweep_id = created.json()["id"]
+    started = time.monotonic()
+
+    def sweep() -> dict[str, Any]:
+        return client.get(f"/sweeps/{sweep_id}").json()
+
+    def trials_done(n: int) -> bool:
+        return sweep()["progress"]["trials_done"] >= n
+
+    with Churn(svc.url, sweep_id) as churn:
+        _wait(lambda: trials_done(2), 240, "2 finished trials")
+
+        # 1. the API dies hard, and comes back: the sweep kept running on the same head
+        os.killpg(svc.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        svc.proc.wait()  # type: ignore[union-attr]
+        svc.proc = None
+        svc.start(timeout_s=180)
+        assert head.running() == first, "a restarted service must reuse its Ray head"
+        s = sweep()
+        assert (s["status"], s["driver_starts"]) == ("running", 1), s
+
+        # 2. a graceful stop, and back
+        svc.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        assert svc.proc.wait(timeout=60) is not None  # type: ignore[union-attr]
+        svc.proc = None
+        svc.start(timeout_s=180)
+        assert head.running() == first
+        _wait(lambda: trials_done(5), 300, "5 finished trials")
+        assert sweep()["driver_starts"] == 1
+
+        # 3. the driver actor dies: relaunched under the same id, it resumes from Optuna
+        drivers = _processes_below(first.pid, "SweepActor")
+        assert len(drivers) == 1, drivers
+        done_before = sweep()["progress"]["trials_done"]
+        os.kill(drivers[0], signal.SIGKILL)
+        _wait(lambda: sweep()["driver_starts"] == 2, 120, "the driver relaunched")
+        s = _wait(
+            lambda: (x := sweep())["status"] == "running" and x["progress"]["trials_done"] >= done_before and x,
+            180,
+            "the resumed driver's progress",
+        )
+        assert s["progress"]["trials_done"] >= done_before  # finished trials were kept
+
+        # 4. a trial's worker process dies: Tune restarts that trial
+        workers = _wait(lambda: _processes_below(first.pid, "ImplicitFunc"), 120, "a running trial")
+        os.kill(workers[0], signal.SIGKILL)
+
+        final = _wait(lambda: (x := sweep())["status"] in ("succeeded", "failed", "cancelled") and x, 900, "the end")
+        assert churn.bursts >= 3  # the thread pool really was churned, repeatedly
+    elapsed = time.monotonic() - started
+    assert final["status"] == "succeeded", final.get("error")
+    assert elapsed >= 180, f"the sweep ran {elapsed:.0f} s; this test needs minutes, not seconds"
+    assert head.running() == first and alive(first.pid), "the head must outlive every thread and restart"
+    s = sweep()
+    assert s["progress"]["trials_done"] == s["progress"]["trials_total"] == CELLS * (PLANNED_SEARCH + PLANNED_SEEDS)
+    assert all(c["running"] == 0 for c in s["progress"]["cells"]), "a final sweep shows no running trials"
+
+    # the report: every cell has exactly its planned trials
+    report = client.get(f"/sweeps/{sweep_id}/report").json()
+    cells = [c for opt in report["optimizers"].values() for c in opt["cells"]]
+    assert len(cells) == CELLS
+    for c in cells:
+        assert c["trials"] == PLANNED_SEARCH + PLANNED_SEEDS, c
+        assert sum(c["trial_status"].values()) == c["trials"], c
+        # training never fails in this spec: a "failed" trial would be a killed worker counted as a result
+        assert c["trial_status"]["failed"] == 0, c
+
+    _assert_recorded_once(data_dir, sweep_id)
+
+
+def _assert_recorded_once(data_dir: Path, sweep_id: str) -> None:
+    """Optuna and MLflow hold every planned trial once, agree on them, and nothing is RUNNING."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.search import RERUN_STATUSES
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{data_dir / 'optuna.db'}")
+    names = [n for n in optuna.get_all_study_names(storage) if n.startswith(f"{sweep_id}/")]
+    assert len(names) == CELLS
+    optuna_trials: Counter[tuple[str, str, int]] = Counter()
+    for name in names:
+        study = optuna.load_study(study_name=name, storage=storage)
+        states = Counter(t.state.name for t in study.trials)
+        assert states["RUNNING"] == 0 and states["WAITING"] == 0, (name, states)
+        kept = [t for t in study.trials if t.user_attrs.get("status") not in RERUN_STATUSES]
+        roles = Counter(t.user_attrs["role"] for t in kept)
+        assert roles == {"search": PLANNED_SEARCH, "seed": PLANNED_SEEDS}, (name, roles)
+        for t in kept:
+            optuna_trials[(name.split("/", 1)[1], t.user_attrs["role"], int(t.user_attrs["seed"]))] += 1
+
+    client = MlflowClient(f"sqlite:///{data_dir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(sweep_id)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    assert [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []
+    trial_runs = [r for r in runs if r.data.tags.get("batchsweep.role") in ("search", "seed")]
+    kept_runs = [r for r in trial_runs if r.data.tags.get("batchsweep.status") not in RERUN_STATUSES]
+    assert len(kept_runs) == CELLS * (PLANNED_SEARCH + PLANNED_SEEDS)
+    # one MLflow run per kept Optuna trial, each Tune trial once (a restarted trial keeps its run)
+    assert len({r.data.tags["batchsweep.tune_trial_id"] for r in kept_runs}) == len(kept_runs)
+    mlflow_trials = Counter(
+        (r.data.tags["batchsweep.cell"], r.data.tags["batchsweep.role"], int(r.data.tags["batchsweep.seed"]))
+        for r in kept_runs
+    )
+    assert mlflow_trials == optuna_trials
+    # the trial whose worker was killed was restarted by Tune, in its own run, and finished there
+    restarted = [r for r in kept_runs if int(r.data.tags.get("batchsweep.restarts", "0")) >= 1]
+    assert len(restarted) >= 1
+    assert all(r.data.tags["batchsweep.status"] in ("completed", "diverged") for r in restarted)
