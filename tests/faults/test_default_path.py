@@ -20,26 +20,23 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fault_helpers import AUTH, assert_recorded_once, wait
 
-from service.processes import alive, cmdline, descendants, free_port
+from service.processes import alive, cmdline, descendants
 from service.ray_head import LocalRayHead
 from service.testing import ServiceProcess
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-TOKEN = "fault-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # 2 optimizers x 3 batch sizes x (3 search + 1 confirmation) = 24 trials of 196,608 tokens: ~4 min here
 SPEC = """
 name: faults
@@ -56,16 +53,6 @@ resources: {max_concurrent_trials: 2}
 pruning: {enabled: false}
 """
 PLANNED_SEARCH, PLANNED_SEEDS, CELLS = 3, 1, 6
-
-
-def _wait(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"{what} not reached within {timeout_s} s")
 
 
 class Churn:
@@ -101,32 +88,12 @@ class Churn:
         self.thread.join(timeout=30)
 
 
-@pytest.fixture
-def service(tmp_path: Path, token_cache: Path) -> Iterator[tuple[ServiceProcess, Path]]:
-    data_dir = tmp_path / "data"
-    port = free_port()
-    env = {
-        "SWEEPS_DATA_DIR": str(data_dir),
-        "SWEEPS_TOKENS": f"ops={TOKEN}",
-        "SWEEPS_DRIVER_RESTART_BACKOFF_S": "1",
-        "BATCHSWEEP_CACHE": str(token_cache),
-    }
-    command = [str(Path(sys.executable).parent / "sweeps"), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    embedded = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "SWEEPS_OPTUNA_STORAGE", "SWEEPS_DATABASE_URL")
-    svc = ServiceProcess(env=env, log_path=tmp_path / "api.log", port=port, command=command, unset=embedded)
-    try:
-        yield svc.start(timeout_s=180), data_dir
-    finally:
-        svc.stop()
-        LocalRayHead(data_dir).stop()
-
-
 def _processes_below(pid: int, marker: str) -> list[int]:
     return [p for p in descendants(pid) if any(marker in part for part in cmdline(p))]
 
 
-def test_default_path_survives_restarts_and_killed_processes(service: tuple[ServiceProcess, Path]) -> None:
-    svc, data_dir = service
+def test_default_path_survives_restarts_and_killed_processes(serve: Callable[..., tuple[ServiceProcess, Path]]) -> None:
+    svc, data_dir = serve()
     head = LocalRayHead(data_dir)
     first = head.running()
     assert first is not None, "sweeps serve with no RAY_ADDRESS must run its own Ray head"
@@ -145,7 +112,7 @@ def test_default_path_survives_restarts_and_killed_processes(service: tuple[Serv
         return sweep()["progress"]["trials_done"] >= n
 
     with Churn(svc.url, sweep_id) as churn:
-        _wait(lambda: trials_done(2), 240, "2 finished trials")
+        wait(lambda: trials_done(2), 240, "2 finished trials")
 
         # 1. the API dies hard, and comes back: the sweep kept running on the same head
         os.killpg(svc.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
@@ -162,7 +129,7 @@ def test_default_path_survives_restarts_and_killed_processes(service: tuple[Serv
         svc.proc = None
         svc.start(timeout_s=180)
         assert head.running() == first
-        _wait(lambda: trials_done(5), 300, "5 finished trials")
+        wait(lambda: trials_done(5), 300, "5 finished trials")
         assert sweep()["driver_starts"] == 1
 
         # 3. the driver actor dies: relaunched under the same id, it resumes from Optuna
@@ -170,8 +137,8 @@ def test_default_path_survives_restarts_and_killed_processes(service: tuple[Serv
         assert len(drivers) == 1, drivers
         done_before = sweep()["progress"]["trials_done"]
         os.kill(drivers[0], signal.SIGKILL)
-        _wait(lambda: sweep()["driver_starts"] == 2, 120, "the driver relaunched")
-        s = _wait(
+        wait(lambda: sweep()["driver_starts"] == 2, 120, "the driver relaunched")
+        s = wait(
             lambda: (x := sweep())["status"] == "running" and x["progress"]["trials_done"] >= done_before and x,
             180,
             "the resumed driver's progress",
@@ -179,10 +146,10 @@ def test_default_path_survives_restarts_and_killed_processes(service: tuple[Serv
         assert s["progress"]["trials_done"] >= done_before  # finished trials were kept
 
         # 4. a trial's worker process dies: Tune restarts that trial
-        workers = _wait(lambda: _processes_below(first.pid, "ImplicitFunc"), 120, "a running trial")
+        workers = wait(lambda: _processes_below(first.pid, "ImplicitFunc"), 120, "a running trial")
         os.kill(workers[0], signal.SIGKILL)
 
-        final = _wait(lambda: (x := sweep())["status"] in ("succeeded", "failed", "cancelled") and x, 900, "the end")
+        final = wait(lambda: (x := sweep())["status"] in ("succeeded", "failed", "cancelled") and x, 900, "the end")
         assert churn.bursts >= 3  # the thread pool really was churned, repeatedly
     elapsed = time.monotonic() - started
     assert final["status"] == "succeeded", final.get("error")
@@ -202,45 +169,11 @@ def test_default_path_survives_restarts_and_killed_processes(service: tuple[Serv
         # training never fails in this spec: a "failed" trial would be a killed worker counted as a result
         assert c["trial_status"]["failed"] == 0, c
 
-    _assert_recorded_once(data_dir, sweep_id)
-
-
-def _assert_recorded_once(data_dir: Path, sweep_id: str) -> None:
-    """Optuna and MLflow hold every planned trial once, agree on them, and nothing is RUNNING."""
-    import optuna
-    from mlflow.tracking import MlflowClient
-
-    from sweeps.search import RERUN_STATUSES
-
-    storage = optuna.storages.RDBStorage(f"sqlite:///{data_dir / 'optuna.db'}")
-    names = [n for n in optuna.get_all_study_names(storage) if n.startswith(f"{sweep_id}/")]
-    assert len(names) == CELLS
-    optuna_trials: Counter[tuple[str, str, int]] = Counter()
-    for name in names:
-        study = optuna.load_study(study_name=name, storage=storage)
-        states = Counter(t.state.name for t in study.trials)
-        assert states["RUNNING"] == 0 and states["WAITING"] == 0, (name, states)
-        kept = [t for t in study.trials if t.user_attrs.get("status") not in RERUN_STATUSES]
-        roles = Counter(t.user_attrs["role"] for t in kept)
-        assert roles == {"search": PLANNED_SEARCH, "seed": PLANNED_SEEDS}, (name, roles)
-        for t in kept:
-            optuna_trials[(name.split("/", 1)[1], t.user_attrs["role"], int(t.user_attrs["seed"]))] += 1
-
-    client = MlflowClient(f"sqlite:///{data_dir / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(sweep_id)
-    runs = client.search_runs([exp.experiment_id], max_results=1000)
-    assert [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []
-    trial_runs = [r for r in runs if r.data.tags.get("batchsweep.role") in ("search", "seed")]
-    kept_runs = [r for r in trial_runs if r.data.tags.get("batchsweep.status") not in RERUN_STATUSES]
-    assert len(kept_runs) == CELLS * (PLANNED_SEARCH + PLANNED_SEEDS)
-    # one MLflow run per kept Optuna trial, each Tune trial once (a restarted trial keeps its run)
-    assert len({r.data.tags["batchsweep.tune_trial_id"] for r in kept_runs}) == len(kept_runs)
-    mlflow_trials = Counter(
-        (r.data.tags["batchsweep.cell"], r.data.tags["batchsweep.role"], int(r.data.tags["batchsweep.seed"]))
-        for r in kept_runs
-    )
-    assert mlflow_trials == optuna_trials
+    runs = assert_recorded_once(
+        f"sqlite:///{data_dir / 'optuna.db'}", f"sqlite:///{data_dir / 'mlflow.db'}", sweep_id,
+        cells=CELLS, search=PLANNED_SEARCH, seeds=PLANNED_SEEDS,
+    )  # fmt: skip
     # the trial whose worker was killed was restarted by Tune, in its own run, and finished there
-    restarted = [r for r in kept_runs if int(r.data.tags.get("batchsweep.restarts", "0")) >= 1]
+    restarted = [r for r in runs if int(r.data.tags.get("batchsweep.restarts", "0")) >= 1]
     assert len(restarted) >= 1
     assert all(r.data.tags["batchsweep.status"] in ("completed", "diverged") for r in restarted)

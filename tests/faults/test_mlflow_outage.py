@@ -1,0 +1,127 @@
+"""The MLflow tracking server goes away for 20 s in the middle of a sweep: nothing recorded is lost.
+
+`sweeps serve` on its own Ray head with MLflow as a tracking server (`mlflow server`, SQLite backend,
+served artifacts). The test stops the server (its process group, by pid) once trials are running,
+keeps it down for 20 s and starts it again on the same port. The driver's writes wait and retry
+meanwhile (the MLflow client retries with backoff; the recorder writes from its own thread, so
+training goes on): the sweep succeeds, every trial's curve is complete in MLflow, and the summary
+run holds the report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fault_helpers import AUTH, assert_recorded_once, wait
+
+from service.processes import free_port, stop_tree, wait_for_port
+from service.testing import ServiceProcess
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
+
+BUDGET, EVERY = 98304, 32768
+SPEC = f"""
+name: outage
+model: {{preset: gpt2-nano, seq_len: 32}}
+data: {{source: builtin}}
+optimizers: [{{name: adamw}}]
+batch_sizes: [4, 8]
+token_budget: {BUDGET}
+eval_every_tokens: {EVERY}
+lr: {{min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 2}}
+seeds: 2
+degradation: {{tolerance: 0.05, baseline: adamw}}
+resources: {{max_concurrent_trials: 2}}
+pruning: {{enabled: false}}
+"""
+
+
+class MlflowServer:
+    def __init__(self, root: Path) -> None:
+        self.root, self.port = root, free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> MlflowServer:
+        self.root.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            str(Path(sys.executable).parent / "mlflow"), "server",
+            "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination", str(self.root / "artifacts"),
+            "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+        ]  # fmt: skip
+        with open(self.root / "server.log", "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, process_group=0)
+        wait_for_port(self.port, 120, self.proc)
+        wait(lambda: _healthy(self.url), 60, "MLflow /health")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_tree(self.proc.pid, proc=self.proc)
+            self.proc = None
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
+    server = MlflowServer(tmp_path / "mlflow").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_20_s_mlflow_outage_mid_sweep_loses_nothing(
+    serve: Callable[..., tuple[ServiceProcess, Path]], mlflow_server: MlflowServer
+) -> None:
+    svc, data_dir = serve(MLFLOW_TRACKING_URI=mlflow_server.url)
+    client = httpx.Client(base_url=svc.url, headers=AUTH, timeout=30)
+    created = client.post("/sweeps", content=SPEC, headers={"Content-Type": "application/yaml"})
+    assert created.status_code == 201, created.text
+    sweep_id = created.json()["id"]
+
+    def sweep() -> dict:
+        return client.get(f"/sweeps/{sweep_id}").json()
+
+    wait(lambda: sweep()["progress"]["trials_done"] >= 1, 300, "a finished trial")
+    mlflow_server.stop()
+    down_at = time.monotonic()
+    assert not _healthy(mlflow_server.url)
+    time.sleep(20)
+    mlflow_server.start()
+    final = wait(lambda: (s := sweep())["status"] in ("succeeded", "failed", "cancelled") and s, 600, "the end")
+    assert final["status"] == "succeeded", final.get("error")
+    assert final["progress"]["trials_done"] > 1, "the outage must have been in the middle of the sweep"
+    assert time.monotonic() - down_at > 20
+
+    runs = assert_recorded_once(
+        f"sqlite:///{data_dir / 'optuna.db'}", mlflow_server.url, sweep_id, cells=2, search=2, seeds=1
+    )
+    from mlflow.tracking import MlflowClient
+
+    mlflow = MlflowClient(mlflow_server.url)
+    for run in runs:
+        steps = sorted({m.step for m in mlflow.get_metric_history(run.info.run_id, "val_loss")})
+        # every evaluation of every trial is there, those logged while the server was down too
+        assert set(range(EVERY, BUDGET + 1, EVERY)) <= set(steps), (run.info.run_name, steps)
+    exp = mlflow.get_experiment_by_name(sweep_id)
+    (summary,) = mlflow.search_runs([exp.experiment_id], "tags.`batchsweep.role` = 'summary'")
+    path = mlflow.download_artifacts(summary.info.run_id, "report.json", str(data_dir))
+    assert json.loads(Path(path).read_text()) == client.get(f"/sweeps/{sweep_id}/report").json()
