@@ -152,6 +152,9 @@ def render_dashboard(sweep: SweepData, figures: Sequence[FigureSpec], *, png_fal
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        # an empty icon of its own: otherwise every browser also asks the server for /favicon.ico,
+        # which a page served from MLflow's artifacts or a test's file server answers with a 404
+        '<link rel="icon" href="data:,">'
         f"<title>Sweep {_e(sweep.sweep_id)}: batch-size scaling</title><style>{_CSS}</style>"
         # plotly.js once, inline: no network needed; figures' scripts below call Plotly.newPlot
         f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>'

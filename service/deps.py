@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.health import HealthChecker
+from service.limits import Limits
 from service.manager import SweepReader
 from service.settings import Settings
 from service.store import Store
@@ -38,8 +39,18 @@ async def get_health(request: Request) -> HealthChecker:
     return request.app.state.health  # type: ignore[no-any-return]
 
 
+async def get_limits(request: Request) -> Limits:
+    # made on first use, per app; no await between the look-up and the assignment, so one per app
+    state = request.app.state
+    limits: Limits | None = getattr(state, "limits", None)
+    if limits is None:
+        limits = state.limits = Limits.from_settings(state.settings)
+    return limits
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[Store, Depends(get_store)]
 SupervisorDep = Annotated[Supervisor, Depends(get_supervisor)]
 HealthDep = Annotated[HealthChecker, Depends(get_health)]
 ReaderDep = Annotated[SweepReader, Depends(get_reader)]
+LimitsDep = Annotated[Limits, Depends(get_limits)]

@@ -3,7 +3,9 @@
     {"error": {"code": "not_found", "message": "no sweep 'x'", "details": [...]}}
 
 `details` lists field problems for 422s (`{"field", "message", "value"}`, as `format_validation_error`
-gives them) and is empty otherwise. `code` is stable; `message` is for people.
+gives them) and is empty otherwise. `code` is stable; `message` is for people. A refused value is
+echoed as a short excerpt at most; an unexpected error answers a bare 500 and is logged with its
+traceback (never sent: it names the server's files).
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sweeps.spec import json_value
+from worker.config import excerpt
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,7 @@ def unauthorized(message: str = "missing or invalid bearer token") -> ApiError:
 
 def not_found(sweep_id: str) -> ApiError:
     # the same answer whether the sweep does not exist or belongs to another owner
-    return ApiError(404, "not_found", f"no sweep {sweep_id!r}")
+    return ApiError(404, "not_found", f"no sweep {excerpt(sweep_id)}")
 
 
 def invalid(message: str, details: list[dict[str, Any]]) -> ApiError:
@@ -116,13 +121,9 @@ async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _json_safe(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    return repr(value)
+    if isinstance(value, tuple):
+        value = list(value)
+    return json_value(value)  # JSON and short, else an excerpt
 
 
 def install(app: FastAPI) -> None:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import anyio.to_thread
 from fastapi import Request
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from service.schemas import SweepSummary
 from service.settings import Settings
@@ -65,4 +68,19 @@ async def sweep_events(request: Request, store: Store, settings: Settings, sweep
         await anyio.sleep(settings.sse_interval_s)
 
 
-__all__ = ["SSE_HEADERS", "sse", "sweep_events"]
+class HeldStream(StreamingResponse):
+    """A streaming response that calls `release` once it ends, however it ends (done, the client gone,
+    cancelled): the per-owner stream count (service/limits.py) follows the streams actually open."""
+
+    def __init__(self, content: Any, *, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+__all__ = ["SSE_HEADERS", "HeldStream", "sse", "sweep_events"]

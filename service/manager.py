@@ -15,7 +15,7 @@ import anyio.to_thread
 
 from service.errors import ApiError, not_found
 from service.policy import parse_body, validate_spec
-from service.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary
+from service.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary, public_error
 from service.settings import Settings
 from service.store import Created, IdempotencyConflict, Store, SweepRow, TooManyActive
 from service.supervisor import Supervisor
@@ -51,7 +51,8 @@ async def submit(
     store: Store,
     supervisor: Supervisor,
 ) -> Created:
-    # validation is CPU work (every cell becomes a TrainConfig): a thread keeps the loop free
+    # validation is CPU work (bounded: every cell becomes a TrainConfig, ~10 ms at the limits): a
+    # thread keeps the loop free
     spec = await anyio.to_thread.run_sync(_validated, body, content_type, settings)
     try:
         created = await anyio.to_thread.run_sync(
@@ -145,7 +146,7 @@ async def report(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
     if not row.final:
         raise ApiError(409, "not_finished", f"sweep {sweep_id!r} is {row.status}; its report comes when it finishes")
     if row.report is None:
-        why = row.error or "no error recorded"
+        why = public_error(row.error) or "no error recorded"
         raise ApiError(409, "no_report", f"sweep {sweep_id!r} {row.status} without a report: {why}")
     return row.report
 

@@ -1,28 +1,39 @@
 """What the service accepts: a valid `SweepSpec`, within this deployment's limits and data policy.
 
-`SweepSpec` validates the spec itself (the same rules as `sweeps run`); on top of it the service caps
-trials and token budget (settings), allows only the builtin corpus, files under the configured data
-roots and the configured HF datasets, and refuses `data.cache_dir` (it would let a client choose where
-the cluster writes). Every refusal is a `{"field", "message", "value"}` problem, as in
-`sweeps.spec.format_validation_error`.
+`SweepSpec` validates the spec itself (the same rules as `sweeps run`, the same parser:
+`sweeps.documents`); on top of it the service caps trials and token budget (settings), allows only the
+builtin corpus, files under the configured data roots and the configured HF datasets, and refuses
+`data.cache_dir` (it would let a client choose where the cluster writes). Every refusal is a
+`{"field", "message", "value"}` problem, as in `sweeps.spec.format_validation_error`; values are cut to
+short excerpts, and at most MAX_DETAILS problems are listed.
+
+Data roots (`SWEEPS_DATA_ROOTS`): every file a path source would read is resolved (symlinks followed)
+and must lie inside a root (worker/sources.py, the rule the worker applies again when it reads). Outside
+the roots the answer is the same whether the path exists or not.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from service.errors import ApiError, invalid
 from service.settings import Settings
-from sweeps.spec import SweepSpec, format_validation_error
+from sweeps.documents import SpecLoadError, parse_document
+from sweeps.spec import SweepSpec, format_validation_error, json_value
+from worker.config import corpus_shortfall, excerpt, split_batch
+from worker.sources import OutsideRoots, TooManyEntries, all_files, candidate_files, is_inside, outside
 
 JSON_TYPES = frozenset({"application/json", "text/json"})
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
+
+MAX_DETAILS = 20  # problems listed in one answer; the rest are counted
+# Entries (files and folders) of one folder source the service walks, a stat each: validation stays
+# bounded. A corpus of more files is a job for an HF dataset saved with save_to_disk.
+MAX_SOURCE_ENTRIES = 10_000
 
 
 def parse_body(body: bytes, content_type: str | None) -> Any:
@@ -32,17 +43,17 @@ def parse_body(body: bytes, content_type: str | None) -> Any:
         raise ApiError(
             415,
             "unsupported_media_type",
-            f"Content-Type {media!r} is not accepted; send application/json or application/yaml",
+            f"Content-Type {excerpt(media)} is not accepted; send application/json or application/yaml",
         )
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise invalid("the request body is not UTF-8", [_problem("body", "not UTF-8 text")]) from None
+    kind = "yaml" if media in YAML_TYPES else "json"
     try:
-        data = yaml.safe_load(text) if media in YAML_TYPES else json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        kind = "YAML" if media in YAML_TYPES else "JSON"
-        raise invalid(f"the request body is not valid {kind}", [_problem("body", f"invalid {kind}: {exc}")]) from None
+        data = parse_document(text, kind)
+    except SpecLoadError as exc:
+        raise invalid(f"the request body is not a valid {kind.upper()} spec", [_problem("body", str(exc))]) from None
     if not isinstance(data, dict):
         raise invalid(
             "a sweep spec is a mapping",
@@ -56,12 +67,21 @@ def validate_spec(data: dict[str, Any], settings: Settings) -> SweepSpec:
     try:
         spec = SweepSpec.model_validate(data, context={"max_trials": settings.max_trials})
     except ValidationError as exc:
-        problems = format_validation_error(exc)
-        raise invalid(_summary(problems), problems) from None
+        raise refused(format_validation_error(exc)) from None
     problems = policy_problems(spec, settings)
     if problems:
-        raise invalid(_summary(problems), problems)
+        raise refused(problems)
     return spec
+
+
+def refused(problems: list[dict[str, Any]]) -> ApiError:
+    """422 listing the first MAX_DETAILS problems (a spec of 10,000 unknown keys is not answered in full)."""
+    shown = problems[:MAX_DETAILS]
+    if len(problems) > MAX_DETAILS:
+        shown.append(_problem("", f"{len(problems) - MAX_DETAILS} more problems not listed; fix these first"))
+    fields = ", ".join(p["field"] or "(spec)" for p in problems[:MAX_DETAILS])
+    more = f" and {len(problems) - MAX_DETAILS} more" if len(problems) > MAX_DETAILS else ""
+    return invalid(f"invalid sweep spec: {fields}{more}", shown)
 
 
 def policy_problems(spec: SweepSpec, settings: Settings) -> list[dict[str, Any]]:
@@ -83,58 +103,101 @@ def policy_problems(spec: SweepSpec, settings: Settings) -> list[dict[str, Any]]
                 spec.data.cache_dir,
             )
         )
-    problem = data_source_problem(spec.data.source, settings)
+    problem, size = _check_source(spec.data.source, settings)
     if problem is not None:
         problems.append(problem)
+    elif size is not None:
+        problem = _corpus_problem(spec, size)
+        if problem is not None:
+            problems.append(problem)
     return problems
 
 
 def data_source_problem(source: str, settings: Settings) -> dict[str, Any] | None:
     """None when `source` is allowed: "builtin", a configured HF dataset, or a path inside a data root."""
+    return _check_source(source, settings)[0]
+
+
+def _check_source(source: str, settings: Settings) -> tuple[dict[str, Any] | None, int | None]:
+    """(problem or None, bytes of text a local file or folder source holds, else None)."""
     if source == "builtin":
-        return None
+        return None, None
     if source.startswith("hf:"):
         rest = source[len("hf:") :]
         if rest in settings.hf_datasets or rest.partition(":")[0] in settings.hf_datasets:
-            return None
-        if _looks_like_path(rest):  # a dataset saved with save_to_disk: the path rules apply
-            return _path_problem(rest, source, settings)
+            return None, None
+        # a dataset saved with save_to_disk: the path rules apply. Decided by the text alone: asking the
+        # file system would tell a client whether some relative path exists on the server.
+        if rest.startswith(("/", "~", ".")):
+            return _path_problem(rest, source, settings, dataset=True)
         allowed = ", ".join(f"hf:{name}" for name in settings.hf_datasets) or "none"
         return _problem(
             "data.source",
-            f"HF dataset {rest!r} is not allowed on this service; allowed HF datasets: {allowed}",
+            f"HF dataset {excerpt(rest)} is not allowed on this service; allowed HF datasets: {allowed}",
             source,
-        )
-    return _path_problem(source, source, settings)
+        ), None
+    return _path_problem(source, source, settings, dataset=False)
 
 
-def _looks_like_path(text: str) -> bool:
-    return text.startswith(("/", "~", ".")) or (os.sep in text and Path(text).expanduser().exists())
-
-
-def _path_problem(path_text: str, source: str, settings: Settings) -> dict[str, Any] | None:
+def _path_problem(
+    path_text: str, source: str, settings: Settings, *, dataset: bool
+) -> tuple[dict[str, Any] | None, int | None]:
     roots = settings.data_roots
     allowed = ", ".join(str(r) for r in roots) or "none configured (SWEEPS_DATA_ROOTS)"
+
+    def refuse(message: str) -> tuple[dict[str, Any], None]:
+        return _problem("data.source", message, source), None
+
+    # the syntactic rules and the roots come before anything that asks whether the path exists
     if ".." in PurePosixPath(path_text).parts:
-        return _problem("data.source", f"data.source must not contain '..' components; data roots: {allowed}", source)
+        return refuse(f"data.source must not contain '..' components; data roots: {allowed}")
     if not os.path.isabs(path_text):
         # the driver runs in a Ray worker with another working directory: relative paths are ambiguous
-        return _problem("data.source", f"data.source must be an absolute path inside a data root: {allowed}", source)
-    # realpath follows symlinks: a link inside a root that points outside it is refused too
+        return refuse(f"data.source must be an absolute path inside a data root: {allowed}")
+    # realpath follows symlinks: a link inside a root that points outside it is refused too, with the
+    # same message whether its target exists or not
+    if not is_inside(path_text, roots):
+        return refuse(f"data.source {excerpt(path_text)} is outside the allowed data roots: {allowed}")
     real = Path(os.path.realpath(path_text))
-    if not any(real == root or real.is_relative_to(root) for root in roots):
-        return _problem(
-            "data.source", f"data.source {path_text!r} is outside the allowed data roots: {allowed}", source
-        )
     if not real.exists():
-        return _problem("data.source", f"data.source {path_text!r} does not exist", source)
-    return None
+        return refuse(f"data.source {excerpt(path_text)} does not exist")
+    if real.is_file():
+        return None, real.stat().st_size
+    # a folder: every file it would be read through must resolve inside the roots too
+    entries = all_files(real, MAX_SOURCE_ENTRIES) if dataset else candidate_files(real, MAX_SOURCE_ENTRIES)
+    size = 0
+    try:
+        for entry in entries:
+            if not is_inside(entry, roots):
+                raise outside(entry, real)
+            if entry.is_file():
+                size += entry.stat().st_size
+    except (OutsideRoots, TooManyEntries) as exc:
+        return refuse(f"data.source: {exc}")
+    except OSError:
+        return refuse(f"data.source {excerpt(path_text)} cannot be read")
+    if dataset:
+        return None, None  # arrow files: their size says little about the text's
+    if size == 0:
+        return refuse(f"data.source {excerpt(path_text)} holds no *.txt or *.md text")
+    return None, size
+
+
+def _corpus_problem(spec: SweepSpec, size: int) -> dict[str, Any] | None:
+    """A local corpus too short for the spec's sequences: byte-level BPE makes at most one token per
+    byte (three for an invalid UTF-8 byte, which becomes U+FFFD), so 3 x bytes bounds the tokens."""
+    workers = spec.resources.workers_per_trial
+    micro = max(split_batch(b, workers, spec.resources.max_micro_batch)[0] for b in spec.batch_sizes)
+    short = corpus_shortfall(
+        3 * size,
+        seq_len=spec.model.seq_len,
+        micro_batch=micro,
+        num_workers=workers,
+        val_fraction=spec.data.val_fraction,
+        what=f"data.source ({size:,} bytes of text)",
+    )
+    return _problem("model.seq_len", short, spec.model.seq_len) if short else None
 
 
 def _problem(field: str, message: str, value: Any = None) -> dict[str, Any]:
-    return {"field": field, "message": message, "value": value}
-
-
-def _summary(problems: list[dict[str, Any]]) -> str:
-    fields = ", ".join(p["field"] or "(spec)" for p in problems)
-    return f"invalid sweep spec: {fields}"
+    return {"field": field, "message": message, "value": json_value(value)}

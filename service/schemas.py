@@ -95,6 +95,18 @@ class SweepDetail(SweepSummary):
         return cls.model_validate(_fields(row, mlflow_url) | {"spec": row.spec})
 
 
+ERROR_CHARS = 500  # of a sweep's error, as clients see it
+
+
+def public_error(error: str | None) -> str | None:
+    """What a client sees of a sweep's error: its first line (`Type: message`), cut. The rest (the
+    driver's traceback, naming the cluster's files) stays in the store and the logs."""
+    if not error:
+        return error
+    first = error.strip().splitlines()[0] if error.strip() else error
+    return first if len(first) <= ERROR_CHARS else first[:ERROR_CHARS] + "..."
+
+
 def _fields(row: SweepRow, mlflow_url: str | None) -> dict[str, Any]:
     progress = Progress.model_validate(row.progress) if row.progress else Progress.initial(row.spec)
     return {
@@ -103,7 +115,7 @@ def _fields(row: SweepRow, mlflow_url: str | None) -> dict[str, Any]:
         "status": row.status,
         "progress": progress,
         "cancel_requested": row.cancel_requested,
-        "error": row.error,
+        "error": public_error(row.error),
         "experiment_id": row.experiment_id,
         "mlflow_url": mlflow_url,
         "created_at": row.created_at,

@@ -13,7 +13,8 @@ SWEEPS_OPTUNA_STORAGE (sqlite:///<data dir>/optuna.db), SWEEPS_TOKENS ("alice=to
 SWEEPS_MAX_TRIALS, SWEEPS_MAX_TOKEN_BUDGET, SWEEPS_MAX_CONCURRENT_PER_OWNER, SWEEPS_DATA_ROOTS
 (comma-separated directories), SWEEPS_HF_DATASETS (comma-separated names), SWEEPS_MAX_BODY_BYTES,
 SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_SSE_HEARTBEAT_S,
-SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S.
+SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S, SWEEPS_DRY_RUN_BURST, SWEEPS_DRY_RUN_REFILL_S,
+SWEEPS_MAX_EVENT_STREAMS_PER_OWNER.
 """
 
 from __future__ import annotations
@@ -77,6 +78,14 @@ class Settings(BaseSettings):
     read_cache_s: float = Field(default=1.0, ge=0)
     # FastAPI's OpenTelemetry spans, metrics and logs of each request, to the configured OTel providers
     otel: bool = False
+
+    # ---- per-owner request limits (service/limits.py); beyond them 429 with Retry-After ----------------
+    # Dry runs validate a spec and store nothing, so nothing else bounds them: a token bucket per owner
+    # holds dry_run_burst dry runs and refills one every dry_run_refill_s seconds (10 per 10 s).
+    dry_run_burst: int = Field(default=10, ge=1)
+    dry_run_refill_s: float = Field(default=1.0, gt=0)
+    # open GET /sweeps/{id}/events streams per owner (each re-reads the store every sse_interval_s)
+    max_event_streams_per_owner: int = Field(default=16, ge=1)
 
     @field_validator("tokens", mode="before")
     @classmethod

@@ -8,8 +8,14 @@ bad value (see `format_validation_error` for the machine-readable form).
 
 Load with `SweepSpec.from_yaml(text_or_path)`, `SweepSpec.from_json(text_or_path)` or
 `SweepSpec.load(path)` (by suffix); `spec.model_dump(mode="json")` validates back to an equal spec.
+Text is parsed by `sweeps.documents.parse_document`, the parser the HTTP service uses too (no YAML
+aliases, bounded depth and size, finite numbers only).
 The cap on the number of trials is a validation context value:
 `SweepSpec.model_validate(data, context={"max_trials": N})` (default `DEFAULT_MAX_TRIALS`).
+
+Every number that costs CPU or memory has an upper bound (`worker.config.MAX_*`, `MAX_BATCH_SIZES`,
+`MAX_CONCURRENT_TRIALS`), no float is inf or NaN, and validation itself is cheap: it reads no data
+and its work grows with the number of cells only (~5 ms for the largest spec the bounds allow).
 
 This module must not import torch: the HTTP service imports it. `worker.config` and `worker.names`
 are torch-free.
@@ -37,11 +43,31 @@ from pydantic import (
     model_validator,
 )
 
-from worker.config import DataConfig, ModelConfig, OptimizerConfig, TrainConfig, split_batch
-from worker.names import OPTIMIZER_NAMES
+from sweeps.documents import SpecLoadError, parse_document
+from worker.config import (
+    EXCERPT_CHARS,
+    MAX_BATCH_SIZE,
+    MAX_GPUS_PER_WORKER,
+    MAX_MICRO_BATCH,
+    MAX_THREADS_PER_WORKER,
+    MAX_WORKERS,
+    DataConfig,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+    builtin_corpus_tokens,
+    corpus_shortfall,
+    eps_message,
+    excerpt,
+    extra_problems,
+    split_batch,
+)
+from worker.names import OPTIMIZER_NAMES, OPTIMIZERS_WITHOUT_EPS
 
 __all__ = [
     "DEFAULT_MAX_TRIALS",
+    "MAX_BATCH_SIZES",
+    "MAX_CONCURRENT_TRIALS",
     "NAME_PATTERN",
     "DegradationSpec",
     "FieldProblem",
@@ -54,6 +80,7 @@ __all__ = [
     "SpecLoadError",
     "SweepSpec",
     "format_validation_error",
+    "json_value",
 ]
 
 # Cap on optimizers x batch_sizes x (lr.trials_per_batch_size + seeds - 1) unless the validation
@@ -62,6 +89,11 @@ DEFAULT_MAX_TRIALS = 1000
 
 # Sweep names become MLflow experiment names, Ray Tune directories and URL path segments.
 NAME_PATTERN = re.compile(r"[a-z0-9-]{1,64}")
+
+# Batch sizes per sweep: each is a column of cells (an Optuna study per optimizer).
+MAX_BATCH_SIZES = 32
+# Trials Ray Tune runs at once: each holds its workers' resources on the cluster.
+MAX_CONCURRENT_TRIALS = 256
 
 
 # --------------------------------------------------------------------------------------------------
@@ -86,10 +118,6 @@ class SpecError(ValueError):
         super().__init__("; ".join(p.message for p in self.problems))
 
 
-class SpecLoadError(ValueError):
-    """The file or text could not be read or parsed (before validation)."""
-
-
 def _problem(field: str, message: str, value: Any = None) -> SpecError:
     return SpecError(FieldProblem(field, message, value))
 
@@ -100,7 +128,8 @@ def _problem(field: str, message: str, value: Any = None) -> SpecError:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: no float field takes inf or NaN (JSON's Infinity, YAML's .inf, "nan" strings)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class OptimizerSpec(_Strict):
@@ -116,7 +145,7 @@ class OptimizerSpec(_Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if v not in OPTIMIZER_NAMES:
-            raise _problem("", f"unknown optimizer {v!r}; valid optimizers: {', '.join(OPTIMIZER_NAMES)}", v)
+            raise _problem("", f"unknown optimizer {excerpt(v)}; valid optimizers: {', '.join(OPTIMIZER_NAMES)}", v)
         return v
 
     @field_validator("betas")
@@ -125,6 +154,19 @@ class OptimizerSpec(_Strict):
         if v is not None and not all(0.0 <= b < 1.0 for b in v):
             raise _problem("", f"betas must lie in [0, 1), got betas={list(v)}", list(v))
         return v
+
+    @model_validator(mode="after")
+    def _keywords(self) -> OptimizerSpec:
+        # the rules are OptimizerConfig's (worker.config); here they name the field they are about
+        problems = [
+            FieldProblem(f"extra.{key}", message, self.extra[key])
+            for key, message in extra_problems(self.name, self.extra)
+        ]
+        if self.eps is not None and self.name in OPTIMIZERS_WITHOUT_EPS:
+            problems.append(FieldProblem("eps", eps_message(self.name, self.eps), self.eps))
+        if problems:
+            raise SpecError(problems)
+        return self
 
     def to_optimizer_config(self, lr: float) -> OptimizerConfig:
         return OptimizerConfig(
@@ -170,11 +212,14 @@ class DegradationSpec(_Strict):
 
 
 class ResourcesSpec(_Strict):
-    workers_per_trial: int = Field(default=1, ge=1)  # Ray Train workers (data parallel) per trial
-    gpus_per_worker: float = Field(default=0.0, ge=0.0)  # 0: CPU; fractions allowed (Ray)
-    cpus_per_worker: int = Field(default=1, ge=1)  # also the torch threads of each worker
-    max_concurrent_trials: int = Field(default=1, ge=1)
-    max_micro_batch: int = Field(default=32, ge=1)  # sequences per forward pass; the rest is grad accumulation
+    # Upper bounds: worker.config's (the TrainConfig of every trial has the same ones); a request larger
+    # than any node would leave trials pending on the cluster forever.
+    workers_per_trial: int = Field(default=1, ge=1, le=MAX_WORKERS)  # Ray Train workers (data parallel) per trial
+    gpus_per_worker: float = Field(default=0.0, ge=0.0, le=MAX_GPUS_PER_WORKER)  # 0: CPU; fractions allowed (Ray)
+    cpus_per_worker: int = Field(default=1, ge=1, le=MAX_THREADS_PER_WORKER)  # also the torch threads of each worker
+    max_concurrent_trials: int = Field(default=1, ge=1, le=MAX_CONCURRENT_TRIALS)
+    # sequences per forward pass; the rest is grad accumulation
+    max_micro_batch: int = Field(default=32, ge=1, le=MAX_MICRO_BATCH)
 
 
 class PruningSpec(_Strict):
@@ -214,7 +259,7 @@ class SweepSpec(_Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if not NAME_PATTERN.fullmatch(v):
-            raise _problem("", f"name must be 1..64 characters of [a-z0-9-], got name={v!r}", v)
+            raise _problem("", f"name must be 1..64 characters of [a-z0-9-], got name={excerpt(v)}", v)
         return v
 
     @field_validator("optimizers")
@@ -244,9 +289,17 @@ class SweepSpec(_Strict):
     def _batch_sizes(cls, v: list[int]) -> list[int]:
         if not v:
             raise _problem("", "batch_sizes must not be empty, e.g. [16, 32, 64]", [])
+        # the count first: the checks below are quadratic in it, and each batch size is a column of cells
+        if len(v) > MAX_BATCH_SIZES:
+            raise _problem("", f"batch_sizes holds {len(v)} batch sizes; the limit is {MAX_BATCH_SIZES}", excerpt(v))
         bad = [b for b in v if b <= 0]
         if bad:
             raise _problem("", f"batch_sizes must all be > 0, got {bad} in batch_sizes={v}", v)
+        big = [b for b in v if b > MAX_BATCH_SIZE]
+        if big:
+            raise _problem(
+                "", f"batch_sizes must all be <= {MAX_BATCH_SIZE} sequences, got {big} in batch_sizes={v}", v
+            )
         dups = sorted({b for b in v if v.count(b) > 1})
         if dups:
             raise _problem("", f"batch_sizes has duplicates {dups}, got batch_sizes={v}", v)
@@ -271,7 +324,7 @@ class SweepSpec(_Strict):
             problems.append(
                 FieldProblem(
                     "degradation.baseline",
-                    f"degradation.baseline={self.degradation.baseline!r} is not among the spec's optimizers "
+                    f"degradation.baseline={excerpt(self.degradation.baseline)} is not among the spec's optimizers "
                     f"{names}; add it to optimizers or pick one of them",
                     self.degradation.baseline,
                 )
@@ -305,6 +358,21 @@ class SweepSpec(_Strict):
                 )
             )
 
+        if not unsplittable and self.data.source == "builtin":
+            # sequences the corpus cannot hold fail every trial; the builtin corpus's size is known
+            # without reading it (worker.names.BUILTIN_CORPUS_TOKENS). The service checks file sources
+            # against their sizes (service/policy.py); hf: datasets meet worker.data.TrainBatches' check.
+            short = corpus_shortfall(
+                builtin_corpus_tokens(self.data.vocab_size),
+                seq_len=seq_len,
+                micro_batch=max(split_batch(b, workers, self.resources.max_micro_batch)[0] for b in self.batch_sizes),
+                num_workers=workers,
+                val_fraction=self.data.val_fraction,
+                what=f"the builtin corpus at data.vocab_size={self.data.vocab_size}",
+            )
+            if short:
+                problems.append(FieldProblem("model.seq_len", short, seq_len))
+
         cap = DEFAULT_MAX_TRIALS
         if info.context and info.context.get("max_trials") is not None:
             cap = int(info.context["max_trials"])
@@ -325,7 +393,8 @@ class SweepSpec(_Strict):
             raise SpecError(problems)
 
         # Last guard: every cell must map onto a valid TrainConfig (the worker's own checks), so a spec
-        # that passes here cannot fail at launch for a config reason. Both lr ends are tried.
+        # that passes here cannot fail at launch for a config reason. Both lr ends are tried: at most
+        # 5 optimizers x MAX_BATCH_SIZES x 2 TrainConfigs, ~5 ms.
         for opt, b in self.cells():
             for lr in (self.lr.min, self.lr.max):
                 try:
@@ -393,21 +462,20 @@ class SweepSpec(_Strict):
     @classmethod
     def from_yaml(cls, text_or_path: str | os.PathLike[str], *, max_trials: int | None = None) -> SweepSpec:
         """A `Path` (or a str naming an existing file) is read; any other str is YAML text."""
-        text, where = _read(text_or_path)
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SpecLoadError(f"invalid YAML{where}: {exc}") from None
-        return cls.from_mapping(data, max_trials=max_trials)
+        return cls._parse(text_or_path, "yaml", max_trials)
 
     @classmethod
     def from_json(cls, text_or_path: str | os.PathLike[str], *, max_trials: int | None = None) -> SweepSpec:
         """A `Path` (or a str naming an existing file) is read; any other str is JSON text."""
+        return cls._parse(text_or_path, "json", max_trials)
+
+    @classmethod
+    def _parse(cls, text_or_path: str | os.PathLike[str], kind: Any, max_trials: int | None) -> SweepSpec:
         text, where = _read(text_or_path)
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecLoadError(f"invalid JSON{where}: {exc}") from None
+            data = parse_document(text, kind)
+        except SpecLoadError as exc:
+            raise SpecLoadError(f"{exc}{where}") from None
         return cls.from_mapping(data, max_trials=max_trials)
 
     @classmethod
@@ -451,31 +519,41 @@ def format_validation_error(exc: ValidationError) -> list[dict[str, Any]]:
     """`[{"field": "lr.min", "message": "...", "value": ...}, ...]`, one entry per refusal.
 
     `field` is a dotted path into the spec (list items by index: "optimizers.1.name"); "total_trials"
-    for the trial cap. `value` is the refused value, made JSON-safe (repr() where it is not).
-    Unknown keys get the closest valid field name as a suggestion.
+    for the trial cap. `value` is the refused value, made JSON-safe (repr() where it is not) and cut to
+    an excerpt of `EXCERPT_CHARS` where long; keys in `field` are cut too. Unknown keys get the closest
+    valid field name as a suggestion.
     """
     out: list[dict[str, Any]] = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
+        loc = ".".join(_key(p) for p in err["loc"])
         cause = (err.get("ctx") or {}).get("error")
         if isinstance(cause, SpecError):
             for p in cause.problems:
-                field = ".".join(s for s in (loc, p.field) if s)
-                out.append({"field": field, "message": p.message, "value": _json_safe(p.value)})
+                field = ".".join(s for s in (loc, ".".join(_key(k) for k in p.field.split("."))) if s)
+                out.append({"field": field, "message": p.message, "value": json_value(p.value)})
             continue
         message = err["msg"]
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
         if err["type"] == "extra_forbidden":
             message = _unknown_field_message(err["loc"])
-        out.append({"field": loc, "message": message, "value": _json_safe(err.get("input"))})
+        out.append({"field": loc, "message": message, "value": json_value(err.get("input"))})
     return out
+
+
+_KEY_CHARS = 40  # of one key in a field path: keys are the client's
+
+
+def _key(part: Any) -> str:
+    """One step of a field path; a long key is cut."""
+    text = str(part)
+    return text if len(text) <= _KEY_CHARS else text[:_KEY_CHARS] + "..."
 
 
 def _unknown_field_message(loc: tuple[Any, ...]) -> str:
     valid = _fields_at(loc[:-1])
     key = str(loc[-1])
-    message = f"unknown field {key!r}"
+    message = f"unknown field {excerpt(key)}"
     if valid:
         close = difflib.get_close_matches(key, valid, n=1)
         if close:
@@ -509,11 +587,14 @@ def _model_of(annotation: Any) -> Any:
     return None
 
 
-def _json_safe(value: Any) -> Any:
+def json_value(value: Any) -> Any:
+    """`value` when it is JSON and short; else an excerpt (never the whole of a long value)."""
+    if isinstance(value, str):
+        return value if len(value) <= EXCERPT_CHARS else f"{value[:EXCERPT_CHARS]}... ({len(value)} characters)"
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     try:
-        json.dumps(value, allow_nan=False)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
+        dumped = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return excerpt(value)
+    return value if len(dumped) <= EXCERPT_CHARS else excerpt(value)

@@ -6,31 +6,71 @@ ship it). Each part validates itself on entry and names the bad value in its err
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from worker.names import MODEL_PRESETS, OPTIMIZER_NAMES
+from worker.names import (
+    BUILTIN_CORPUS_TOKENS,
+    EXTRA_RESERVED,
+    MODEL_PRESETS,
+    OPTIMIZER_EXTRA,
+    OPTIMIZER_NAMES,
+    OPTIMIZERS_WITHOUT_EPS,
+)
+
+# ---- upper bounds -------------------------------------------------------------------------------
+# Every number that costs CPU or memory (in validation, in the service, on the cluster) is bounded, so
+# no config can ask for more than any machine this runs on has. Generous for real runs: GPT-2 XL
+# shapes, batch 65k, 8k-token sequences.
+MAX_BATCH_SIZE = 65_536  # sequences in one global batch
+MAX_MICRO_BATCH = 1_024  # sequences in one forward pass of one worker
+MAX_WORKERS = 64  # data-parallel workers of one run
+MAX_THREADS_PER_WORKER = 128  # torch threads (= CPUs asked of Ray) per worker
+MAX_GPUS_PER_WORKER = 8  # GPUs asked of Ray per worker: the most one node usually has
+MAX_SEQ_LEN = 8_192  # tokens per sequence (GPT-2's n_positions)
+# model shape, field by field (GPT-2 XL: 48 layers, 25 heads, d=1600); MAX_PARAMETERS bounds them together
+MAX_N_LAYER = 128
+MAX_N_HEAD = 128
+MAX_N_EMBD = 8_192
+MAX_VOCAB_SIZE = 65_535  # tokens are stored as uint16
+MAX_PARAMETERS = 2_000_000_000  # GPT-2 XL (1.6B at the largest vocab) fits
+# n_layer x n_head x seq_len^2: the attention probabilities one sequence keeps for the backward pass
+# (eager attention, fp32). 2^34 floats = 64 GiB per sequence: larger shapes cannot train on any GPU.
+MAX_ATTENTION_SCORES = 2**34
+MAX_EVAL_BATCHES = 1_000
+MAX_PATH_CHARS = 4_096  # PATH_MAX on Linux
+EXCERPT_CHARS = 120  # the most of a refused value an error message echoes (room for an absolute path)
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """repr(value), cut to `limit` characters: messages name a refused value but never echo a long one."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: no float field takes inf or NaN (JSON's Infinity, YAML's .inf, "nan" strings)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Config):
     """GPT-2 shape: a preset by name, optionally overridden field by field."""
 
     preset: str | None = "gpt2-nano"
-    n_layer: int | None = Field(default=None, gt=0)
-    n_head: int | None = Field(default=None, gt=0)
-    n_embd: int | None = Field(default=None, gt=0)
-    seq_len: int = Field(default=128, gt=1)  # tokens per sequence (GPT-2's n_positions)
+    n_layer: int | None = Field(default=None, gt=0, le=MAX_N_LAYER)
+    n_head: int | None = Field(default=None, gt=0, le=MAX_N_HEAD)
+    n_embd: int | None = Field(default=None, gt=0, le=MAX_N_EMBD)
+    seq_len: int = Field(default=128, gt=1, le=MAX_SEQ_LEN)  # tokens per sequence (GPT-2's n_positions)
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
         if self.preset is not None and self.preset not in MODEL_PRESETS:
-            raise ValueError(f"unknown model preset {self.preset!r}; valid presets: {', '.join(sorted(MODEL_PRESETS))}")
+            raise ValueError(
+                f"unknown model preset {excerpt(self.preset)}; valid presets: {', '.join(sorted(MODEL_PRESETS))}"
+            )
         if self.preset is None and None in (self.n_layer, self.n_head, self.n_embd):
             raise ValueError("without a preset, n_layer, n_head and n_embd are all required")
         shape = self.shape()
@@ -38,7 +78,28 @@ class ModelConfig(_Config):
             raise ValueError(
                 f"n_embd must be divisible by n_head, got n_embd={shape['n_embd']}, n_head={shape['n_head']}"
             )
+        # preset x seq_len: the limits hold for the shape as trained, whichever fields set it
+        params = self.parameters(MAX_VOCAB_SIZE)
+        if params > MAX_PARAMETERS:
+            raise ValueError(
+                f"model has ~{params:,} parameters at the largest vocabulary ({shape}, seq_len={self.seq_len}); "
+                f"the limit is {MAX_PARAMETERS:,}"
+            )
+        scores = shape["n_layer"] * shape["n_head"] * self.seq_len**2
+        if scores > MAX_ATTENTION_SCORES:
+            raise ValueError(
+                f"n_layer x n_head x seq_len^2 = {shape['n_layer']} x {shape['n_head']} x {self.seq_len}^2 = "
+                f"{scores:,} attention scores per sequence exceeds the limit {MAX_ATTENTION_SCORES:,} "
+                f"(64 GiB of fp32 per sequence); use a smaller seq_len or model"
+            )
         return self
+
+    def parameters(self, vocab_size: int) -> int:
+        """GPT-2's parameter count at this shape: 12 d^2 + 13 d per layer, token and position embeddings
+        (the LM head is tied to the token embedding), the final LayerNorm."""
+        shape = self.shape()
+        d, layers = shape["n_embd"], shape["n_layer"]
+        return layers * (12 * d * d + 13 * d) + (vocab_size + self.seq_len) * d + 2 * d
 
     def shape(self) -> dict[str, int]:
         base = dict(MODEL_PRESETS[self.preset]) if self.preset else {}
@@ -54,11 +115,13 @@ class DataConfig(_Config):
 
     # "builtin" | a local file or directory of .txt/.md files | "hf:<dataset>[:<config>]"
     # (a dataset name, or a path saved with `Dataset.save_to_disk`).
-    source: str = "builtin"
-    text_field: str = "text"  # column of an HF dataset that holds the text
-    vocab_size: int = Field(default=4096, ge=257, le=65535)  # byte-level BPE; tokens stored as uint16
+    source: str = Field(default="builtin", max_length=MAX_PATH_CHARS)
+    # column of an HF dataset that holds the text
+    text_field: str = Field(default="text", min_length=1, max_length=256)
+    vocab_size: int = Field(default=4096, ge=257, le=MAX_VOCAB_SIZE)  # byte-level BPE; tokens stored as uint16
     val_fraction: float = Field(default=0.05, gt=0.0, lt=0.5)
-    cache_dir: str | None = None  # default: $BATCHSWEEP_CACHE or ~/.cache/batchsweep
+    # default: $BATCHSWEEP_CACHE or ~/.cache/batchsweep
+    cache_dir: str | None = Field(default=None, max_length=MAX_PATH_CHARS)
 
     @field_validator("source")
     @classmethod
@@ -67,6 +130,14 @@ class DataConfig(_Config):
             raise ValueError(f"data source must not be empty, got source={v!r}")
         if v.startswith("hf:") and len(v) <= 3:
             raise ValueError(f"hf: source needs a dataset name, got source={v!r}")
+        return v
+
+    @field_validator("source", "text_field", "cache_dir")
+    @classmethod
+    def _no_control_characters(cls, v: str | None, info: ValidationInfo) -> str | None:
+        # a NUL byte ends a C string: the OS refuses such paths with ValueError, deep in whatever opens them
+        if v is not None and any(ord(c) < 32 for c in v):
+            raise ValueError(f"{info.field_name} must not contain NUL or other control characters, got {excerpt(v)}")
         return v
 
 
@@ -97,8 +168,58 @@ class OptimizerConfig(_Config):
     @model_validator(mode="after")
     def _known(self) -> OptimizerConfig:
         if self.name not in OPTIMIZER_NAMES:
-            raise ValueError(f"unknown optimizer {self.name!r}; valid optimizers: {', '.join(OPTIMIZER_NAMES)}")
+            raise ValueError(f"unknown optimizer {excerpt(self.name)}; valid optimizers: {', '.join(OPTIMIZER_NAMES)}")
+        if self.eps is not None and self.name in OPTIMIZERS_WITHOUT_EPS:
+            raise ValueError(eps_message(self.name, self.eps))
+        problems = extra_problems(self.name, self.extra)
+        if problems:
+            raise ValueError("; ".join(message for _, message in problems))
         return self
+
+
+def eps_message(name: str, eps: float) -> str:
+    return f"optimizer {name!r} takes no eps, got eps={eps}; leave eps out"
+
+
+def extra_problems(name: str, extra: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, message) for each entry of `extra` that optimizer `name` would refuse or misread: reserved
+    keys, keywords its constructor does not name (worker.names.OPTIMIZER_EXTRA; the pytorch-optimizer
+    classes swallow unknown keywords silently) and values that are not a finite scalar of the keyword's
+    kind. Checked at validation, so a typo fails the submit, not every trial of a sweep."""
+    allowed = OPTIMIZER_EXTRA.get(name, {})
+    valid = ", ".join(sorted(allowed)) or f"none ({name} takes no extra keywords)"
+    problems: list[tuple[str, str]] = []
+    for key, value in extra.items():
+        if key in EXTRA_RESERVED:
+            problems.append(
+                (
+                    key,
+                    f"extra[{key!r}] is not allowed for {name!r}: it comes from the optimizer config "
+                    f"(lr, betas, eps, weight_decay), the parameter groups or tokens_per_step (bs)",
+                )
+            )
+        elif key not in allowed:
+            problems.append(
+                (key, f"unknown extra keyword {excerpt(key)} for optimizer {name!r}; valid keywords: {valid}")
+            )
+        elif not _is_kind(value, allowed[key]):
+            problems.append(
+                (key, f"extra[{key!r}] of {name!r} takes a {allowed[key]} (finite scalar), got {excerpt(value)}")
+            )
+    return problems
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    """Whether `value` is a scalar of `kind` (see worker.names.OPTIMIZER_EXTRA); bools are not numbers here."""
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "bool?":
+        return value is None or isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    raise ValueError(f"unknown kind {kind!r} in worker.names.OPTIMIZER_EXTRA")
 
 
 class TrainConfig(_Config):
@@ -108,11 +229,12 @@ class TrainConfig(_Config):
     data: DataConfig = Field(default_factory=DataConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
 
-    batch_size: int = Field(default=16, gt=0)  # global batch, in sequences, across all workers
-    max_micro_batch: int = Field(default=32, gt=0)  # sequences per forward pass on one worker
-    num_workers: int = Field(default=1, gt=0)
+    batch_size: int = Field(default=16, gt=0, le=MAX_BATCH_SIZE)  # global batch, in sequences, across all workers
+    max_micro_batch: int = Field(default=32, gt=0, le=MAX_MICRO_BATCH)  # sequences per forward pass on one worker
+    num_workers: int = Field(default=1, gt=0, le=MAX_WORKERS)
     use_gpu: bool = False
-    threads_per_worker: int | None = Field(default=None, gt=0)  # torch intra-op threads; None: CPUs given
+    # torch intra-op threads; None: CPUs given
+    threads_per_worker: int | None = Field(default=None, gt=0, le=MAX_THREADS_PER_WORKER)
 
     token_budget: int = Field(default=200_000, gt=0)  # tokens, not steps
     warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
@@ -120,7 +242,8 @@ class TrainConfig(_Config):
     grad_clip: float | None = Field(default=1.0, gt=0.0)
 
     eval_every_tokens: int | None = Field(default=None, gt=0)  # default: budget / 10
-    eval_batches: int = Field(default=4, gt=0)  # fixed held-out batches of max_micro_batch sequences
+    # fixed held-out batches of max_micro_batch sequences
+    eval_batches: int = Field(default=4, gt=0, le=MAX_EVAL_BATCHES)
     probe_attention: bool = True  # max attention logit per layer, at eval only
     noise_scale_ema: float = Field(default=0.9, ge=0.0, lt=1.0)
     divergence_factor: float = Field(default=3.0, gt=1.0)  # loss > factor x initial loss: diverged
@@ -165,5 +288,43 @@ def split_batch(batch_size: int, num_workers: int, max_micro_batch: int) -> tupl
             f"use a multiple of {num_workers}"
         )
     per_worker = batch_size // num_workers
-    micro = max(d for d in range(1, min(per_worker, max_micro_batch) + 1) if per_worker % d == 0)
+    # the first divisor counting down: at most min(per_worker, max_micro_batch) steps, which the caps
+    # above bound (counting up over every candidate took seconds for batch sizes in the millions)
+    micro = next(d for d in range(min(per_worker, max_micro_batch), 0, -1) if per_worker % d == 0)
     return micro, per_worker // micro
+
+
+def corpus_shortfall(
+    tokens: int, *, seq_len: int, micro_batch: int, num_workers: int, val_fraction: float, what: str
+) -> str | None:
+    """Why a corpus of at most `tokens` tokens cannot feed a run, or None when it may.
+
+    Training reads non-overlapping windows of seq_len + 1 tokens and needs micro_batch x num_workers of
+    them in the train split (worker.data.TrainBatches); evaluation needs one window in the val split
+    (the last val_fraction of the stream). `what` names the corpus in the message.
+    """
+    window = seq_len + 1
+    val = max(1, round(tokens * val_fraction))
+    train = tokens - val
+    need = micro_batch * num_workers * window
+    if train < need:
+        return (
+            f"seq_len={seq_len}: one step needs micro-batch {micro_batch} x workers {num_workers} x (seq_len + 1) = "
+            f"{need:,} training tokens, and {what} holds at most {max(train, 0):,}; use a smaller seq_len, "
+            f"max_micro_batch or a larger corpus"
+        )
+    if val < window:
+        return (
+            f"seq_len={seq_len}: evaluation needs seq_len + 1 = {window:,} validation tokens, and {what} holds at most "
+            f"{val:,} (val_fraction={val_fraction}); use a smaller seq_len, a larger val_fraction or corpus"
+        )
+    return None
+
+
+def builtin_corpus_tokens(vocab_size: int) -> int:
+    """Tokens of the builtin corpus at `vocab_size` (worker.names.BUILTIN_CORPUS_TOKENS; more merges, fewer
+    tokens, so the count at the next tabulated vocab size is a lower bound)."""
+    for up_to, tokens in BUILTIN_CORPUS_TOKENS:
+        if vocab_size <= up_to:
+            return tokens
+    return BUILTIN_CORPUS_TOKENS[-1][1]

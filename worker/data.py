@@ -6,6 +6,8 @@ A source (`DataConfig.source`) is one of
   pages (`pydoc_data.topics`) plus the docstrings of the standard library, read with `ast` from the
   ``.py`` sources (the modules are never imported; tests and IDLE are left out);
 * a local text file, or a directory whose ``*.txt`` / ``*.md`` files are read (recursive, sorted);
+  with ``SWEEPS_DATA_ROOTS`` set (a driver the service launched), every file read must resolve inside
+  one of those folders (worker/sources.py), checked again at the moment it is read;
 * ``"hf:<dataset>[:<config>]"``: a HuggingFace dataset, from a directory saved with ``save_to_disk``
   or by name with ``datasets.load_dataset`` (column ``DataConfig.text_field``, split "train").
 
@@ -49,6 +51,7 @@ import torch
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from worker.config import DataConfig
+from worker.sources import ROOTS_ENV, OutsideRoots, all_files, is_inside, outside, roots_from_env, text_files
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +72,6 @@ _DOC_SEPARATOR = "\n\n"  # joins the docstrings of one module into one document
 _STDLIB_EXCLUDED_DIRS = frozenset(
     {"test", "tests", "idle_test", "idlelib", "site-packages", "dist-packages", "__pycache__", "pydoc_data"}
 )
-_TEXT_SUFFIXES = (".txt", ".md")
 
 # Number of caches this process has built (tests check that a cache is built once, not per call).
 _BUILD_COUNT = 0
@@ -357,21 +359,16 @@ def _collect_docstrings(node: ast.AST, out: list[str]) -> None:
 
 
 def _local_corpus(source: str) -> _Corpus:
+    roots = roots_from_env()
     path = Path(source).expanduser()
+    # the roots first: outside them, the same error whether the path exists or not
+    if roots is not None and not is_inside(path, roots):
+        raise OutsideRoots(f"data source {source!r} is outside the allowed data roots ({ROOTS_ENV})")
     if not path.exists():
         raise FileNotFoundError(f"data source {source!r} does not exist (resolved to {path.resolve()})")
     path = path.resolve()
     if path.is_dir():
-        files = sorted(
-            (
-                f
-                for f in path.rglob("*")
-                if f.suffix.lower() in _TEXT_SUFFIXES
-                and f.is_file()
-                and not any(part.startswith(".") for part in f.relative_to(path).parts)  # .git, .venv, ...
-            ),
-            key=lambda f: f.relative_to(path).as_posix(),
-        )
+        files = text_files(path, roots)  # .txt/.md, hidden parts (.git, .venv, ...) skipped, sorted
         if not files:
             raise ValueError(f"empty corpus: data source {source!r} holds no *.txt or *.md files")
         kind, label = "dir", f"dir: {path} ({len(files)} files)"
@@ -381,7 +378,10 @@ def _local_corpus(source: str) -> _Corpus:
 
     def documents() -> Iterator[str]:
         for f in files:
-            yield f.read_text(encoding="utf-8", errors="replace")  # one file = one document
+            real = f.resolve()  # what is read; checked again here, as a link may have changed since
+            if roots is not None and not is_inside(real, roots):
+                raise outside(f, path)
+            yield real.read_text(encoding="utf-8", errors="replace")  # one file = one document
 
     return _Corpus(
         kind=kind,
@@ -412,7 +412,14 @@ def _parse_hf(source: str) -> tuple[str, str | None]:
 def _hf_corpus(source: str, text_field: str) -> _Corpus:
     name, config = _parse_hf(source)
     local = Path(name).expanduser()
+    roots = roots_from_env()
+    if roots is not None and local.is_absolute() and not is_inside(local, roots):
+        raise OutsideRoots(f"data source {source!r} is outside the allowed data roots ({ROOTS_ENV})")
     if local.is_dir():
+        if roots is not None:
+            for f in all_files(local):
+                if not is_inside(f, roots):
+                    raise outside(f, local)
         if config is not None:
             raise ValueError(f"source {source!r}: a dataset saved on disk takes no config, got config={config!r}")
         local = local.resolve()

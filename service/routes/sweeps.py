@@ -9,8 +9,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from service import manager
 from service.auth import Owner
-from service.deps import ReaderDep, SettingsDep, StoreDep, SupervisorDep
-from service.events import SSE_HEADERS, sweep_events
+from service.deps import LimitsDep, ReaderDep, SettingsDep, StoreDep, SupervisorDep
+from service.events import SSE_HEADERS, HeldStream, sweep_events
 from service.schemas import (
     DryRunResult,
     Status,
@@ -22,6 +22,8 @@ from service.schemas import (
 )
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+
+MAX_OFFSET = 1_000_000  # GET /sweeps?offset=
 
 # The body is read by hand (JSON or YAML); this documents it for /docs.
 SPEC_BODY: dict[str, Any] = {
@@ -51,11 +53,16 @@ async def submit_sweep(
     settings: SettingsDep,
     store: StoreDep,
     supervisor: SupervisorDep,
-    dry_run: Annotated[bool, Query(description="validate only: store and start nothing")] = False,
+    limits: LimitsDep,
+    dry_run: Annotated[
+        bool, Query(description="validate only: store and start nothing (rate-limited per owner)")
+    ] = False,
     idempotency_key: Annotated[
         str | None, Header(max_length=200, description="a retried submit with the same key returns the same sweep")
     ] = None,
 ) -> SweepCreated | DryRunResult:
+    if dry_run:
+        limits.take_dry_run(owner)  # before the body is read: a refused dry run costs nothing
     body = await request.body()
     content_type = request.headers.get("content-type")
     if dry_run:
@@ -83,7 +90,8 @@ async def list_sweeps(
     store: StoreDep,
     status_filter: Annotated[list[Status] | None, Query(alias="status", description="repeat to allow several")] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    # bounded: the store's integers are 64-bit, and no owner has a million sweeps to page through
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> SweepPage:
     return await manager.page(store, settings, owner, list(status_filter) if status_filter else None, limit, offset)
 
@@ -131,13 +139,17 @@ async def cancel_sweep(
     "/{sweep_id}/events",
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": "progress events, then `end`"}}
-    | error_responses(401, 404),
-    summary="Server-sent events of the sweep's progress",
+    | error_responses(401, 404, 429),
+    summary="Server-sent events of the sweep's progress (at most max_event_streams_per_owner open at once)",
 )
 async def sweep_event_stream(
-    request: Request, sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep
+    request: Request, sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep, limits: LimitsDep
 ) -> StreamingResponse:
     await manager.get_row(store, sweep_id, owner)  # 404 before the stream starts
-    return StreamingResponse(
-        sweep_events(request, store, settings, sweep_id), media_type="text/event-stream", headers=SSE_HEADERS
+    release = limits.open_stream(owner)  # 429 beyond the owner's limit; released when the stream ends
+    return HeldStream(
+        sweep_events(request, store, settings, sweep_id),
+        release=release,
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
     )

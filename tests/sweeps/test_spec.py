@@ -6,6 +6,7 @@ import copy
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from sweeps.spec import (
     SweepSpec,
     format_validation_error,
 )
-from worker.config import OptimizerConfig, TrainConfig
+from worker.config import OptimizerConfig, TrainConfig, split_batch
 from worker.names import OPTIMIZER_NAMES
 
 DEMO = Path(sweeps.__file__).parent / "examples" / "demo.yaml"
@@ -300,7 +301,7 @@ def test_train_config_maps_the_spec_onto_one_run():
     data = spec_data(
         optimizers=[
             {"name": "adamw"},
-            {"name": "merit", "betas": [0.9, 0.95], "weight_decay": 0.01, "eps": 1e-7, "extra": {"k": 1}},
+            {"name": "lamb", "betas": [0.9, 0.95], "weight_decay": 0.01, "eps": 1e-7, "extra": {"max_grad_norm": 2.0}},
         ],
         schedule={"warmup_fraction": 0.1, "min_lr_ratio": 0.2},
         resources={"workers_per_trial": 2, "gpus_per_worker": 0.5, "cpus_per_worker": 3, "max_micro_batch": 8},
@@ -308,11 +309,11 @@ def test_train_config_maps_the_spec_onto_one_run():
         grad_clip=0.5,
     )
     spec = SweepSpec.model_validate(data)
-    cfg = spec.train_config("merit", 64, 3e-3, seed=7)
+    cfg = spec.train_config("lamb", 64, 3e-3, seed=7)
     assert isinstance(cfg, TrainConfig)
     assert cfg.model == spec.model and cfg.data == spec.data
     assert cfg.optimizer == OptimizerConfig(
-        name="merit", lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01, eps=1e-7, extra={"k": 1}
+        name="lamb", lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01, eps=1e-7, extra={"max_grad_norm": 2.0}
     )
     assert (cfg.batch_size, cfg.token_budget, cfg.seed) == (64, 2_000_000, 7)
     assert (cfg.warmup_fraction, cfg.min_lr_ratio, cfg.grad_clip, cfg.eval_every_tokens) == (0.1, 0.2, 0.5, 50_000)
@@ -339,3 +340,120 @@ def test_spec_module_does_not_import_torch():
     # the HTTP service imports sweeps.spec; it must stay torch-free
     code = "import sys, sweeps.spec; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# ---- bounded parsing: one parser for the CLI and the service ---------------------------------------
+
+
+def test_yaml_aliases_are_refused_naming_the_line(tmp_path):
+    text = yaml.safe_dump(BASE) + "extra_anchor: &a [1, 2]\nuse: *a\n"
+    with pytest.raises(SpecLoadError, match=r"aliases .* not accepted \(line \d+\)"):
+        SweepSpec.from_yaml(text)
+    path = tmp_path / "bomb.yaml"
+    path.write_text("name: x\nself: &s [*s]\n")
+    with pytest.raises(SpecLoadError, match=r"line 2\).*bomb.yaml"):
+        SweepSpec.load(path)
+
+
+def test_service_and_cli_share_the_parser():
+    # the HTTP API's refusal of a body is the same sentence SweepSpec.from_yaml raises
+    from service.errors import ApiError
+    from service.policy import parse_body
+
+    document = "name: x\nlr: &l {min: 0.001, max: 0.01}\nagain: *l\n"
+    with pytest.raises(SpecLoadError) as spec_error:
+        SweepSpec.from_yaml(document)
+    with pytest.raises(ApiError) as api_error:
+        parse_body(document.encode(), "application/yaml")
+    assert api_error.value.status_code == 422
+    assert api_error.value.details[0]["message"] == str(spec_error.value)
+
+
+@pytest.mark.parametrize(
+    ("loader", "text", "words"),
+    [
+        (SweepSpec.from_json, "[" * 10_000, "nested deeper than 32"),
+        (SweepSpec.from_yaml, "a: " + "[" * 10_000, "nested deeper than 32"),
+        (SweepSpec.from_json, json.dumps({"batch_sizes": [1] * 20_000}), "more than 10000 values"),
+        (SweepSpec.from_json, json.dumps(BASE).replace('"max": 0.03', '"max": Infinity'), "Infinity"),
+        (SweepSpec.from_json, json.dumps(BASE).replace('"max": 0.03', '"max": 1e999'), "finite"),
+        (SweepSpec.from_yaml, yaml.safe_dump(BASE).replace("max: 0.03", "max: .nan"), "finite"),
+    ],
+)
+def test_deep_huge_and_non_finite_documents_are_load_errors(loader, text, words):
+    with pytest.raises(SpecLoadError, match=words):
+        loader(text)
+
+
+# ---- bounds: every number that costs CPU or memory -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"batch_sizes": [16, 65_537]}, "batch_sizes"),
+        ({"batch_sizes": [2**i for i in range(4, 37)]}, "batch_sizes"),  # 33 batch sizes
+        ({"resources": {"max_micro_batch": 1025}}, "resources.max_micro_batch"),
+        ({"resources": {"cpus_per_worker": 129}}, "resources.cpus_per_worker"),
+        ({"resources": {"gpus_per_worker": 8.5}}, "resources.gpus_per_worker"),
+        ({"resources": {"workers_per_trial": 128}}, "resources.workers_per_trial"),
+        ({"model": {"preset": "gpt2-nano", "seq_len": 8193}}, "model.seq_len"),
+        ({"model": {"preset": "gpt2-medium", "seq_len": 8192}}, "model"),  # preset x seq_len
+        ({"lr": {"min": 1e-4, "max": float("inf")}}, "lr.max"),
+        ({"degradation": {"tolerance": float("nan"), "baseline": "adamw"}}, "degradation.tolerance"),
+        ({"optimizers": [{"name": "adamw", "weight_decay": float("inf")}]}, "optimizers.0.weight_decay"),
+    ],
+)
+def test_upper_bounds_and_finite_numbers(changes, field):
+    err = only(refusal(spec_data(**changes)), field)
+    assert err["message"]
+
+
+def test_optimizer_extra_is_checked_against_its_keywords():
+    errors = refusal(spec_data(optimizers=[{"name": "adamw", "extra": {"fusd": True}}, {"name": "lion", "eps": 1e-8}]))
+    fusd = only(errors, "optimizers.0.extra.fusd")
+    assert "did you mean" not in fusd["message"] and "valid keywords: amsgrad" in fusd["message"]
+    assert "takes no eps" in only(errors, "optimizers.1.eps")["message"]
+    errors = refusal(spec_data(optimizers=[{"name": "adamw", "extra": {"foreach": [1]}}]))
+    assert only(errors, "optimizers.0.extra.foreach")["value"] == [1]
+    ok = SweepSpec.model_validate(spec_data(optimizers=[{"name": "adamw", "extra": {"foreach": False}}]))
+    assert ok.train_config("adamw", 16, 1e-3, seed=0).optimizer.extra == {"foreach": False}
+
+
+def test_seq_len_is_checked_against_the_builtin_corpus():
+    # micro-batches of 256 sequences of 4097 tokens need 1.05M training tokens; the corpus has ~571k
+    data = spec_data(
+        model={"preset": "gpt2-nano", "seq_len": 4096},
+        batch_sizes=[256],
+        token_budget=256 * 4096,
+        resources={"max_micro_batch": 256},
+    )
+    err = only(refusal(data), "model.seq_len")
+    assert "builtin corpus" in err["message"] and err["value"] == 4096
+    data["resources"]["max_micro_batch"] = 32  # the same batch, in smaller micro-batches, fits
+    assert SweepSpec.model_validate(data).model.seq_len == 4096
+    # a val split too small for one sequence is refused too
+    small_val = spec_data(model={"preset": "gpt2-nano", "seq_len": 2048}, data={"val_fraction": 0.001})
+    small_val["token_budget"] = 128 * 2048
+    assert "validation tokens" in only(refusal(small_val), "model.seq_len")["message"]
+
+
+def test_split_batch_is_cheap_and_unchanged():
+    # the largest micro-batch <= max_micro_batch dividing the per-worker batch, as before
+    for batch in range(1, 200):
+        for workers in (1, 2, 3):
+            if batch % workers:
+                continue
+            per = batch // workers
+            expected = max(d for d in range(1, min(per, 16) + 1) if per % d == 0)
+            assert split_batch(batch, workers, 16) == (expected, per // expected)
+    started = time.perf_counter()
+    for _ in range(100):
+        split_batch(65_521, 1, 1024)  # a prime: every candidate is tried
+    assert time.perf_counter() - started < 0.5
+
+
+def test_refused_values_and_keys_are_excerpted():
+    errors = refusal(spec_data(name="n" * 10_000, **{"k" * 10_000: 1}))
+    for e in errors:
+        assert len(json.dumps(e["value"])) < 200 and len(e["field"]) < 100 and len(e["message"]) < 2000

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 import worker.data as data_mod
-from worker.config import DataConfig
+from worker.config import DataConfig, builtin_corpus_tokens
 from worker.data import (
     EOT_TOKEN,
     TokenData,
@@ -27,6 +28,7 @@ from worker.data import (
     train_sequences_available,
     val_batches,
 )
+from worker.sources import ROOTS_ENV, OutsideRoots
 
 # ~6k chars of varied English: enough for BPE merges and a few hundred tokens of val.
 SENTENCES = [
@@ -442,3 +444,66 @@ def test_short_val_gives_fewer_windows_and_empty_val_is_an_error() -> None:
     assert [x.shape[0] for x, _ in got] == [4, 2]
     with pytest.raises(ValueError, match="fewer than one window"):
         val_batches(synthetic(800, n_val=7), seq_len=7, micro_batch=4, n_batches=1)
+
+
+# --- data roots (SWEEPS_DATA_ROOTS: a driver the service launched) ---------------------------------
+
+
+@pytest.fixture
+def rooted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    inside, outside = tmp_path / "corpora", tmp_path / "private"
+    (inside / "books").mkdir(parents=True)
+    (inside / "books" / "a.txt").write_text(english(60))
+    outside.mkdir()
+    (outside / "secret.txt").write_text("SECRET " * 100)
+    monkeypatch.setenv(ROOTS_ENV, str(inside))
+    return inside, outside
+
+
+def test_files_inside_the_roots_are_read(rooted: tuple[Path, Path], tmp_path: Path) -> None:
+    inside, _ = rooted
+    data = prepare_data(DataConfig(source=str(inside / "books"), vocab_size=300, cache_dir=str(tmp_path / "cache")))
+    assert split_docs(data) == [english(60)]
+
+
+def test_a_symlinked_file_pointing_outside_the_roots_is_never_read(rooted: tuple[Path, Path], tmp_path: Path) -> None:
+    inside, outside = rooted
+    os.symlink(outside / "secret.txt", inside / "books" / "b.txt")
+    with pytest.raises(OutsideRoots, match="'b.txt'.*outside the allowed data roots"):
+        prepare_data(DataConfig(source=str(inside / "books"), vocab_size=300, cache_dir=str(tmp_path / "cache")))
+    with pytest.raises(OutsideRoots):
+        prepare_data(DataConfig(source=str(inside / "books" / "b.txt"), cache_dir=str(tmp_path / "cache")))
+
+
+def test_a_link_swapped_after_listing_is_caught_at_read(rooted: tuple[Path, Path]) -> None:
+    inside, outside = rooted
+    link = inside / "books" / "b.txt"
+    os.symlink(inside / "books" / "a.txt", link)  # inside when the folder is listed
+    corpus = data_mod._local_corpus(str(inside / "books"))
+    link.unlink()
+    os.symlink(outside / "secret.txt", link)  # outside when it is read
+    with pytest.raises(OutsideRoots):
+        list(corpus.documents())
+
+
+def test_outside_the_roots_the_error_does_not_say_whether_the_path_exists(rooted: tuple[Path, Path]) -> None:
+    _, outside = rooted
+    messages = []
+    for name in ("secret.txt", "missing.txt"):
+        with pytest.raises(OutsideRoots) as info:
+            data_mod._local_corpus(str(outside / name))
+        messages.append(str(info.value).replace(name, "<name>"))
+    assert messages[0] == messages[1]
+
+
+def test_without_roots_every_path_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ROOTS_ENV, raising=False)
+    (tmp_path / "x.txt").write_text(english(60))
+    data = prepare_data(DataConfig(source=str(tmp_path / "x.txt"), vocab_size=300, cache_dir=str(tmp_path / "cache")))
+    assert split_docs(data) == [english(60)]
+
+
+def test_builtin_token_table_matches_the_corpus(builtin_data: TokenData) -> None:
+    # validation compares seq_len with BUILTIN_CORPUS_TOKENS instead of tokenising; it must stay true
+    measured = meta(builtin_data)["tokens"]
+    assert measured == pytest.approx(builtin_corpus_tokens(4096), rel=0.05)

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import math
 from collections.abc import Iterator
 
 import pytest
 import torch
 
-from worker.config import OptimizerConfig
-from worker.names import OPTIMIZER_NAMES
-from worker.optim import MERIT, OPTIMIZERS, SophiaG, build_optimizer
+from worker.config import OptimizerConfig, extra_problems
+from worker.names import OPTIMIZER_EXTRA, OPTIMIZER_NAMES, OPTIMIZERS_WITHOUT_EPS
+from worker.optim import _CLASSES, MERIT, OPTIMIZERS, SophiaG, _extra_keywords, build_optimizer
 
 Nested = list  # a matrix as a list of rows of floats, or a vector as a list of floats
 
@@ -488,3 +489,22 @@ def test_state_dict_round_trip(name: str) -> None:
     train_step(restored, restored_opt)
     for (key, a), b in zip(model.state_dict().items(), restored.state_dict().values()):
         assert torch.equal(a, b), f"{name}: {key} differs after the restored step"
+
+
+# ---- the torch-free table the service validates `extra` against ----------------------------------
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_extra_table_names_exactly_the_real_constructor_keywords(name: str) -> None:
+    # worker.names.OPTIMIZER_EXTRA lets the service check `extra` without importing torch
+    assert set(OPTIMIZER_EXTRA[name]) == _extra_keywords(name)
+    signature = inspect.signature(_CLASSES[name].__init__)
+    for key, kind in OPTIMIZER_EXTRA[name].items():
+        default = signature.parameters[key].default
+        assert extra_problems(name, {key: default}) == [], (name, key, kind, default)  # the real default fits its kind
+
+
+def test_optimizers_without_eps_match_the_registry() -> None:
+    # the service refuses `eps` for these at submit; build_optimizer would refuse it at every trial
+    assert {n for n, e in OPTIMIZERS.items() if e.default_eps is None} == OPTIMIZERS_WITHOUT_EPS
+    assert all("eps" not in inspect.signature(_CLASSES[n].__init__).parameters for n in OPTIMIZERS_WITHOUT_EPS)

@@ -24,8 +24,8 @@ from typing import Any
 import pytorch_optimizer
 import torch
 
-from worker.config import OptimizerConfig
-from worker.names import OPTIMIZER_NAMES
+from worker.config import OptimizerConfig, eps_message, extra_problems
+from worker.names import EXTRA_RESERVED, OPTIMIZER_NAMES
 from worker.optim._merit import MERIT
 from worker.optim._sophia import SophiaG
 
@@ -94,20 +94,18 @@ _CLASSES: dict[str, type[torch.optim.Optimizer]] = {
     "merit": MERIT,
     "sophia": SophiaG,
 }
-# Keywords that come from OptimizerConfig fields (or tokens_per_step), never from `extra`.
-_RESERVED = frozenset({"params", "lr", "betas", "eps", "weight_decay", "bs"})
 
 
 def _extra_keywords(name: str) -> frozenset[str]:
-    """Named constructor keywords `extra` may pass (the pytorch_optimizer classes swallow unknown
-    **kwargs silently, so a typo like `rh0` would otherwise be ignored)."""
+    """Named constructor keywords of the class behind `name`, less those `extra` may never set: what
+    worker.names.OPTIMIZER_EXTRA (the torch-free table `extra` is validated against) must list (a test)."""
     sig = inspect.signature(_CLASSES[name].__init__)
     named = {
         k
         for k, prm in sig.parameters.items()
         if k != "self" and prm.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     }
-    return frozenset(named - _RESERVED)
+    return frozenset(named - EXTRA_RESERVED)
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -147,25 +145,17 @@ def build_optimizer(cfg: OptimizerConfig, model: torch.nn.Module, *, tokens_per_
     if entry.default_eps is not None:
         kw["eps"] = cfg.eps if cfg.eps is not None else entry.default_eps
     elif cfg.eps is not None:
-        raise ValueError(f"optimizer {cfg.name!r} takes no eps, got eps={cfg.eps}")
+        raise ValueError(eps_message(cfg.name, cfg.eps))
     if entry.needs_hessian:
         if tokens_per_step <= 0:
             raise ValueError(f"tokens_per_step must be > 0, got tokens_per_step={tokens_per_step}")
         kw["bs"] = tokens_per_step
 
-    allowed = _extra_keywords(cfg.name)
-    for key, value in cfg.extra.items():
-        if key in _RESERVED:
-            raise ValueError(
-                f"extra[{key!r}] is not allowed for {cfg.name!r}: it comes from the optimizer config "
-                f"(lr, betas, eps, weight_decay) or from tokens_per_step (bs)"
-            )
-        if key not in allowed:
-            raise ValueError(
-                f"unknown extra keyword {key!r} for optimizer {cfg.name!r}; "
-                f"valid keywords: {', '.join(sorted(allowed))}"
-            )
-        kw[key] = value
+    # OptimizerConfig checks `extra` on entry; this catches a config made with model_construct
+    problems = extra_problems(cfg.name, cfg.extra)
+    if problems:
+        raise ValueError(problems[0][1])
+    kw.update(cfg.extra)
 
     groups = param_groups(model, cfg.weight_decay)
     optimizer = entry.factory(groups, cfg.lr, **kw)

@@ -1,0 +1,113 @@
+"""Per-owner request limits: a token bucket for dry runs, a count of open event streams.
+
+Both answer 429 with Retry-After beyond their limit (the routes raise it). State lives in this process
+(one `Limits` per app, made on first use by `service.deps.get_limits`): with several service processes
+each enforces its own share.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.errors import ApiError
+from service.settings import Settings
+
+# How long a client refused an event stream is told to wait: streams end when their sweep does, so
+# there is no time at which a slot is known to free up; a few seconds keeps retries cheap.
+STREAM_RETRY_AFTER_S = 5
+
+
+class TokenBucket:
+    """`burst` tokens per owner, refilled continuously at one per `refill_s` seconds."""
+
+    def __init__(self, burst: int, refill_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst, self.refill_s, self._clock = burst, refill_s, clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # owner -> (tokens, when counted)
+        self._lock = threading.Lock()
+
+    def take(self, owner: str) -> float:
+        """Take one token: 0.0 when there was one, else the seconds until there will be."""
+        with self._lock:
+            now = self._clock()
+            tokens, then = self._buckets.get(owner, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - then) / self.refill_s)
+            if tokens >= 1.0:
+                self._buckets[owner] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[owner] = (tokens, now)
+            return (1.0 - tokens) * self.refill_s
+
+
+class Slots:
+    """At most `limit` held at once per owner."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, owner: str) -> Callable[[], None] | None:
+        """A release function (idempotent) when a slot was free, else None."""
+        with self._lock:
+            if self._held.get(owner, 0) >= self.limit:
+                return None
+            self._held[owner] = self._held.get(owner, 0) + 1
+        released = threading.Event()
+
+        def release() -> None:
+            if released.is_set():
+                return
+            released.set()
+            with self._lock:
+                left = self._held.get(owner, 0) - 1
+                if left > 0:
+                    self._held[owner] = left
+                else:
+                    self._held.pop(owner, None)
+
+        return release
+
+    def held(self, owner: str) -> int:
+        with self._lock:
+            return self._held.get(owner, 0)
+
+
+@dataclass(frozen=True)
+class Limits:
+    dry_runs: TokenBucket
+    streams: Slots
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            dry_runs=TokenBucket(settings.dry_run_burst, settings.dry_run_refill_s),
+            streams=Slots(settings.max_event_streams_per_owner),
+        )
+
+    def take_dry_run(self, owner: str) -> None:
+        """Count one dry run of `owner`, or raise 429 when its bucket is empty."""
+        wait = self.dry_runs.take(owner)
+        if wait > 0:
+            raise ApiError(
+                429,
+                "too_many_dry_runs",
+                f"{owner} has used its {self.dry_runs.burst} dry runs; one more is allowed every "
+                f"{self.dry_runs.refill_s:g} s (retry in {math.ceil(wait)} s)",
+                headers={"Retry-After": str(math.ceil(wait))},
+            )
+
+    def open_stream(self, owner: str) -> Callable[[], None]:
+        """A stream slot of `owner` (call the result when the stream ends), or raise 429."""
+        release = self.streams.acquire(owner)
+        if release is None:
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"{owner} has {self.streams.limit} event streams open, the limit; close one or poll GET /sweeps/{{id}}",
+                headers={"Retry-After": str(STREAM_RETRY_AFTER_S)},
+            )
+        return release
