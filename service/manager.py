@@ -20,6 +20,7 @@ from service.settings import Settings
 from service.store import Created, IdempotencyConflict, Store, SweepRow, TooManyActive
 from service.supervisor import Supervisor
 from service.views import ViewCache
+from sweeps.spec import SweepSpec
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +30,16 @@ def new_sweep_id(name: str) -> str:
     return f"{name}-{secrets.token_hex(4)}"
 
 
-def _validated(body: bytes, content_type: str | None, settings: Settings) -> dict[str, Any]:
-    spec = validate_spec(parse_body(body, content_type), settings)
-    return spec.model_dump(mode="json")
+def _validated(body: bytes, content_type: str | None, settings: Settings) -> SweepSpec:
+    return validate_spec(parse_body(body, content_type), settings)
 
 
 async def dry_run(body: bytes, content_type: str | None, settings: Settings) -> DryRunResult:
     spec = await anyio.to_thread.run_sync(_validated, body, content_type, settings)
-    cells = len(spec["optimizers"]) * len(spec["batch_sizes"])
-    trials = cells * (spec["lr"]["trials_per_batch_size"] + spec["seeds"] - 1)
-    return DryRunResult(spec=spec, total_trials=trials, cells=cells)
+    return DryRunResult(
+        spec=spec.model_dump(mode="json"), total_trials=spec.total_trials, cells=len(spec.cells()),
+        trained_tokens=spec.trained_tokens,
+    )  # fmt: skip
 
 
 async def submit(
@@ -53,7 +54,7 @@ async def submit(
 ) -> Created:
     # validation is CPU work (bounded: every cell becomes a TrainConfig, ~10 ms at the limits): a
     # thread keeps the loop free
-    spec = await anyio.to_thread.run_sync(_validated, body, content_type, settings)
+    spec = (await anyio.to_thread.run_sync(_validated, body, content_type, settings)).model_dump(mode="json")
     try:
         created = await anyio.to_thread.run_sync(
             lambda: store.create(

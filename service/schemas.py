@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.store import SweepRow
 from sweeps.plan import cell_key
+from sweeps.spec import total_trials
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
@@ -24,10 +25,17 @@ class CellProgress(_Out):
     batch_size: int | None = None
     search_done: int = 0
     search_total: int | None = None
-    seeds_done: int = 0
-    seeds_total: int | None = None
-    best_lr: float | None = None
-    best_val_loss: float | None = Field(default=None, description="best validation loss of the cell so far")
+    seeds_done: int = Field(default=0, description="confirmation runs finished at the best lr")
+    seeds_total: int | None = Field(default=None, description="confirmation runs planned")
+    best_lr: float | None = Field(default=None, description="the lr of the best search trial so far")
+    search_best_val_loss: float | None = Field(
+        default=None,
+        description="the best search trial's own val loss: the minimum of noisy trials, biased low; it only picks the lr",
+    )
+    confirmed_val_loss_mean: float | None = Field(
+        default=None,
+        description="mean val loss of the confirmation runs finished so far: what the report's cell mean will be",
+    )
     finished: bool = False
     running: int = 0
 
@@ -45,7 +53,7 @@ class Progress(_Out):
         optimizers = [o["name"] for o in spec.get("optimizers", [])]
         batch_sizes = list(spec.get("batch_sizes", []))
         lr = spec.get("lr", {})
-        search, seeds = int(lr.get("trials_per_batch_size", 0)), int(spec.get("seeds", 1))
+        search, seeds = int(lr.get("trials_per_batch_size", 0)), int(spec.get("seeds", 2))
         cells = [
             CellProgress(
                 cell=cell_key(o, b),
@@ -59,7 +67,7 @@ class Progress(_Out):
         ]
         return cls(
             cells_total=len(cells),
-            trials_total=len(cells) * (search + seeds - 1),
+            trials_total=total_trials(len(optimizers), len(batch_sizes), search, seeds),
             cells=cells,
         )
 
@@ -145,6 +153,9 @@ class DryRunResult(_Out):
     spec: dict[str, Any] = Field(description="the normalised spec (defaults filled in)")
     total_trials: int
     cells: int
+    trained_tokens: int = Field(
+        description="tokens every trial trains on: token_budget rounded down once to a multiple of lcm(batch_sizes) x seq_len"
+    )
 
 
 class CheckResult(_Out):

@@ -6,22 +6,31 @@ whose schema is the pydantic model `Report` (`validate_report`, `report_to_json`
 
 Rules
 -----
-Cells. A cell is one (optimizer, batch size). Its trials are the search trials (role "search") and
-the seed re-runs (role "seed") of that optimizer and batch size. `trials` counts all of them and
-`trial_status` counts them by status (completed, pruned, diverged, failed), so the counts sum to `trials`.
+Cells. A cell is one (optimizer, batch size). Its trials are the search trials (role "search"),
+which only choose the lr, and the confirmation runs (role "seed") at the chosen lr, with seeds other
+than the search seed, which alone give the cell's loss. `trials` counts all of them and
+`trial_status` counts them by status (completed, pruned, diverged, failed), so the counts sum to
+`trials`. Every trial of a sweep trains on the same number of tokens (the spec refuses a budget
+that is not a multiple of lcm(batch sizes) x seq_len); `tokens_trained` reports it per cell.
 
-Best lr. The best lr of a cell is the lr of its completed search trial with the lowest final val loss
-(ties: the smaller lr, then the smaller seed, so the input order does not matter). Pruned, diverged
-and failed trials never give the best lr. That trial is the cell's "best run".
+Best lr. `pick_best` decides the best trial of a cell, for the search (which lr gets the
+confirmation runs) and for this analysis alike: the completed search trial with the lowest final
+val loss; ties go to the smaller lr, then the earlier trial (its Optuna number; the seed without
+one), so the input order does not matter. Pruned, diverged and failed trials never give the best lr.
+Its loss is reported as `search_best_val_loss`, and stays out of every statistic: it is the minimum
+of several noisy trials, biased low (about -0.85 sigma for 3 trials under independent noise).
 
-Cell loss. The cell's samples are the final val losses of the completed runs at the best lr: the best
-search trial (seed one) plus every completed "seed" run of the cell whose lr equals the best lr
-(relative tolerance 1e-9). `seeds` is their number, `val_losses` the samples (best run first, then
-by seed), `val_loss_mean` their mean and `val_loss_ci95` the two-sided 95% Student-t interval
-mean -/+ t(0.975, n-1) x sd / sqrt(n), sd with n-1. With n = 1 the interval is [mean, mean] and
-`ci_available` is false. A cell with no completed search trial has best_lr, val_loss_mean null,
-val_loss_ci95 [null, null], seeds 0. The t quantile is computed (`t_quantile`, regularized
-incomplete beta + bisection), not looked up, so non-integer Welch degrees of freedom work too.
+Cell loss. The cell's samples are the final val losses of its completed confirmation runs at the
+best lr (relative tolerance 1e-9). `seeds` is their number, `val_losses` the samples (by seed),
+`val_loss_mean` their mean and `val_loss_ci95` the two-sided 95% Student-t interval
+mean -/+ t(0.975, n-1) x sd / sqrt(n), sd with n-1 (t from scipy.stats). With n = 1 (`seeds: 1` in
+the spec: one confirmation run) the interval is [mean, mean] and `ci_available` is false. A cell
+with no completed search trial has best_lr, val_loss_mean null, val_loss_ci95 [null, null], seeds 0.
+
+Stability. A cell is `stable` when every planned confirmation run at its best lr completed. A
+confirmation run that diverged or failed, or one that is missing, makes the cell unstable at that
+lr: `unstable_reason` says how many of each, and the cell counts as degraded (its verdict is false,
+the chain breaks there), whatever its mean. Null without a best lr.
 
 lr at edge. `lr_at_edge` is true when the best lr lies within a factor `LR_EDGE_FACTOR` (1.5) of an end
 of the search range: best_lr <= lr_min x 1.5 or best_lr >= lr_max / 1.5 (a log distance of ln 1.5).
@@ -32,10 +41,11 @@ against two reference losses: "self", its own cell mean at the reference batch s
 the baseline optimizer's cell mean at the reference batch size. A missing reference cell makes that
 reference null, and everything judged against it null.
 
-Degradation-free. Cell B is degradation-free against reference R when mean(B) <= (1 + tolerance) x R.
-The reference cell itself is degradation-free against its own reference by definition (for "self"
-always, for "baseline" only for the baseline optimizer). `degradation_free` holds the per-cell verdict
-(null without a mean or without a reference).
+Degradation-free. Cell B is degradation-free against reference R when it is stable and
+mean(B) <= (1 + tolerance) x R. The stable reference cell itself is degradation-free against its own
+reference by definition (for "self" always, for "baseline" only for the baseline optimizer); an
+unstable one is not. `degradation_free` holds the per-cell verdict (null without a mean or without a
+reference; false for an unstable cell).
 
 The answer. `largest_degradation_free_batch_size` is the largest tested B such that B and every
 smaller tested batch size are degradation-free. The chain is walked from the smallest batch size up
@@ -45,7 +55,8 @@ all-failed cell breaks the chain). Null if even the smallest batch size fails or
 Within noise. The verdict is decided at two boundary cells: the answer A, and the next larger tested
 batch size N (the one that broke the chain); when A is null, N is the smallest batch size. Cells
 without a mean and the reference cell itself (which is degradation-free by definition) are skipped.
-At each boundary cell B the difference d = mean(B) - (1 + tol) x mean(ref) gets a Welch 95% interval
+Unstable cells are skipped too (their verdict is not a matter of noise). At each boundary cell B the
+difference d = mean(B) - (1 + tol) x mean(ref) gets a Welch 95% interval
 from both cells' seed samples: var = s_B^2/n_B + (1 + tol)^2 s_ref^2/n_ref, Welch-Satterthwaite
 degrees of freedom, d -/+ t(0.975, df) sqrt(var). The reference is a noisy mean too, which is why
 both samples enter (rather than only B's interval shifted by the reference). With both variances 0
@@ -54,10 +65,15 @@ null. `within_noise` is true when any boundary interval straddles 0 (lo <= 0 <= 
 boundary cell has an interval and none straddles 0; null otherwise (no boundary cell, or an interval
 missing and none straddling). `noise_checks` lists each boundary check.
 
-Steps/tokens to reference. From the cell's best run's curve (tokens, val loss), the first point (by
-tokens) whose val loss <= (1 + tol) x the "self" reference gives `tokens_to_reference`;
+Steps/tokens to reference. From the curve (tokens, val loss) of the cell's first confirmation run
+(the lowest seed), the first point (by tokens) whose val loss <= (1 + tol) x the "self" reference
+gives `tokens_to_reference`;
 `steps_to_reference` = tokens // (batch_size x seq_len). Null if never reached, with no curve, or
 without a self reference. The curve should include the final evaluation.
+
+Runs. Each cell names its runs: `search_best_run_id` and `search_best_trial_number` (MLflow run
+id and Optuna trial number of the best search trial) and `confirmation_run_ids` (by seed), so a
+dashboard draws the runs the report is about instead of deciding again which run is best.
 """
 
 from __future__ import annotations
@@ -65,10 +81,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
+import scipy.stats
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
@@ -84,6 +101,7 @@ __all__ = [
     "Report",
     "TrialResult",
     "build_report",
+    "pick_best",
     "mean_ci95",
     "report_to_json",
     "t_quantile",
@@ -91,7 +109,7 @@ __all__ = [
     "welch_diff_ci95",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CI_LEVEL = 0.95
 # best lr within this factor of lr_min or lr_max (log distance ln 1.5) is "at the edge" of the search.
 LR_EDGE_FACTOR = 1.5
@@ -120,6 +138,8 @@ class TrialResult:
     tokens: int
     steps: int
     curve: tuple[tuple[int, float], ...] = field(default=())
+    number: int | None = None  # Optuna trial number in its cell's study: tie-breaks, and the report names it
+    run_id: str | None = None  # MLflow run id: the report names it
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -150,6 +170,8 @@ class TrialResult:
             "tokens": self.tokens,
             "steps": self.steps,
             "curve": [list(p) for p in self.curve],
+            "number": self.number,
+            "run_id": self.run_id,
         }
 
 
@@ -164,8 +186,9 @@ class AnalysisInput:
     tolerance: float
     lr_min: float
     lr_max: float
-    seeds: int
+    seeds: int  # confirmation runs planned per cell
     seq_len: int
+    token_budget: int | None = None  # tokens every trial trains on (the spec's, rounded once); reported
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
@@ -197,82 +220,22 @@ class AnalysisInput:
             lr_max=spec.lr.max,
             seeds=spec.seeds,
             seq_len=spec.model.seq_len,
+            token_budget=spec.trained_tokens,
         )
 
 
 # --------------------------------------------------------------------------------------------------
-# Statistics (stdlib only)
+# Statistics
 # --------------------------------------------------------------------------------------------------
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-16:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_bt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    bt = math.exp(log_bt)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return bt * _betacf(a, b, x) / a
-    return 1.0 - bt * _betacf(b, a, 1.0 - x) / b
-
-
 def t_quantile(p: float, df: float) -> float:
-    """Quantile of Student's t with `df` (> 0, real) degrees of freedom: P(T <= t) = p."""
+    """Quantile of Student's t with `df` (> 0, real: Welch's degrees of freedom) degrees of freedom."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"p must lie in (0, 1), got p={p}")
     if not df > 0:
         raise ValueError(f"df must be > 0, got df={df}")
-    if p == 0.5:
-        return 0.0
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    if df == 1:  # Cauchy: exact
-        return math.tan(math.pi * (p - 0.5))
-    if df == 2:  # exact
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    # For t > 0: P(T > t) = I_x(df/2, 1/2) / 2 with x = df / (df + t^2); solve for x by bisection
-    # (I_x is increasing in x, so larger x = smaller t).
-    target = 2.0 * (1.0 - p)
-    lo, hi = 0.0, 1.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        if _betainc(df / 2.0, 0.5, mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    x = 0.5 * (lo + hi)
-    return math.sqrt(df * (1.0 - x) / x)
+    return float(scipy.stats.t.ppf(p, df))
 
 
 def mean_ci95(samples: Sequence[float]) -> tuple[float, float, float, bool]:
@@ -307,35 +270,70 @@ def welch_diff_ci95(x: Sequence[float], y: Sequence[float], scale: float = 1.0) 
 # --------------------------------------------------------------------------------------------------
 
 
+X = TypeVar("X")
+
+
+def pick_best(candidates: Iterable[X], score: Callable[[X], tuple[float, float, int] | None]) -> X | None:
+    """The best trial of a cell; the one rule, used by the search (which lr gets the confirmation runs)
+    and by the analysis (which lr is reported). `score(trial)` is (final val loss, lr, trial number)
+    for a completed trial, None for any other. Lowest loss wins; ties go to the smaller lr, then the
+    earlier trial. Non-finite losses never win."""
+    scored = [(key, c) for c in candidates if (key := score(c)) is not None and math.isfinite(key[0])]
+    return min(scored, key=lambda pair: pair[0])[1] if scored else None
+
+
+def _score(t: TrialResult) -> tuple[float, float, int] | None:
+    if t.role != "search" or t.status != "completed" or t.val_loss is None:
+        return None
+    return (t.val_loss, t.lr, t.number if t.number is not None else t.seed)
+
+
 @dataclass
 class _Cell:
     optimizer: str
     batch_size: int
     trials: list[TrialResult]
     best: TrialResult | None = None
-    samples: list[float] = field(default_factory=list)
+    confirmations: list[TrialResult] = field(default_factory=list)  # every run at the best lr, by seed
+    planned: int = 0
+
+    @property
+    def completed(self) -> list[TrialResult]:
+        return [t for t in self.confirmations if t.status == "completed"]
+
+    @property
+    def samples(self) -> list[float]:
+        return [t.val_loss for t in self.completed]  # type: ignore[misc]
 
     @property
     def mean(self) -> float | None:
         return statistics.fmean(self.samples) if self.samples else None
 
+    @property
+    def unstable_reason(self) -> str | None:
+        """Why the planned confirmation runs at the best lr did not all complete; None when they did."""
+        if self.best is None:
+            return None
+        counts = {s: sum(1 for t in self.confirmations if t.status == s) for s in ("diverged", "failed", "pruned")}
+        counts["missing"] = max(0, self.planned - len(self.confirmations))
+        if len(self.completed) >= self.planned:
+            return None
+        parts = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+        return (
+            f"{len(self.completed)} of {self.planned} confirmation runs at lr={self.best.lr:.3g} completed "
+            f"({parts}): unstable at its best lr"
+        )
 
-def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult]) -> _Cell:
-    cell = _Cell(optimizer, batch_size, trials)
-    search = [t for t in trials if t.role == "search" and t.status == "completed"]
-    if not search:
-        return cell
-    best = min(search, key=lambda t: (t.val_loss, t.lr, t.seed))
-    seeds = sorted(
-        (
-            t
-            for t in trials
-            if t.role == "seed" and t.status == "completed" and math.isclose(t.lr, best.lr, rel_tol=_LR_REL_TOL)
-        ),
-        key=lambda t: t.seed,
-    )
-    cell.best = best
-    cell.samples = [best.val_loss] + [t.val_loss for t in seeds]  # type: ignore[list-item]
+
+def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planned: int) -> _Cell:
+    cell = _Cell(optimizer, batch_size, trials, planned=planned)
+    cell.best = pick_best(trials, _score)
+    if cell.best is not None:
+        lr = cell.best.lr
+        cell.confirmations = sorted(
+            (t for t in trials if t.role == "seed" and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)),
+            key=lambda t: t.seed,
+        )
     return cell
 
 
@@ -355,6 +353,8 @@ def _judge(
     for c in cells:
         if c.mean is None:
             verdicts.append(None)
+        elif c.unstable_reason is not None:
+            verdicts.append(False)  # diverged, failed or missing confirmation runs: a degradation
         elif is_ref_cell(c):
             verdicts.append(True)
         else:
@@ -373,7 +373,7 @@ def _judge(
     checks: list[dict[str, Any]] = []
     for i in boundary:
         c = cells[i]
-        if c.mean is None or is_ref_cell(c):
+        if c.mean is None or is_ref_cell(c) or c.unstable_reason is not None:
             continue
         ci = welch_diff_ci95(c.samples, ref.samples, 1.0 + tol)  # type: ignore[union-attr]
         d = c.mean - threshold
@@ -398,10 +398,10 @@ def _judge(
 
 
 def _to_reference(cell: _Cell, self_ref: float | None, tol: float, seq_len: int) -> tuple[int | None, int | None]:
-    if cell.best is None or self_ref is None:
+    if not cell.completed or self_ref is None:
         return None, None
     threshold = (1.0 + tol) * self_ref
-    for tokens, loss in sorted(cell.best.curve, key=lambda p: p[0]):
+    for tokens, loss in sorted(cell.completed[0].curve, key=lambda p: p[0]):
         if math.isfinite(loss) and loss <= threshold:
             return tokens // (cell.batch_size * seq_len), tokens
     return None, None
@@ -438,7 +438,9 @@ def build_report(
     for t in trials:
         by_cell[(t.optimizer, t.batch_size)].append(t)
 
-    cells = {o: [_make_cell(o, b, by_cell[(o, b)]) for b in inputs.batch_sizes] for o in inputs.optimizers}
+    cells = {
+        o: [_make_cell(o, b, by_cell[(o, b)], inputs.seeds) for b in inputs.batch_sizes] for o in inputs.optimizers
+    }
     ref_b = inputs.batch_sizes[0]
     tol = inputs.tolerance
     baseline_ref = cells[inputs.baseline][0]
@@ -461,15 +463,23 @@ def build_report(
             else:
                 mean, ci, avail = None, [None, None], False
             best_lr = c.best.lr if c.best is not None else None
+            trained = {t.tokens for t in c.completed}
             cell_dicts.append(
                 {
                     "batch_size": c.batch_size,
                     "best_lr": best_lr,
+                    "search_best_val_loss": c.best.val_loss if c.best is not None else None,
+                    "search_best_run_id": c.best.run_id if c.best is not None else None,
+                    "search_best_trial_number": c.best.number if c.best is not None else None,
                     "val_loss_mean": mean,
                     "val_loss_ci95": ci,
                     "ci_available": avail,
                     "val_losses": list(c.samples),
                     "seeds": len(c.samples),
+                    "confirmation_run_ids": [t.run_id for t in c.confirmations],
+                    "stable": c.unstable_reason is None if c.best is not None else None,
+                    "unstable_reason": c.unstable_reason,
+                    "tokens_trained": max(trained) if trained else None,
                     "trials": len(c.trials),
                     "trial_status": status,
                     "lr_at_edge": _lr_at_edge(best_lr, inputs.lr_min, inputs.lr_max) if best_lr is not None else None,
@@ -495,6 +505,7 @@ def build_report(
         "seq_len": inputs.seq_len,
         "lr_range": [inputs.lr_min, inputs.lr_max],
         "seeds_planned": inputs.seeds,
+        "token_budget": inputs.token_budget,
         "optimizers": optimizers,
         "warnings": [],  # filled by the driver: data repeated, best lr at the edge of the range
     }
@@ -539,11 +550,19 @@ class NoiseCheck(_Schema):
 class CellReport(_Schema):
     batch_size: int
     best_lr: float | None  # None: no completed search trial
-    val_loss_mean: float | None
-    val_loss_ci95: tuple[float | None, float | None]  # [mean, mean] with one seed; [None, None] without a mean
-    ci_available: bool  # at least 2 samples
-    val_losses: list[float]  # the samples: best search trial first, then seed runs by seed
+    # the best search trial's own loss: it chose the lr, and is biased low (a minimum); never in the statistics
+    search_best_val_loss: float | None
+    search_best_run_id: str | None  # MLflow run id of the best search trial
+    search_best_trial_number: int | None  # its Optuna trial number in the cell's study
+    val_loss_mean: float | None  # mean over the completed confirmation runs
+    val_loss_ci95: tuple[float | None, float | None]  # [mean, mean] with one run; [None, None] without a mean
+    ci_available: bool  # at least 2 confirmation runs completed
+    val_losses: list[float]  # the samples: completed confirmation runs at the best lr, by seed
     seeds: int  # len(val_losses)
+    confirmation_run_ids: list[str | None]  # MLflow run ids of every confirmation run at the best lr, by seed
+    stable: bool | None  # every planned confirmation run completed; None: no best lr
+    unstable_reason: str | None  # what diverged, failed or is missing; None when stable
+    tokens_trained: int | None  # tokens each completed confirmation run trained on: equal in every cell
     trials: int  # all trials of the cell, search and seed, any status
     trial_status: TrialStatusCounts  # sums to trials
     lr_at_edge: bool | None  # None: no best lr
@@ -563,14 +582,15 @@ class OptimizerReport(_Schema):
 class Report(_Schema):
     """The schema of `build_report`'s dict (rules: the module docstring)."""
 
-    schema_version: Literal[1]
+    schema_version: Literal[2]
     sweep: str
     reference_batch_size: int  # the smallest batch size of the spec
     baseline: str
     tolerance: float
     seq_len: int
     lr_range: tuple[float, float]
-    seeds_planned: int
+    seeds_planned: int  # confirmation runs planned per cell
+    token_budget: int | None  # tokens every trial trains on: the spec's, rounded down once for the whole sweep
     optimizers: dict[str, OptimizerReport]  # in the spec's order
     warnings: list[str] = []  # things a reader must know before trusting the answer
 

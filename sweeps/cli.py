@@ -64,7 +64,7 @@ def run(
     runtime = SweepRuntime.from_env(data_dir)
     console.print(
         f"[bold]{spec.name}[/]: {', '.join(spec.optimizer_names)} x batch {spec.batch_sizes}, "
-        f"{spec.total_trials} trials of {spec.token_budget:,} tokens, {spec.resources.max_concurrent_trials} at a time"
+        f"{spec.total_trials} trials of {spec.trained_tokens:,} tokens, {spec.resources.max_concurrent_trials} at a time"
     )
     with Progress(
         TextColumn("{task.description}"),
@@ -83,8 +83,7 @@ def run(
         def on_progress(p: dict[str, Any]) -> None:
             bars.update(trials, completed=p["trials_done"])
             bars.update(cells, completed=p["cells_done"])
-            leaders = [f"{c['cell']} {c['best_val_loss']:.3f}" for c in p["cells"] if c["best_val_loss"] is not None]
-            bars.update(best, description="best so far: " + (", ".join(leaders[-4:]) or "-"))
+            bars.update(best, description=_leaders(p))
 
         outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
     from sweeps.remote import publish_figures
@@ -142,11 +141,26 @@ def plots(
     )
 
 
+def _leaders(progress: dict[str, Any]) -> str:
+    """The last cells' val loss so far: the confirmation runs' mean once there is one, else the
+    search's minimum, marked as such (it is biased low)."""
+    leaders = []
+    for c in progress["cells"]:
+        if c.get("confirmed_val_loss_mean") is not None:
+            leaders.append(f"{c['cell']} {c['confirmed_val_loss_mean']:.3f}")
+        elif c.get("search_best_val_loss") is not None:
+            leaders.append(f"{c['cell']} {c['search_best_val_loss']:.3f} (search)")
+    return "val loss so far: " + (", ".join(leaders[-4:]) or "-")
+
+
 def _print_report(report: dict[str, Any]) -> None:
     tol = report["tolerance"]
     for name, opt in report["optimizers"].items():
         t = Table(title=f"{name}", title_justify="left")
-        for col in ("batch", "best lr", "val loss (mean)", "95% CI", "seeds", "trials c/p/d/f", "lr at edge"):
+        for col in (
+            "batch", "best lr", "val loss (mean of confirmations)", "95% CI", "seeds", "trials c/p/d/f", "lr at edge",
+            "stable",
+        ):  # fmt: skip
             t.add_column(col)
         for c in opt["cells"]:
             ci = c.get("val_loss_ci95") or [None, None]
@@ -159,8 +173,12 @@ def _print_report(report: dict[str, Any]) -> None:
                 str(c.get("seeds", "-")),
                 "/".join(str(st.get(k, 0)) for k in ("completed", "pruned", "diverged", "failed")),
                 "yes" if c.get("lr_at_edge") else "",
+                {True: "yes", False: "[red]no[/]", None: "-"}[c.get("stable")],
             )
         console.print(t)
+        for c in opt["cells"]:
+            if c.get("unstable_reason"):
+                console.print(f"[yellow]{name} bs={c['batch_size']}:[/] {c['unstable_reason']}")
     answer = Table(
         title=f"largest degradation-free batch size (tolerance {tol:.1%}, reference batch {report['reference_batch_size']})",
         title_justify="left",
@@ -301,12 +319,7 @@ def _watch(client: Any, sweep_id: str) -> None:
                             description=f"trials ({s['status']})",
                         )
                         bars.update(cells, total=p["cells_total"], completed=p["cells_done"])
-                        leaders = [
-                            f"{c['cell']} {c['best_val_loss']:.3f}"
-                            for c in p["cells"]
-                            if c.get("best_val_loss") is not None
-                        ]
-                        bars.update(best, description="best so far: " + (", ".join(leaders[-4:]) or "-"))
+                        bars.update(best, description=_leaders(p))
                         if event == "end":
                             final = s
                             break
@@ -387,7 +400,7 @@ def status(
     console.print(f"[bold]{s['id']}[/]: {s['status']}{cancelling}, {_progress_line(s)}")
     console.print(f"created {s['created_at']}, started {s['started_at'] or '-'}, finished {s['finished_at'] or '-'}")
     t = Table()
-    for col in ("cell", "search", "seeds", "best lr", "best val loss", "done"):
+    for col in ("cell", "search", "seeds", "best lr", "search best (biased low)", "confirmed mean", "done"):
         t.add_column(col)
     for c in s["progress"]["cells"]:
         t.add_row(
@@ -395,7 +408,8 @@ def status(
             f"{c['search_done']}/{c['search_total']}",
             f"{c['seeds_done']}/{c['seeds_total']}",
             f"{c['best_lr']:.2e}" if c.get("best_lr") else "-",
-            f"{c['best_val_loss']:.4f}" if c.get("best_val_loss") is not None else "-",
+            f"{c['search_best_val_loss']:.4f}" if c.get("search_best_val_loss") is not None else "-",
+            f"{c['confirmed_val_loss_mean']:.4f}" if c.get("confirmed_val_loss_mean") is not None else "-",
             "yes" if c["finished"] else "",
         )
     console.print(t)

@@ -71,10 +71,16 @@ def run_sweep(
     data = prepare_data(spec.data)
     warnings: list[str] = []
     available = train_sequences_available(data, spec.model.seq_len) * spec.model.seq_len
-    if spec.token_budget > available:
+    trained = spec.trained_tokens
+    if trained != spec.token_budget:
         warnings.append(
-            f"token_budget={spec.token_budget} exceeds the {available} training tokens of {data.description}: "
-            f"trials repeat data ({spec.token_budget / available:.2f} epochs), which favours small batches"
+            f"token_budget={spec.token_budget} was rounded down to {trained} tokens, a multiple of lcm(batch_sizes) x "
+            f"seq_len, so that every batch size trains on exactly the same tokens"
+        )
+    if trained > available:
+        warnings.append(
+            f"token budget {trained} exceeds the {available} training tokens of {data.description}: "
+            f"trials repeat data ({trained / available:.2f} epochs), which favours small batches"
         )
         log.warning(warnings[-1])
 
@@ -114,8 +120,8 @@ def run_sweep(
     scheduler: Any = None
     if spec.pruning.enabled:
         scheduler = PerCellASHA(
-            max_t=spec.token_budget,
-            grace_period=max(1, int(spec.pruning.grace_fraction * spec.token_budget)),
+            max_t=spec.trained_tokens,
+            grace_period=max(1, int(spec.pruning.grace_fraction * spec.trained_tokens)),
             reduction_factor=spec.pruning.reduction_factor,
         )
     if res.workers_per_trial == 1:
@@ -152,7 +158,7 @@ def run_sweep(
     if cancelled:
         recorder.mark_cancelled()
 
-    results, train_times = collect_results(searcher)
+    results, train_times = collect_results(searcher, recorder.trial_run_ids())
     report = build_report(results, inputs=AnalysisInput.from_spec(spec))
     report["warnings"] = [*report["warnings"], *warnings, *_edge_warnings(report)]
     status = "cancelled" if cancelled else "succeeded"
@@ -182,8 +188,11 @@ def close_leftovers(sweep_id: str, runtime: SweepRuntime) -> tuple[int, int]:
     )
 
 
-def collect_results(searcher: CellSearcher) -> tuple[list[TrialResult], list[float]]:
-    """Every finished trial of every cell, read back from the Optuna storage."""
+def collect_results(
+    searcher: CellSearcher, run_ids: dict[str, str] | None = None
+) -> tuple[list[TrialResult], list[float]]:
+    """Every finished trial of every cell, read back from the Optuna storage; `run_ids` (Tune trial id
+    -> MLflow run id) names each trial's MLflow run in the report."""
     results, times = [], []
     for cell in searcher.cells:
         for role in ("search", "seed"):
@@ -204,6 +213,8 @@ def collect_results(searcher: CellSearcher) -> tuple[list[TrialResult], list[flo
                         tokens=int(t.user_attrs.get("tokens", 0)),
                         steps=int(t.user_attrs.get("steps", 0)),
                         curve=tuple(tuple(p) for p in json.loads(t.user_attrs.get("curve", "[]"))),
+                        number=t.number,
+                        run_id=(run_ids or {}).get(str(t.user_attrs.get("tune_trial_id"))),
                     )
                 )
                 times.append(float(t.user_attrs.get("train_time_s", 0.0)))

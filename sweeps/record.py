@@ -162,6 +162,14 @@ class SweepRecorder(DriverOnly, Callback):
         """Trials still open when a sweep is cancelled end as KILLED (they re-run on resume)."""
         self._queue.put(lambda: [self._end_trial(t, "cancelled") for t in list(self._trials)])
 
+    def trial_run_ids(self) -> dict[str, str]:
+        """Tune trial id -> MLflow run id of every trial run of the sweep (after every write is done)."""
+        self.close()
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`{TAG}role` IN ('search', 'seed')", max_results=10_000
+        )
+        return {r.data.tags[f"{TAG}tune_trial_id"]: r.info.run_id for r in runs if f"{TAG}tune_trial_id" in r.data.tags}
+
     def write_summary(self, report: dict[str, Any], *, status: str) -> str:
         """Cell runs get their answer; one summary run holds spec, report and tables. Returns its id."""
         self.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
+from sweeps.analysis import pick_best
 from sweeps.plan import DriverOnly, cell_key, cell_order, study_name, warm_start_lrs
 from sweeps.spec import SweepSpec
 
@@ -93,23 +95,39 @@ class Cell:
         return self.search_finished() + sum(1 for v in self.running.values() if not isinstance(v, tuple))
 
     def best(self) -> optuna.trial.FrozenTrial | None:
-        done = [
-            t for t in self.trials("search", (TrialState.COMPLETE,)) if t.value is not None and math.isfinite(t.value)
-        ]
-        return min(done, key=lambda t: t.value) if done else None  # type: ignore[arg-type, return-value]
+        """The cell's best search trial so far, by the analysis's own rule (`pick_best`)."""
+        return pick_best(self.trials("search", (TrialState.COMPLETE,)), _score)
+
+    def confirmed(self) -> list[float]:
+        """Final val losses of the completed confirmation runs."""
+        return [float(t.value) for t in self.trials("seed", (TrialState.COMPLETE,)) if t.value is not None]
 
     def seeds_recorded(self) -> set[int]:
         return {int(t.user_attrs["seed"]) for t in self.trials("seed")}
 
     def seeds_wanted(self) -> list[int]:
-        """Seed indices 1..n_seeds-1 (the search trial is seed 0) neither recorded nor running."""
+        """Confirmation seeds 1..n_seeds (the search runs at seed 0) neither recorded nor running."""
         running = {v[0] for v in self.running.values() if isinstance(v, tuple)}
-        return [s for s in range(1, self.n_seeds) if s not in self.seeds_recorded() and s not in running]
+        return [s for s in range(1, self.n_seeds + 1) if s not in self.seeds_recorded() and s not in running]
+
+    def search_done(self) -> bool:
+        return self.search_finished() >= self.n_search
 
     def finished(self) -> bool:
         if self.search_finished() < self.n_search:
             return False
         return self.best() is None or (not self.seeds_wanted() and not self.running)
+
+
+def _score(t: optuna.trial.FrozenTrial) -> tuple[float, float, int] | None:
+    """`pick_best`'s key of an Optuna trial: (final val loss, lr, trial number)."""
+    return (float(t.value), float(t.params["lr"]), t.number) if t.value is not None else None
+
+
+def sampler_seed(seed: int, cell_index: int, trials_so_far: int) -> int:
+    """TPE's seed for a cell: a resumed sweep (more trials in the study) continues with other draws
+    instead of repeating the lrs of its first start."""
+    return (seed * 1_000_003 + cell_index * 10_007 + trials_so_far) % 2**32
 
 
 class CellSearcher(DriverOnly, Searcher):
@@ -129,11 +147,10 @@ class CellSearcher(DriverOnly, Searcher):
         by_opt: dict[str, Cell] = {}
         for opt, bs in cell_order(spec.optimizer_names, spec.batch_sizes):
             study = optuna.create_study(
-                storage=storage,
-                study_name=study_name(sweep_id, opt, bs),
-                direction="minimize",
-                sampler=optuna.samplers.TPESampler(seed=seed + len(self.cells), n_startup_trials=2),
-                load_if_exists=True,
+                storage=storage, study_name=study_name(sweep_id, opt, bs), direction="minimize", load_if_exists=True
+            )
+            study.sampler = optuna.samplers.TPESampler(
+                seed=sampler_seed(seed, len(self.cells), len(study.trials)), n_startup_trials=2
             )
             stored = study.user_attrs.get("spec_fingerprint")
             if stored is None:
@@ -245,8 +262,9 @@ class CellSearcher(DriverOnly, Searcher):
     def _next_of(self, cell: Cell, trial_id: str) -> dict[str, Any] | None:
         if cell.search_asked() < cell.n_search:
             prev = cell.previous
-            if prev is not None and prev.best() is None and prev.search_finished() < prev.n_search:
-                return None  # wait for the smaller batch's first result: it seeds this cell's search
+            if prev is not None and not prev.search_done():
+                # the smaller batch's final best lr seeds this cell's search: wait for its search to end
+                return None
             if not cell.study.trials and prev is not None and (best := prev.best()) is not None:
                 for lr in warm_start_lrs(
                     best.params["lr"],
@@ -299,10 +317,15 @@ class CellSearcher(DriverOnly, Searcher):
                         "batch_size": c.batch_size,
                         "search_done": c.search_finished(),
                         "search_total": c.n_search,
-                        "seeds_done": len(c.seeds_recorded()) + (1 if best else 0),
+                        "seeds_done": len(c.seeds_recorded()),
                         "seeds_total": c.n_seeds,
                         "best_lr": float(best.params["lr"]) if best else None,
-                        "best_val_loss": float(best.value) if best else None,  # type: ignore[arg-type]
+                        # the search's minimum (biased low: it picked the lr), and what the report will
+                        # use: the mean of the confirmation runs completed so far
+                        "search_best_val_loss": float(best.value) if best else None,  # type: ignore[arg-type]
+                        "confirmed_val_loss_mean": statistics.fmean(confirmed)
+                        if (confirmed := c.confirmed())
+                        else None,
                         "finished": c.finished(),
                         "running": len(c.running),
                     }

@@ -83,9 +83,22 @@ __all__ = [
     "json_value",
 ]
 
-# Cap on optimizers x batch_sizes x (lr.trials_per_batch_size + seeds - 1) unless the validation
-# context says otherwise: SweepSpec.model_validate(data, context={"max_trials": N}).
+# Cap on `total_trials` unless the validation context says otherwise:
+# SweepSpec.model_validate(data, context={"max_trials": N}).
 DEFAULT_MAX_TRIALS = 1000
+MAX_SEEDS = 32  # confirmation runs per cell
+
+
+def total_trials(n_optimizers: int, n_batch_sizes: int, trials_per_batch_size: int, seeds: int) -> int:
+    """Trials a sweep runs: every cell (optimizer x batch size) runs its lr search, then `seeds`
+    confirmation runs at the best lr. The one formula: the spec, the dry run and progress use it."""
+    return n_optimizers * n_batch_sizes * (trials_per_batch_size + seeds)
+
+
+def token_unit(batch_sizes: list[int], seq_len: int) -> int:
+    """lcm(batch_sizes) x seq_len: a trained-token count every batch size of the sweep reaches in whole steps."""
+    return math.lcm(*batch_sizes) * seq_len
+
 
 # Sweep names become MLflow experiment names, Ray Tune directories and URL path segments.
 NAME_PATTERN = re.compile(r"[a-z0-9-]{1,64}")
@@ -246,7 +259,9 @@ class SweepSpec(_Strict):
     token_budget: int = Field(gt=0)  # tokens per trial, the same at every batch size
     lr: LRSearchSpec
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
-    seeds: int = Field(default=1, ge=1)  # runs at each cell's best lr, the search trial included
+    # confirmation runs at each cell's best lr, seeds 1..n (the search runs at seed 0 and only picks the
+    # lr); they alone give the cell's mean and 95% interval: 1 gives a mean without an interval
+    seeds: int = Field(default=2, ge=1, le=MAX_SEEDS)
     degradation: DegradationSpec
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pruning: PruningSpec = Field(default_factory=PruningSpec)
@@ -330,13 +345,16 @@ class SweepSpec(_Strict):
                 )
             )
 
-        largest, seq_len = self.batch_sizes[-1], self.model.seq_len
-        if self.token_budget < largest * seq_len:
+        seq_len = self.model.seq_len
+        if self.trained_tokens < 1:
+            lcm, unit = math.lcm(*self.batch_sizes), token_unit(self.batch_sizes, seq_len)
+            unit_text = str(unit) if unit < 10**15 else f"about 10^{len(str(unit)) - 1}"
             problems.append(
                 FieldProblem(
                     "token_budget",
-                    f"token_budget={self.token_budget} is smaller than one step at the largest batch: "
-                    f"batch_sizes max {largest} x model.seq_len {seq_len} = {largest * seq_len} tokens",
+                    f"token_budget={self.token_budget} is smaller than the least every batch size can train on "
+                    f"in whole steps: lcm(batch_sizes) = {lcm} x model.seq_len {seq_len} = {unit_text} tokens; "
+                    f"every cell trains on the same tokens, token_budget rounded down to a multiple of that",
                     self.token_budget,
                 )
             )
@@ -382,7 +400,7 @@ class SweepSpec(_Strict):
                 FieldProblem(
                     "total_trials",
                     f"total trials {total} = {len(self.optimizers)} optimizers x {len(self.batch_sizes)} batch sizes "
-                    f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {self.seeds} seeds - 1) "
+                    f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {self.seeds} seeds) "
                     f"exceeds the cap max_trials={cap}; reduce optimizers, batch_sizes, "
                     f"lr.trials_per_batch_size or seeds",
                     total,
@@ -412,8 +430,16 @@ class SweepSpec(_Strict):
 
     @property
     def total_trials(self) -> int:
-        """optimizers x batch_sizes x (lr.trials_per_batch_size + seeds - 1): the search trial is seed one."""
-        return len(self.optimizers) * len(self.batch_sizes) * (self.lr.trials_per_batch_size + self.seeds - 1)
+        return total_trials(len(self.optimizers), len(self.batch_sizes), self.lr.trials_per_batch_size, self.seeds)
+
+    @property
+    def trained_tokens(self) -> int:
+        """Tokens every trial of the sweep trains on: `token_budget` rounded down, once for the whole
+        sweep, to a multiple of lcm(batch_sizes) x seq_len, so that every batch size runs whole steps
+        over exactly the same tokens (a larger batch takes proportionally fewer steps). Rounding per
+        batch size instead would train larger batches on fewer tokens and bias every verdict."""
+        unit = token_unit(self.batch_sizes, self.model.seq_len)
+        return self.token_budget // unit * unit
 
     @property
     def optimizer_names(self) -> list[str]:
@@ -444,7 +470,7 @@ class SweepSpec(_Strict):
             num_workers=self.resources.workers_per_trial,
             use_gpu=self.resources.gpus_per_worker > 0,
             threads_per_worker=self.resources.cpus_per_worker,
-            token_budget=self.token_budget,
+            token_budget=self.trained_tokens,
             warmup_fraction=self.schedule.warmup_fraction,
             min_lr_ratio=self.schedule.min_lr_ratio,
             grad_clip=self.grad_clip,

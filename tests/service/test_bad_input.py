@@ -285,10 +285,12 @@ def test_validation_is_fast_at_the_limits(make_settings: Callable[..., Settings]
         err = assert_error(client.post("/sweeps?dry_run=true", json=old_worst, headers=auth()), 422, "invalid_spec")
         assert time.perf_counter() - started < 0.5
         assert {"batch_sizes", "resources.max_micro_batch"} <= set(fields(err))
-        # the largest spec the limits let through: 5 optimizers x 32 batch sizes up to 65536
+        # the largest spec the limits let through: 5 optimizers x 32 batch sizes up to 65536 (the 32
+        # largest divisors of 2^11 x 3^3 = 55296, so that lcm(batch_sizes) x seq_len fits the budget)
+        divisors = sorted(d for d in range(1, 55297) if 55296 % d == 0)[-32:]
         largest = tiny_spec(
             optimizers=[{"name": n} for n in ("adamw", "lamb", "lion", "merit", "sophia")],
-            batch_sizes=[2048 * (i + 1) for i in range(32)],
+            batch_sizes=divisors,
             token_budget=65536 * 32,
             lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 1},
             resources={"max_micro_batch": 1024},

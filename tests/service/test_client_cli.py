@@ -69,7 +69,7 @@ def test_submit_list_status_cancel(cli: Any, spec_file: Path, fake_server: Threa
     wait_until(lambda: sweep_id in fake_server.launcher.drivers, 10)
 
     listed = cli("list")
-    assert listed.exit_code == 0 and sweep_id in listed.output and "0/4" in listed.output
+    assert listed.exit_code == 0 and sweep_id in listed.output and "0/6" in listed.output
     shown = cli("status", sweep_id)
     assert shown.exit_code == 0 and "adamw/bs8" in shown.output and "running" in shown.output
 
@@ -86,7 +86,7 @@ def test_dry_run_and_invalid_spec(cli: Any, tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text(__import__("json").dumps(tiny_spec()))
     out = cli("submit", "--dry-run", str(good))
-    assert out.exit_code == 0 and "4 trials" in out.output
+    assert out.exit_code == 0 and "6 trials" in out.output
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(tiny_spec(token_budget=10)))
     out = cli("submit", str(bad))
@@ -108,7 +108,7 @@ def test_submit_watch_prints_the_answer(cli: Any, spec_file: Path, fake_server: 
                 "trials_done": 2,
                 "trials_total": 4,
                 "cells": [
-                    {"cell": "adamw/bs4", "best_val_loss": 5.12},
+                    {"cell": "adamw/bs4", "search_best_val_loss": 5.12},
                 ],
             },
         )

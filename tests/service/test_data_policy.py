@@ -89,7 +89,7 @@ def test_limits_and_cache_dir_are_refused_by_field() -> None:
     with pytest.raises(ApiError) as info:
         validate_spec(tiny_spec(), Settings(max_trials=3))
     assert [d["field"] for d in info.value.details] == ["total_trials"]
-    assert info.value.details[0]["value"] == 4
+    assert info.value.details[0]["value"] == 6
 
 
 def test_parse_body_json_yaml_and_media_types() -> None:

@@ -165,7 +165,7 @@ def test_dry_run_validates_and_stores_nothing(client: TestClient, launcher: Fake
     resp = client.post("/sweeps?dry_run=true", json=tiny_spec(), headers=auth())
     assert resp.status_code == 200
     body = resp.json()
-    assert (body["valid"], body["total_trials"], body["cells"]) == (True, 4, 2)
+    assert (body["valid"], body["total_trials"], body["cells"]) == (True, 6, 2)  # 2 cells x (2 search + 1 confirmation)
     assert body["spec"]["schedule"] == {"warmup_fraction": 0.05, "min_lr_ratio": 0.1}
     assert client.get("/sweeps", headers=auth()).json()["total"] == 0
     assert launcher.started == []
@@ -213,7 +213,7 @@ def test_detail_has_progress_times_and_mlflow_link(make_settings: Any, launcher:
         sweep_id = submit(client)
         queued = client.get(f"/sweeps/{sweep_id}", headers=auth()).json()
         # before the driver reports, the totals come from the spec
-        assert queued["progress"]["trials_total"] == 4 and queued["progress"]["cells_total"] == 2
+        assert queued["progress"]["trials_total"] == 6 and queued["progress"]["cells_total"] == 2
         assert [c["cell"] for c in queued["progress"]["cells"]] == ["adamw/bs4", "adamw/bs8"]
         assert queued["mlflow_url"] is None
         wait_until(lambda: sweep_id in launcher.drivers, 10)
@@ -224,8 +224,14 @@ def test_detail_has_progress_times_and_mlflow_link(make_settings: Any, launcher:
             "trials_total": 4,
             "future_field": 1,
             "cells": [
-                {"cell": "adamw/bs4", "optimizer": "adamw", "batch_size": 4, "best_val_loss": 5.5, "finished": True},
-                {"cell": "adamw/bs8", "optimizer": "adamw", "batch_size": 8, "best_val_loss": None},
+                {
+                    "cell": "adamw/bs4",
+                    "optimizer": "adamw",
+                    "batch_size": 4,
+                    "search_best_val_loss": 5.5,
+                    "finished": True,
+                },
+                {"cell": "adamw/bs8", "optimizer": "adamw", "batch_size": 8, "search_best_val_loss": None},
             ],
         }
         launcher.set(sweep_id, progress=progress, experiment_id="12")
@@ -236,7 +242,7 @@ def test_detail_has_progress_times_and_mlflow_link(make_settings: Any, launcher:
             10,
         )
         assert d["status"] == "running" and d["started_at"] is not None and d["finished_at"] is None
-        assert d["progress"]["cells"][0]["best_val_loss"] == 5.5
+        assert d["progress"]["cells"][0]["search_best_val_loss"] == 5.5
         assert "future_field" not in d["progress"]  # the API promises its own fields only
         assert (d["experiment_id"], d["mlflow_url"]) == ("12", "http://127.0.0.1:5000/#/experiments/12/runs")
 

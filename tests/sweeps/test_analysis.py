@@ -53,7 +53,7 @@ def search(opt, b, loss, *, lr=LR, seed=0, status="completed", curve=()):
     )
 
 
-def seed_run(opt, b, loss, seed, *, lr=LR, status="completed"):
+def seed_run(opt, b, loss, seed, *, lr=LR, status="completed", curve=()):
     return TrialResult(
         optimizer=opt,
         batch_size=b,
@@ -64,14 +64,16 @@ def seed_run(opt, b, loss, seed, *, lr=LR, status="completed"):
         val_loss=loss,
         tokens=1000,
         steps=10,
+        curve=curve,
     )
 
 
 def cell(opt, b, samples, *, lr=LR, worse=3.9):
-    """A cell whose best lr is `lr`: samples[0] from the search trial, the rest from seed runs,
-    plus a worse search trial at another lr (never the best)."""
-    rows = [search(opt, b, samples[0], lr=lr), search(opt, b, worse, lr=lr * 2, seed=1)]
-    rows += [seed_run(opt, b, s, seed=i + 1, lr=lr) for i, s in enumerate(samples[1:])]
+    """A cell whose best lr is `lr`: a search trial there (its loss a little below the samples: the
+    minimum of a search is biased low, and must not be a sample), a worse search trial at another
+    lr (never the best), and one completed confirmation run per sample, seeds 1..n."""
+    rows = [search(opt, b, min(samples) - 0.05, lr=lr), search(opt, b, worse, lr=lr * 2, seed=1)]
+    rows += [seed_run(opt, b, s, seed=i + 1, lr=lr) for i, s in enumerate(samples)]
     return rows
 
 
@@ -169,8 +171,9 @@ def test_flat_losses_give_the_largest_batch():
     c = report["optimizers"]["merit"]["cells"][0]
     assert c["best_lr"] == LR and c["val_loss_mean"] == 3.0 and c["val_loss_ci95"] == [3.0, 3.0]
     assert c["seeds"] == 3 and c["ci_available"] is True
-    # 2 search trials (one worse at 2 x lr) + 2 seed runs
-    assert c["trials"] == 4 and c["trial_status"] == {"completed": 4, "pruned": 0, "diverged": 0, "failed": 0}
+    # 2 search trials (one worse at 2 x lr) + 3 confirmation runs; the search minimum is reported apart
+    assert c["trials"] == 5 and c["trial_status"] == {"completed": 5, "pruned": 0, "diverged": 0, "failed": 0}
+    assert c["search_best_val_loss"] == pytest.approx(2.95) and c["stable"] is True and c["unstable_reason"] is None
 
 
 def test_degradation_at_the_third_batch_size():
@@ -254,12 +257,14 @@ def test_best_lr_ignores_pruned_diverged_and_failed_trials():
         search("merit", 16, None, lr=4e-3, seed=2, status="diverged"),
         search("merit", 16, None, lr=8e-3, seed=3, status="failed"),
     ]
-    report = build_report(rows, inputs=INPUTS)
+    rows += [seed_run("merit", 16, 3.1, seed=1, lr=1e-3)]
+    report = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 1}))
     c = report["optimizers"]["merit"]["cells"][0]
-    assert c["best_lr"] == 1e-3 and c["val_losses"] == [3.0]
-    assert c["trial_status"] == {"completed": 1, "pruned": 1, "diverged": 1, "failed": 1}
-    # one sample: the interval collapses to the mean
-    assert c["val_loss_ci95"] == [3.0, 3.0] and c["ci_available"] is False
+    # the search only chose the lr: the one sample is the confirmation run's
+    assert c["best_lr"] == 1e-3 and c["val_losses"] == [3.1] and c["search_best_val_loss"] == 3.0
+    assert c["trial_status"] == {"completed": 2, "pruned": 1, "diverged": 1, "failed": 1}
+    # seeds: 1 -> one confirmation run: the interval collapses to the mean, and says so
+    assert c["val_loss_ci95"] == [3.1, 3.1] and c["ci_available"] is False and c["stable"] is True
 
 
 def test_cell_samples_are_the_completed_runs_at_the_best_lr():
@@ -271,14 +276,18 @@ def test_cell_samples_are_the_completed_runs_at_the_best_lr():
         seed_run("merit", 16, 9.9, seed=3, lr=5e-3),  # another lr: not a sample
         seed_run("merit", 16, None, seed=4, lr=1e-3, status="failed"),  # not completed: not a sample
     ]
-    c = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"][0]
-    # search trial first, then seed runs by seed: [3.0, 3.1, 3.2], mean 3.1
-    assert c["val_losses"] == [3.0, 3.1, 3.2]
-    assert c["seeds"] == 3 and c["trials"] == 6
+    rows += [seed_run("merit", 16, 3.0, seed=3, lr=1e-3)]
+    c = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 4}))["optimizers"]["merit"]["cells"][0]
+    # confirmation runs at the best lr by seed: [3.1, 3.2, 3.0], mean 3.1; the search trial's 3.0 is not one
+    assert c["val_losses"] == [3.1, 3.2, 3.0] and c["search_best_val_loss"] == 3.0
+    assert c["seeds"] == 3 and c["trials"] == 7
     assert c["val_loss_mean"] == pytest.approx(3.1, rel=1e-12)
     # sd 0.1, half = t(0.975, 2) x 0.1 / sqrt(3)
     half = 4.302652729749464 * 0.1 / math.sqrt(3)
     assert c["val_loss_ci95"] == [pytest.approx(3.1 - half, rel=1e-9), pytest.approx(3.1 + half, rel=1e-9)]
+    # seed 4 failed at the chosen lr: 3 of 4 planned confirmations completed -> unstable
+    assert c["stable"] is False and "3 of 4 confirmation runs" in c["unstable_reason"]
+    assert "1 failed" in c["unstable_reason"]
 
 
 def test_best_lr_tie_breaks_on_the_smaller_lr_whatever_the_order():
@@ -324,8 +333,8 @@ def test_within_noise_false_when_the_gap_is_clear():
 
 
 def test_within_noise_null_without_two_seeds():
-    # one sample per cell: no variance, no interval -> within_noise is null, not false
-    report = build_report(_noise_rows([3.0], [3.5]), inputs=INPUTS)
+    # seeds: 1 -> one sample per cell: no variance, no interval -> within_noise is null, not false
+    report = build_report(_noise_rows([3.0], [3.5]), inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 1}))
     merit = report["optimizers"]["merit"]
     [check] = merit["noise_checks"]["self"]
     assert check["diff_ci95"] is None and check["straddles_zero"] is None
@@ -350,27 +359,28 @@ def test_lr_at_edge():
 
 
 def test_steps_and_tokens_to_reference():
-    # self reference: merit at 16 = 3.0 -> threshold 3.03
-    # 16: curve reaches 3.0 at 40960 tokens -> steps 40960 / (16 x 128) = 20
-    # 32: best run's curve (unsorted on purpose) first <= 3.03 at 81920 -> steps 81920 / (32 x 128) = 20;
-    #     the worse search trial reaches 3.0 at 4096 tokens, but only the best run's curve counts
-    # 64: best run never gets below 3.1 -> null
+    # self reference: merit at 16 = mean of its confirmation runs = 3.0 -> threshold 3.03
+    # 16: its first confirmation run's curve reaches 3.0 at 40960 tokens -> steps 40960 / (16 x 128) = 20
+    # 32: first confirmation (seed 1; curve unsorted on purpose) first <= 3.03 at 81920 -> steps 20;
+    #     the search trials' curves reach 3.0 at 4096 tokens, but only the confirmation's counts
+    # 64: its first confirmation never gets below 3.1 -> null
+    one = AnalysisInput(**{**INPUTS.__dict__, "seeds": 1})
     rows = [
-        search("merit", 16, 3.0, curve=((20480, 3.1), (40960, 3.0))),
-        search("merit", 32, 3.0, curve=((122880, 3.0), (40960, 3.5), (81920, 3.02))),
+        search("merit", 16, 2.9, curve=((4096, 2.9),)),
+        seed_run("merit", 16, 3.0, 1, curve=((20480, 3.1), (40960, 3.0))),
+        search("merit", 32, 2.9, curve=((4096, 3.0),)),
         search("merit", 32, 3.05, lr=5e-3, seed=1, curve=((4096, 3.0), (122880, 3.05))),
-        search("merit", 64, 3.1, curve=((81920, 3.2), (122880, 3.1))),
+        seed_run("merit", 32, 3.0, 1, curve=((122880, 3.0), (40960, 3.5), (81920, 3.02))),
+        search("merit", 64, 2.9, curve=((4096, 3.0),)),
+        seed_run("merit", 64, 3.1, 1, curve=((81920, 3.2), (122880, 3.1))),
     ]
-    cells = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"]
+    cells = build_report(rows, inputs=one)["optimizers"]["merit"]["cells"]
     assert [(c["steps_to_reference"], c["tokens_to_reference"]) for c in cells] == [
         (20, 40960),
         (20, 81920),
         (None, None),
         (None, None),  # no trials at 128
     ]
-
-
-# ---- inputs, schema, JSON -------------------------------------------------------------------------
 
 
 def test_report_schema_keys_are_stable():
@@ -384,6 +394,7 @@ def test_report_schema_keys_are_stable():
         "seq_len",
         "lr_range",
         "seeds_planned",
+        "token_budget",
         "optimizers",
         "warnings",
     ]
@@ -400,11 +411,18 @@ def test_report_schema_keys_are_stable():
     assert list(opt["cells"][0]) == [
         "batch_size",
         "best_lr",
+        "search_best_val_loss",
+        "search_best_run_id",
+        "search_best_trial_number",
         "val_loss_mean",
         "val_loss_ci95",
         "ci_available",
         "val_losses",
         "seeds",
+        "confirmation_run_ids",
+        "stable",
+        "unstable_reason",
+        "tokens_trained",
         "trials",
         "trial_status",
         "lr_at_edge",
@@ -465,7 +483,55 @@ def test_analysis_input_from_the_demo_spec():
         lr_max=3e-2,
         seeds=2,
         seq_len=64,
+        token_budget=81920,
     )
     # with no results at all every cell is empty and every answer null
     report = build_report([], inputs=inputs)
     assert answer(report, "merit") == {"self": None, "baseline": None}
+
+
+# ---- every failure at the chosen lr counts --------------------------------------------------------
+
+
+def test_confirmation_runs_that_diverge_at_the_chosen_lr_break_the_chain():
+    # merit at 32: its search found lr 1e-3 at a fine 3.0, but both planned confirmation runs there
+    # diverged (INPUTS plans 3: the third is missing). The cell is unstable at its best lr: a
+    # degradation, whatever the search sample says; the chain stops at 16.
+    rows = table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]})
+    rows += [search("merit", 32, 3.0), search("merit", 32, 3.5, lr=2e-3, seed=1)]
+    rows += [seed_run("merit", 32, None, s, status="diverged") for s in (1, 2)]
+    report = build_report(rows, inputs=INPUTS)
+    c32 = report["optimizers"]["merit"]["cells"][1]
+    assert c32["best_lr"] == LR and c32["search_best_val_loss"] == 3.0
+    assert c32["val_loss_mean"] is None and c32["seeds"] == 0 and c32["stable"] is False
+    assert c32["unstable_reason"] == (
+        "0 of 3 confirmation runs at lr=0.001 completed (2 diverged, 1 missing): unstable at its best lr"
+    )
+    assert answer(report, "merit") == {"self": 16, "baseline": 16}
+
+
+def test_a_cell_with_fewer_confirmations_than_planned_is_a_degradation_even_with_a_good_mean():
+    # merit at 32: 2 of 3 confirmation runs completed at 3.0 (a mean well inside the tolerance) and one
+    # failed: unstable -> degradation-free false, answer 16; the other cells are as before
+    rows = table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]}) + cell("merit", 32, [3.0, 3.0])
+    rows += [seed_run("merit", 32, None, 3, status="failed")]
+    merit = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]
+    c32 = merit["cells"][1]
+    assert c32["val_loss_mean"] == 3.0 and c32["stable"] is False and "1 failed" in c32["unstable_reason"]
+    assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, False, True, True]
+    assert merit["largest_degradation_free_batch_size"]["self"] == 16
+    # an unstable cell's verdict is not a matter of noise: it gets no noise check
+    assert [ch["batch_size"] for ch in merit["noise_checks"]["self"]] == []
+
+
+def test_the_report_names_the_runs_it_is_about():
+    rows = [
+        TrialResult("merit", 16, 1e-3, 0, "search", "completed", 3.0, 1000, 10, number=4, run_id="run-best"),
+        TrialResult("merit", 16, 2e-3, 0, "search", "completed", 3.2, 1000, 10, number=5, run_id="run-other"),
+        TrialResult("merit", 16, 1e-3, 2, "seed", "completed", 3.1, 1000, 10, number=7, run_id="run-s2"),
+        TrialResult("merit", 16, 1e-3, 1, "seed", "completed", 3.1, 1000, 10, number=6, run_id="run-s1"),
+    ]
+    c = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 2}))["optimizers"]["merit"]["cells"][0]
+    assert (c["search_best_run_id"], c["search_best_trial_number"]) == ("run-best", 4)
+    assert c["confirmation_run_ids"] == ["run-s1", "run-s2"]
+    assert c["tokens_trained"] == 1000

@@ -38,52 +38,94 @@ def storage(tmp_path: Path) -> optuna.storages.BaseStorage:
     return open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
 
 
-def test_cells_search_then_seed_with_warm_start(storage: optuna.storages.BaseStorage) -> None:
+def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: optuna.storages.BaseStorage) -> None:
     s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
     a = s.suggest("t1")
     assert a["cell"] == "adamw/bs4" and a["role"] == "search" and a["seed"] == 0
-    # the larger batch waits for a first result of the smaller one (its warm start)
     assert s.suggest("t2")["cell"] == "adamw/bs4"
     assert s.suggest("t3")["cell"] == "adamw/bs4"
+    # the larger batch waits for the smaller one's whole search: its warm start is that search's final best
     assert s.suggest("t4") is None
     s.on_trial_result("t1", {"tokens": 2048, "val_loss": 5.0})
     s.on_trial_complete("t1", done(4.0))
-    b = s.suggest("t4")
-    # warm start: bs16's first lrs are bs4's best, unscaled and sqrt(16/4)=2x scaled
-    assert b["cell"] == "adamw/bs16" and b["lr"] == pytest.approx(a["lr"])
-    c = s.suggest("t5")
-    assert c["cell"] == "adamw/bs16" and c["lr"] == pytest.approx(min(2 * a["lr"], 0.1))
+    assert s.suggest("t4") is None  # a first result is not the final best
+    s.on_trial_complete("t2", done(3.5))
+    s.on_trial_complete("t3", done(None, status="diverged", tokens=1024))
+    study4 = s.cells[0].study
+    best_lr = study4.trials[1].params["lr"]  # t2's, the final best of bs4
+    # bs4's search is over: its confirmation runs (seeds 1 and 2, never the search seed 0) use that lr
+    confirm = [s.suggest("t4"), s.suggest("t5")]
+    assert [(c["role"], c["seed"], c["cell"]) for c in confirm] == [("seed", 1, "adamw/bs4"), ("seed", 2, "adamw/bs4")]
+    assert all(c["lr"] == pytest.approx(best_lr) for c in confirm)
+    # warm start: bs16's first lrs are bs4's final best, unscaled and sqrt(16/4)=2x scaled
+    b = s.suggest("t6")
+    assert b["cell"] == "adamw/bs16" and b["lr"] == pytest.approx(best_lr)
+    c = s.suggest("t7")
+    assert c["cell"] == "adamw/bs16" and c["lr"] == pytest.approx(min(2 * best_lr, 0.1))
     # the train config of a trial is the spec's, at this cell and lr, without per-trial checkpoints
     assert c["train"]["batch_size"] == 16 and c["train"]["optimizer"]["lr"] == c["lr"]
     assert c["train"]["checkpoint_every_evals"] == 0
-
-    s.on_trial_complete("t2", done(3.5))
-    s.on_trial_complete("t3", done(None, status="diverged", tokens=1024))
-    # bs4's search is over: its seed re-run uses the best lr (t2's)
-    seed = s.suggest("t6")
-    assert seed["role"] == "seed" and seed["seed"] == 1 and seed["cell"] == "adamw/bs4"
-    study4 = s.cells[0].study
-    assert seed["lr"] == pytest.approx(study4.trials[1].params["lr"])
     # a diverged trial is a result: a bad lr (inf) that TPE learns from, not an error
     diverged = study4.trials[2]
     assert diverged.state == TrialState.COMPLETE and math.isinf(diverged.value)
     assert diverged.user_attrs["status"] == "diverged"
-    s.on_trial_complete("t6", done(3.6))
+    s.on_trial_complete("t4", done(3.6))
+    s.on_trial_complete("t5", done(3.62))
     assert s.cells[0].finished()
+    progress = s.progress()["cells"][0]
+    # what users see live says which number it is: the search's minimum, or the confirmations' mean
+    assert progress["search_best_val_loss"] == 3.5
+    assert progress["confirmed_val_loss_mean"] == pytest.approx(3.61) and progress["seeds_done"] == 2
 
-    s.on_trial_complete("t4", done(3.8, status="running", tokens=2048))  # stopped by ASHA: pruned
-    t4 = s.cells[1].study.trials[0]
-    assert t4.state == TrialState.PRUNED and t4.intermediate_values == {2048: 3.8}
-    s.on_trial_complete("t5", done(3.7))
-    s.suggest("t7")
-    s.on_trial_complete("t7", done(3.9))
-    last = s.suggest("t8")
-    assert last["role"] == "seed" and last["cell"] == "adamw/bs16"
-    s.on_trial_complete("t8", done(3.75))
-    assert s.suggest("t9") == Searcher.FINISHED
+    s.on_trial_complete("t6", done(3.8, status="running", tokens=2048))  # stopped by ASHA: pruned
+    t6 = s.cells[1].study.trials[0]
+    assert t6.state == TrialState.PRUNED and t6.intermediate_values == {2048: 3.8}
+    s.on_trial_complete("t7", done(3.7))
+    s.suggest("t8")
+    s.on_trial_complete("t8", done(3.9))
+    last = [s.suggest("t9"), s.suggest("t10")]
+    assert [x["role"] for x in last] == ["seed", "seed"] and {x["cell"] for x in last} == {"adamw/bs16"}
+    s.on_trial_complete("t9", done(3.75))
+    s.on_trial_complete("t10", done(3.76))
+    assert s.suggest("t11") == Searcher.FINISHED
     progress = s.progress()
-    assert progress["trials_done"] == progress["trials_total"] == 8
+    assert progress["trials_done"] == progress["trials_total"] == 10  # 2 cells x (3 search + 2 confirmations)
     assert progress["cells_done"] == 2
+
+
+def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: optuna.storages.BaseStorage) -> None:
+    from sweeps.analysis import AnalysisInput, build_report
+    from sweeps.driver import collect_results
+
+    spec = SweepSpec.from_yaml(SPEC)
+    s = CellSearcher(spec, "unit", storage)
+    lrs = []
+    for i in (1, 2, 3):
+        lrs.append(s.suggest(f"t{i}")["lr"])
+    for i in (1, 2, 3):  # t1 and the smaller-lr one of the others tie exactly at 3.5
+        s.on_trial_complete(f"t{i}", done(3.5 if i != 3 else 4.0))
+    tied = sorted(lrs[:2])
+    confirm = s.suggest("t4")
+    # the search sends the confirmation runs to the smaller lr of the tie, not to the first trial's
+    assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(tied[0])
+    results, _ = collect_results(s)
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    assert report["optimizers"]["adamw"]["cells"][0]["best_lr"] == pytest.approx(tied[0])
+
+
+def test_a_resumed_sweep_repeats_no_lr(storage: optuna.storages.BaseStorage) -> None:
+    spec = SweepSpec.from_yaml(SPEC)
+    s = CellSearcher(spec, "unit", storage)
+    s.suggest("t1")
+    s.suggest("t2")  # in flight when the driver dies: interrupted, replaced on resume
+    s.on_trial_complete("t1", done(4.0))
+    resumed = CellSearcher(spec, "unit", storage)
+    resumed.suggest("r1")
+    resumed.suggest("r2")
+    lrs = [t.params["lr"] for t in resumed.cells[0].study.trials]
+    assert len(lrs) == 4
+    # TPE re-created with the same seed would draw trial 0's lr again as its first random start-up point
+    assert len({round(math.log(lr), 9) for lr in lrs}) == 4, lrs
 
 
 def test_resume_counts_finished_trials_and_replaces_interrupted_ones(storage: optuna.storages.BaseStorage) -> None:
@@ -100,6 +142,7 @@ def test_resume_counts_finished_trials_and_replaces_interrupted_ones(storage: op
     assert resumed.cells[0].search_finished() == 1
     nxt = resumed.suggest("r1")
     assert nxt["cell"] == "adamw/bs4" and nxt["optuna_number"] == 2
+    assert nxt["lr"] != pytest.approx(first["lr"])  # the resumed sampler does not start its draws again
     assert study.trials[0].params["lr"] == first["lr"]
 
 

@@ -86,8 +86,8 @@ def test_demo_example_loads():
     assert spec.lr.min == 1e-4 and spec.lr.max == 3e-2 and spec.lr.trials_per_batch_size == 3
     assert spec.seeds == 2 and spec.degradation.tolerance == 0.02
     assert spec.resources.max_concurrent_trials == 2 and spec.pruning.enabled is True
-    # 2 optimizers x 4 batch sizes x (3 search + 2 seeds - 1) = 32
-    assert spec.total_trials == 32
+    # 2 optimizers x 4 batch sizes x (3 search + 2 confirmation runs) = 40
+    assert spec.total_trials == 40
 
 
 def test_yaml_and_json_text_and_files_load_the_same_spec(tmp_path):
@@ -193,7 +193,10 @@ def test_non_positive_batch_sizes():
 def test_token_budget_must_cover_one_step_at_the_largest_batch():
     # 128 sequences x 128 tokens = 16384 tokens per step at the largest batch
     err = only(refusal(spec_data(token_budget=16383)), "token_budget")
-    assert "token_budget=16383" in err["message"] and "128 x model.seq_len 128 = 16384" in err["message"]
+    assert (
+        "token_budget=16383" in err["message"]
+        and "lcm(batch_sizes) = 128 x model.seq_len 128 = 16384" in err["message"]
+    )
     assert err["value"] == 16383
     # exactly one step is enough
     assert SweepSpec.model_validate(spec_data(token_budget=16384)).token_budget == 16384
@@ -211,20 +214,20 @@ def test_baseline_must_be_among_the_optimizers():
 
 
 def test_trial_cap_from_the_validation_context():
-    # BASE: 2 optimizers x 4 batch sizes x (6 + 3 - 1) = 64 trials
-    assert SweepSpec.model_validate(BASE).total_trials == 64
-    err = only(refusal(BASE, max_trials=63), "total_trials")
-    assert "total trials 64" in err["message"] and "max_trials=63" in err["message"] and err["value"] == 64
-    assert SweepSpec.model_validate(BASE, context={"max_trials": 64}).total_trials == 64
+    # BASE: 2 optimizers x 4 batch sizes x (6 search + 3 confirmation runs) = 72 trials
+    assert SweepSpec.model_validate(BASE).total_trials == 72
+    err = only(refusal(BASE, max_trials=71), "total_trials")
+    assert "total trials 72" in err["message"] and "max_trials=71" in err["message"] and err["value"] == 72
+    assert SweepSpec.model_validate(BASE, context={"max_trials": 72}).total_trials == 72
 
 
 def test_default_trial_cap():
-    # 1 optimizer x 1 batch size x (DEFAULT_MAX_TRIALS + 2 - 1) = DEFAULT_MAX_TRIALS + 1 trials
+    # 1 optimizer x 1 batch size x (DEFAULT_MAX_TRIALS - 1 + 2) = DEFAULT_MAX_TRIALS + 1 trials
     data = spec_data(
         optimizers=[{"name": "adamw"}],
         batch_sizes=[16],
         seeds=2,
-        lr={"min": 1e-4, "max": 1e-2, "trials_per_batch_size": DEFAULT_MAX_TRIALS},
+        lr={"min": 1e-4, "max": 1e-2, "trials_per_batch_size": DEFAULT_MAX_TRIALS - 1},
     )
     assert DEFAULT_MAX_TRIALS == 1000
     err = only(refusal(data), "total_trials")
@@ -291,8 +294,8 @@ def test_total_trials_and_cells():
     spec = SweepSpec.model_validate(
         spec_data(optimizers=[{"name": "merit"}, {"name": "adamw"}, {"name": "lion"}], batch_sizes=[16, 64], seeds=2)
     )
-    # 3 optimizers x 2 batch sizes x (6 + 2 - 1)
-    assert spec.total_trials == 42
+    # 3 optimizers x 2 batch sizes x (6 search + 2 confirmation runs)
+    assert spec.total_trials == 48
     # optimizer order as given, batch sizes ascending
     assert spec.cells() == [("merit", 16), ("merit", 64), ("adamw", 16), ("adamw", 64), ("lion", 16), ("lion", 64)]
 
@@ -315,7 +318,8 @@ def test_train_config_maps_the_spec_onto_one_run():
     assert cfg.optimizer == OptimizerConfig(
         name="lamb", lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01, eps=1e-7, extra={"max_grad_norm": 2.0}
     )
-    assert (cfg.batch_size, cfg.token_budget, cfg.seed) == (64, 2_000_000, 7)
+    # 2,000,000 rounded down once to a multiple of lcm(16..128) x 128 = 16,384 tokens: 122 x 16,384
+    assert (cfg.batch_size, cfg.token_budget, cfg.seed) == (64, 1_998_848, 7)
     assert (cfg.warmup_fraction, cfg.min_lr_ratio, cfg.grad_clip, cfg.eval_every_tokens) == (0.1, 0.2, 0.5, 50_000)
     assert (cfg.num_workers, cfg.use_gpu, cfg.threads_per_worker, cfg.max_micro_batch) == (2, True, 3, 8)
     # gpus_per_worker 0 -> CPU
@@ -457,3 +461,21 @@ def test_refused_values_and_keys_are_excerpted():
     errors = refusal(spec_data(name="n" * 10_000, **{"k" * 10_000: 1}))
     for e in errors:
         assert len(json.dumps(e["value"])) < 200 and len(e["field"]) < 100 and len(e["message"]) < 2000
+
+
+def test_every_cell_trains_on_exactly_the_same_tokens():
+    # batch sizes 8..128 at seq_len 64 with a budget of 16,192 tokens: rounding per batch size trained
+    # 15,872 tokens at 8 and 8,192 at 128 (48% fewer). Rounded once for the sweep: lcm 128 x 64 = 8,192
+    # tokens in every cell, in whole steps (128 steps at 8, 1 at 128)
+    spec = SweepSpec.model_validate(
+        spec_data(batch_sizes=[8, 16, 32, 64, 128], token_budget=16_192, model={"preset": "gpt2-nano", "seq_len": 64})
+    )
+    assert spec.trained_tokens == 8_192
+    trained = {
+        b: (c := spec.train_config("merit", b, 1e-3, seed=0)).total_steps * c.tokens_per_step for b in spec.batch_sizes
+    }
+    assert set(trained.values()) == {8_192}
+    # the demo spec trained 77,824 tokens at batch 64 against 79,872 at 8-32: now one budget for all
+    demo = SweepSpec.load(DEMO)
+    steps = {b: demo.train_config("adamw", b, 1e-3, 0) for b in demo.batch_sizes}
+    assert {c.total_steps * c.tokens_per_step for c in steps.values()} == {demo.trained_tokens} == {81_920}
