@@ -6,16 +6,31 @@ figures (`dashboards.figures`) only draw what these tables hold.
 
 Layout read (written by `sweeps.record`): the experiment named by the sweep id holds cell runs
 (tag batchsweep.role=cell), trial runs nested under them (role search|seed, tags optimizer,
-batch_size, lr, seed, status; metrics logged with step = tokens seen) and one summary run
-(role=summary) whose artifact report.json is the sweep's answer (`sweeps.analysis.Report`).
+batch_size, lr, seed, status, optuna_number; metrics logged with step = tokens seen) and one summary
+run (role=summary) whose artifact report.json is the sweep's answer (`sweeps.analysis.Report`,
+schema version 2).
 
 Rules of the tables
 -------------------
-Best run. A cell's best run is its completed search trial whose lr equals the report's best lr
-(relative tolerance 1e-9; ties: the lowest final val loss, then the smallest seed). Its "sample
-runs" are the best run plus the cell's completed seed re-runs at that lr, by seed: the runs whose
-final val losses make the report's cell mean. The figures never re-decide the answer: means, CIs,
-best lrs and the largest degradation-free batch sizes come from the report.
+The report decides, the tables draw. Means, CIs, best lrs, the largest degradation-free batch sizes
+and the steps/tokens to the reference come from the report; which runs a figure draws is named by
+the report (MLflow run ids), never chosen again here (`sweeps.analysis.pick_best` is the one rule for
+a cell's best trial, and only the analysis applies it).
+
+Named runs. A cell's best run is the trial run whose MLflow run id is the report's
+`search_best_run_id`: the best search trial, which chose the cell's lr (its loss is the report's
+`search_best_val_loss`, biased low, and in no statistic). A cell's sample runs are the runs named by
+its `confirmation_run_ids` whose status is completed, in the report's order (by seed): the
+confirmation runs whose final val losses are the report's `val_losses`. The search trial is never a
+sample. A named run is looked up by run id only (no lr or loss comparison); an id that is null, not
+among the recorded trial runs, or names a run of another cell leaves that run out, with a logged
+warning (so does a count of sample runs that differs from the report's `seeds`). A cell without a
+named best run is absent from `best_runs`; one without a completed named confirmation run is absent
+from `sample_runs`.
+
+Target loss. `target_loss`: (1 + tolerance) x the optimizer's "self" reference loss (its mean at
+the reference batch size), as in the report; the one place it is computed (the top of figure 1's
+tolerance band, figure 6's target).
 
 Final val loss. The last recorded val_loss (MLflow's latest value = the largest step) of a trial
 whose status tag is "completed". A pruned trial keeps its last val loss as `val_loss` (the loss when
@@ -23,20 +38,30 @@ the scheduler stopped it, drawn hollow); diverged and failed trials have none (d
 at the top of their LR panel and counted in the legend). Cancelled, interrupted and still-running
 trials are left out of every table: a resumed sweep runs them again.
 
-Steps to target. The target of a cell is (1 + tolerance) x its optimizer's "self" reference loss
-(the mean at the reference batch size), as in the report. Steps = the first evaluation (by tokens) of
-the best run's val_loss curve at or below the target, tokens // (batch_size x seq_len). Perfect
-scaling from the smallest batch size B0 that reaches the target: steps(B) = steps(B0) x B0 / B.
+LR sensitivity (figure 2). Every shown trial, search and confirmation; `is_best` marks the cell's
+best run (the report's `search_best_run_id`), and no other run, even one at the same lr with a lower
+loss.
 
-Noise scale. B_simple (sequences) over tokens for every sample run that logged `noise_scale`
-(it needs more than one micro-batch per optimizer step: with accumulation 1 there is none). The
-critical batch size B_crit of an optimizer is taken as B_simple at the end of training (McCandlish
-et al. 2018: B_crit ~ B_simple, best measured late in training): the mean over the sample runs of the
-final (largest-tokens) B_simple, at the smallest batch size whose sample runs logged any. The
-smallest batch is used because it reaches the lowest loss per token seen, where B_simple is meant to
-be read, and it is the cell the reference is taken from.
+Loss curves (figure 4). Per cell, the curves of its first sample run (the first completed
+confirmation run, the lowest seed): the run the analysis reads `steps_to_reference` from, and one
+draw of the runs the cell's mean is made of. The search best is not drawn: it was picked as the
+minimum of several noisy trials, so its curve is biased low. A cell without a completed confirmation
+run draws no curve.
 
-Attention. Per optimizer, at the largest batch size with any per-layer attention probe
+Steps to target (figure 6a). Per cell, the report's `tokens_to_reference` and `steps_to_reference`
+(the analysis: first evaluation of the first confirmation run at or below the target;
+steps = tokens // (batch_size x seq_len)); never recomputed from curves here. Perfect scaling from the
+smallest batch size B0 with steps > 0: steps(B) = steps(B0) x B0 / B.
+
+Noise scale (figure 6b). B_simple (sequences) over tokens for every sample run that logged
+`noise_scale` (it needs more than one micro-batch per optimizer step: with accumulation 1 there is
+none). The critical batch size B_crit of an optimizer is taken as B_simple at the end of training
+(McCandlish et al. 2018: B_crit ~ B_simple, best measured late in training): the mean over the
+sample runs of the final (largest-tokens) B_simple, at the smallest batch size whose sample runs
+logged any. The smallest batch is used because it reaches the lowest loss per token seen, where
+B_simple is meant to be read, and it is the cell the reference is taken from.
+
+Attention (figure 5). Per optimizer, at the largest batch size with any per-layer attention probe
 (`attn_logit_max/layer_{i}`): the cell's best run if it has the probe, else the trial there with the
 most tokens seen (ties: the smaller lr) — often a diverged run, which is the mechanism to show.
 """
@@ -91,13 +116,13 @@ __all__ = [
     "sample_runs",
     "scaling_points",
     "steps_to_target",
+    "target_loss",
 ]
 
 TAG = "batchsweep."
 TRIAL_ROLES = ("search", "seed")
 # statuses a finished trial can have in the tables; cancelled/interrupted/running are left out (re-run on resume)
 SHOWN_STATUSES = ("completed", "pruned", "diverged", "failed")
-LR_REL_TOL = 1e-9  # the lr travels through JSON and an MLflow tag (repr): equal up to round-off
 ATTN_PREFIX = "attn_logit_max/layer_"
 _LAYER = re.compile(r"^attn_logit_max/layer_(\d+)$")
 # metric histories the figures draw (per-layer attention keys are added per run)
@@ -130,6 +155,7 @@ class TrialRun:
     status: str  # completed | pruned | diverged | failed | cancelled | interrupted | running
     metrics: Mapping[str, float] = field(default_factory=dict)
     history: Mapping[str, Curve] = field(default_factory=dict)
+    number: int | None = None  # Optuna trial number in its cell's study (tag optuna_number); None: not recorded
 
     @property
     def final_val_loss(self) -> float | None:
@@ -184,6 +210,10 @@ class SweepData:
     def trials_of(self, optimizer: str, batch_size: int) -> list[TrialRun]:
         return [t for t in self.trials if t.optimizer == optimizer and t.batch_size == batch_size]
 
+    def runs_by_id(self) -> dict[str, TrialRun]:
+        """MLflow run id -> trial run: how the runs the report names are found."""
+        return {t.run_id: t for t in self.trials}
+
 
 # --------------------------------------------------------------------------------------------------
 # Reading MLflow
@@ -193,10 +223,11 @@ class SweepData:
 def load_sweep(tracking_uri: str, sweep_id: str, *, client: Any = None) -> SweepData:
     """Read a finished (or cancelled) sweep from MLflow; read-only.
 
-    Metric histories are fetched only for the runs the figures draw: every cell's sample runs (best
-    run + seed re-runs at the best lr) and every trial at each optimizer's largest batch size (the
-    attention figure's candidates). Raises `SweepDataError` without an experiment, summary run or
-    report.json (a sweep that has not finished has no answer to draw yet).
+    Metric histories are fetched only for the runs the figures draw: the runs the report names for
+    each cell (its best search trial and its completed confirmation runs) and every trial at each
+    optimizer's largest batch size (the attention figure's candidates). Raises `SweepDataError`
+    without an experiment, summary run or report.json (a sweep that has not finished has no answer
+    to draw yet).
     """
     from mlflow.tracking import MlflowClient  # here: the pure tables must not need MLflow
 
@@ -277,9 +308,18 @@ def _trial_of(run: Any) -> TrialRun | None:
             role=tags[f"{TAG}role"],
             status=tags.get(f"{TAG}status", "running"),
             metrics={k: float(v) for k, v in run.data.metrics.items()},
+            number=_int_or_none(tags.get(f"{TAG}optuna_number")),
         )
     except (KeyError, ValueError) as e:  # a run not written by the recorder: skip it, loudly
         log.warning("run %s lacks the trial tags (%s): left out", run.info.run_id, e)
+        return None
+
+
+def _int_or_none(tag: str | None) -> int | None:
+    # the recorder tags confirmation runs "None": their Optuna trial is added to the study when they end
+    try:
+        return int(tag) if tag is not None else None
+    except ValueError:
         return None
 
 
@@ -292,6 +332,7 @@ def _history(client: Any, run_id: str, key: str) -> Curve:
 
 def _runs_needing_history(sweep: SweepData) -> set[str]:
     ids = {t.run_id for runs in sample_runs(sweep).values() for t in runs}
+    ids |= {t.run_id for t in best_runs(sweep).values()}
     for opt in sweep.optimizers:
         sizes = sorted({t.batch_size for t in sweep.trials if t.optimizer == opt})
         if sizes:
@@ -300,49 +341,82 @@ def _runs_needing_history(sweep: SweepData) -> set[str]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Best runs
+# The runs the report names
 # --------------------------------------------------------------------------------------------------
 
 
-def _same_lr(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=LR_REL_TOL)
+def _named_run(
+    by_id: Mapping[str, TrialRun], run_id: str | None, optimizer: str, batch_size: int, what: str
+) -> TrialRun | None:
+    """The trial run with this MLflow run id, if it is one of this cell's; None (logged) otherwise."""
+    if run_id is None:
+        log.warning("%s bs=%d: the report has no run id for its %s", optimizer, batch_size, what)
+        return None
+    run = by_id.get(run_id)
+    if run is None:
+        log.warning("%s bs=%d: the report's %s %s is not among the recorded runs", optimizer, batch_size, what, run_id)
+        return None
+    if (run.optimizer, run.batch_size) != (optimizer, batch_size):
+        log.warning(
+            "%s bs=%d: the report's %s %s is a run of %s bs=%d: left out",
+            optimizer,
+            batch_size,
+            what,
+            run_id,
+            run.optimizer,
+            run.batch_size,
+        )
+        return None
+    return run
 
 
 def best_runs(sweep: SweepData) -> dict[tuple[str, int], TrialRun]:
-    """(optimizer, batch size) -> the cell's best run (module docstring); cells without one are absent."""
+    """(optimizer, batch size) -> the run named by the cell's `search_best_run_id` (module docstring:
+    looked up by run id, never re-selected). Cells without a best lr, or whose named run is missing, are
+    absent (the latter logged)."""
+    by_id = sweep.runs_by_id()
     out: dict[tuple[str, int], TrialRun] = {}
     for opt in sweep.optimizers:
         for cell in sweep.report.optimizers[opt].cells:
             if cell.best_lr is None:
-                continue
-            candidates = [
-                t
-                for t in sweep.trials_of(opt, cell.batch_size)
-                if t.role == "search" and t.final_val_loss is not None and _same_lr(t.lr, cell.best_lr)
-            ]
-            if candidates:
-                out[(opt, cell.batch_size)] = min(candidates, key=lambda t: (t.final_val_loss, t.seed))
-            else:
-                log.warning(
-                    "%s bs=%d: no completed search run at the report's best lr %g", opt, cell.batch_size, cell.best_lr
-                )
+                continue  # no completed search trial: the report names no best run, rightly
+            run = _named_run(by_id, cell.search_best_run_id, opt, cell.batch_size, "best search trial")
+            if run is not None:
+                out[(opt, cell.batch_size)] = run
     return out
 
 
 def sample_runs(sweep: SweepData) -> dict[tuple[str, int], list[TrialRun]]:
-    """(optimizer, batch size) -> [best run, then completed seed re-runs at the best lr by seed]."""
+    """(optimizer, batch size) -> the completed runs named by the cell's `confirmation_run_ids`, in the
+    report's order (by seed): the runs whose final val losses are its `val_losses`. Cells without a
+    completed one are absent; a named run that is missing, or a count that differs from the report's
+    `seeds`, is logged."""
+    by_id = sweep.runs_by_id()
     out: dict[tuple[str, int], list[TrialRun]] = {}
-    for key, best in best_runs(sweep).items():
-        seeds = sorted(
-            (
-                t
-                for t in sweep.trials_of(*key)
-                if t.role == "seed" and t.final_val_loss is not None and _same_lr(t.lr, best.lr)
-            ),
-            key=lambda t: t.seed,
-        )
-        out[key] = [best, *seeds]
+    for opt in sweep.optimizers:
+        for cell in sweep.report.optimizers[opt].cells:
+            named = (_named_run(by_id, i, opt, cell.batch_size, "confirmation run") for i in cell.confirmation_run_ids)
+            # diverged or failed confirmation runs are named too (they make the cell unstable): not samples
+            runs = [r for r in named if r is not None and r.final_val_loss is not None]
+            if len(runs) != cell.seeds:
+                log.warning(
+                    "%s bs=%d: %d completed confirmation run(s) found, the report has %d samples",
+                    opt,
+                    cell.batch_size,
+                    len(runs),
+                    cell.seeds,
+                )
+            if runs:
+                out[(opt, cell.batch_size)] = runs
     return out
+
+
+def target_loss(report: Report, optimizer: str) -> float | None:
+    """(1 + tolerance) x the optimizer's "self" reference loss (nats/token): the loss a cell must reach
+    to be degradation-free against itself, and the target of the steps-to-reference. None without a
+    reference."""
+    ref = report.optimizers[optimizer].reference_val_loss.self
+    return (1.0 + report.tolerance) * ref if ref is not None else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -418,9 +492,9 @@ def scaling_points(sweep: SweepData) -> ScalingTable:
                     degradation_free_baseline=c.degradation_free.baseline,
                 )
             )
-        ref = o.reference_val_loss.self
-        if ref is not None:
-            bands.append(ToleranceBand(opt, r.reference_batch_size, ref, (1.0 + r.tolerance) * ref, opt == r.baseline))
+        ref, upper = o.reference_val_loss.self, target_loss(r, opt)
+        if ref is not None and upper is not None:
+            bands.append(ToleranceBand(opt, r.reference_batch_size, ref, upper, opt == r.baseline))
         for which in ("self", "baseline"):
             bs = getattr(o.largest_degradation_free_batch_size, which)
             cell = next((c for c in o.cells if c.batch_size == bs), None) if bs is not None else None
@@ -444,7 +518,7 @@ def scaling_points(sweep: SweepData) -> ScalingTable:
 @dataclass(frozen=True)
 class LrPoint:
     """One trial. `val_loss`: the final val loss (completed), the loss when stopped (pruned), or None
-    (diverged, failed). `is_best`: the cell's best run (the report's best lr)."""
+    (diverged, failed). `is_best`: the cell's best run (the report's `search_best_run_id`)."""
 
     optimizer: str
     batch_size: int
@@ -467,7 +541,8 @@ class LrTable:
 
 
 def lr_points(sweep: SweepData) -> LrTable:
-    """Figure 2's data: every shown trial (module docstring), ordered by optimizer, batch size, lr, seed."""
+    """Figure 2's data: every shown trial (module docstring), ordered by optimizer, batch size, lr, seed;
+    the report's best search trial of each cell marked (`is_best`, by run id)."""
     best_ids = {t.run_id for t in best_runs(sweep).values()}
     order = {o: i for i, o in enumerate(sweep.optimizers)}
     pts = []
@@ -585,7 +660,7 @@ def best_lr_fit(sweep: SweepData) -> BestLrTable:
 
 
 # --------------------------------------------------------------------------------------------------
-# 4. Loss vs tokens of each cell's best run
+# 4. Loss vs tokens of each cell's first confirmation run
 # --------------------------------------------------------------------------------------------------
 
 
@@ -600,9 +675,12 @@ class CurvePoint:
 
 
 def loss_curves(sweep: SweepData, metrics: Sequence[str] = ("val_loss", "train_loss")) -> tuple[CurvePoint, ...]:
-    """Figure 4's data: the best run's curves of every cell, by optimizer, batch size, metric, tokens."""
+    """Figure 4's data: per cell, the curves of its first sample run (the first completed confirmation
+    run, the one the report's steps_to_reference is read from; module docstring), by optimizer, batch
+    size, metric, tokens. Cells without a completed confirmation run draw none."""
     out: list[CurvePoint] = []
-    for (opt, bs), run in best_runs(sweep).items():
+    for (opt, bs), runs in sample_runs(sweep).items():
+        run = runs[0]
         for metric in metrics:
             out.extend(CurvePoint(opt, bs, run.run_name, metric, s, v) for s, v in run.history.get(metric, ()))
     return tuple(out)
@@ -667,9 +745,9 @@ def attention_curves(sweep: SweepData) -> AttentionTable:
 class StepsPoint:
     optimizer: str
     batch_size: int
-    target_loss: float | None  # (1 + tol) x the optimizer's self reference
-    tokens: int | None  # None: the best run never reached the target (or the cell has no best run)
-    steps: int | None
+    target_loss: float | None  # `target_loss`: (1 + tol) x the optimizer's self reference (nats/token)
+    tokens: int | None  # the report's tokens_to_reference; None: not reached, no confirmation run or no reference
+    steps: int | None  # the report's steps_to_reference (optimizer steps)
 
 
 @dataclass(frozen=True)
@@ -692,21 +770,13 @@ class StepsTable:
 
 
 def steps_to_target(sweep: SweepData) -> StepsTable:
-    """Figure 6a's data (module docstring: the report's steps_to_reference, re-read from MLflow curves)."""
+    """Figure 6a's data: every cell's steps_to_reference and tokens_to_reference as the report holds
+    them (never recomputed from curves), the target line, and perfect scaling (module docstring)."""
     r = sweep.report
-    best = best_runs(sweep)
     points, perfect = [], []
     for opt, o in r.optimizers.items():
-        ref = o.reference_val_loss.self
-        target = (1.0 + r.tolerance) * ref if ref is not None else None
-        mine = []
-        for c in o.cells:
-            run = best.get((opt, c.batch_size))
-            tokens = None
-            if run is not None and target is not None:
-                tokens = next((s for s, v in run.history.get("val_loss", ()) if v <= target), None)
-            steps = tokens // (c.batch_size * r.seq_len) if tokens is not None else None
-            mine.append(StepsPoint(opt, c.batch_size, target, tokens, steps))
+        target = target_loss(r, opt)
+        mine = [StepsPoint(opt, c.batch_size, target, c.tokens_to_reference, c.steps_to_reference) for c in o.cells]
         points.extend(mine)
         reached = [p for p in mine if p.steps]  # steps 0 cannot anchor a line in log-log
         if reached:
@@ -743,7 +813,8 @@ class NoiseTable:
 
 
 def noise_scale(sweep: SweepData) -> NoiseTable:
-    """Figure 6b's data: B_simple over tokens of every sample run, and each optimizer's B_crit."""
+    """Figure 6b's data: B_simple over tokens of every sample run (the report's completed confirmation
+    runs), and each optimizer's B_crit."""
     samples = sample_runs(sweep)
     points: list[NoisePoint] = []
     critical, missing = [], []

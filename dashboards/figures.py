@@ -390,7 +390,8 @@ def scaling_figure(sweep: SweepData) -> FigureSpec:
 
 def lr_figure(sweep: SweepData) -> FigureSpec:
     """Val loss vs lr for every trial, one panel per optimizer, coloured by batch size.
-    Filled: completed (final val loss); star: the cell's best lr; hollow: pruned (loss when stopped);
+    Filled: completed (final val loss); star: the cell's best search trial as the report names it
+    (`search_best_run_id`: it chose the best lr); hollow: pruned (loss when stopped);
     'x' at the top of the panel: diverged or failed (no final loss), counted in the panel title."""
     t = lr_points(sweep)
     opts = sweep.optimizers
@@ -633,11 +634,12 @@ def best_lr_figure(sweep: SweepData) -> FigureSpec:
 
 
 def loss_figure(sweep: SweepData) -> FigureSpec:
-    """Val (solid) and train (dashed) loss vs tokens of each cell's best run, one panel per optimizer."""
+    """Val (solid) and train (dashed) loss vs tokens of each cell's first confirmation run (the run the
+    report's steps to reference come from; `dashboards.data` docstring), one panel per optimizer."""
     t = loss_curves(sweep)
     opts = sweep.optimizers
     colors = batch_colors(sweep.batch_sizes)
-    title = f"Loss vs tokens of each cell's best run — sweep {sweep.sweep_id}"
+    title = f"Loss vs tokens of each cell's first confirmation run — sweep {sweep.sweep_id}"
     fig, axes = _mpl(len(opts), width=4.6 * len(opts) + 1.6, height=4.4, sharey=True)
     pfig = _plotly(len(opts), titles=opts, shared_y=True, title=title)
     for i, (opt, ax) in enumerate(zip(opts, axes, strict=True)):
@@ -667,7 +669,7 @@ def loss_figure(sweep: SweepData) -> FigureSpec:
                     col=i + 1,
                 )
         if not any_curve:
-            _note(ax, "no completed best run")
+            _note(ax, "no completed confirmation run")
         ax.set_title(opt, fontsize=10)
         ax.set_xlabel(TOKENS_LABEL)
         ax.grid(alpha=0.3)
@@ -765,15 +767,16 @@ NO_NOISE = (
 def steps_figure(sweep: SweepData) -> FigureSpec:
     """Left: optimizer steps to reach (1 + tol) x the optimizer's own loss at the reference batch, vs
     batch size (log-log), with the perfect-scaling line steps ∝ 1/B from the smallest batch size and
-    the predicted critical batch size (vertical dotted). Right: B_simple over tokens of the best runs,
-    with B_crit (dashed). Cells that never reach the target: open triangles at the top."""
+    the predicted critical batch size (vertical dotted); the steps are the report's steps_to_reference.
+    Right: B_simple over tokens of the confirmation runs, with B_crit (dashed). Cells that never reach
+    the target: open triangles at the top."""
     st = steps_to_target(sweep)
     ns = noise_scale(sweep)
     sizes = sweep.batch_sizes
     tol = sweep.tolerance
     title = f"Steps to target loss vs batch size, and the gradient noise scale — sweep {sweep.sweep_id}"
     left = f"steps to (1+{tol:g}) x own loss at B={sweep.report.reference_batch_size}"
-    right = "gradient noise scale B_simple of the best runs"
+    right = "gradient noise scale B_simple of the confirmation runs"
     fig, (ax, bx) = _mpl(2, width=13.0, height=4.8)
     pfig = _plotly(2, titles=[left, right], title=title)
     reached = [p.steps for p in st.points if p.steps]
@@ -863,21 +866,25 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
             )
         runs = sorted({(p.batch_size, p.seed, p.run_name) for p in ns.points if p.optimizer == opt})
         widths = {b: 1.0 + 1.2 * i / max(len(sizes) - 1, 1) for i, b in enumerate(sizes)}  # thicker = larger B
+        lead: dict[int, int] = {}  # batch size -> its lowest seed drawn: the first confirmation run
+        for bs, seed, _ in runs:
+            lead.setdefault(bs, seed)
         for bs, seed, name in runs:
             pts_n = [p for p in ns.points if p.optimizer == opt and p.run_name == name]
             first = (bs, seed) == runs[0][:2]
             xs, ys = [p.tokens for p in pts_n], [p.b_simple for p in pts_n]
-            # the best run (seed 0) solid and labelled with its batch size at its end; seed re-runs faint
+            is_lead = seed == lead[bs]
+            # the first confirmation run solid and labelled with its batch size at its end; the others faint
             bx.plot(
                 xs,
                 ys,
                 "-",
                 color=c,
                 lw=widths.get(bs, 1.0),
-                alpha=0.95 if seed == 0 else 0.35,
+                alpha=0.95 if is_lead else 0.35,
                 label=f"{opt} B_simple (label: the run's batch size)" if first else None,
             )
-            if seed == 0:
+            if is_lead:
                 bx.annotate(
                     f"B={bs}",
                     (xs[-1], ys[-1]),
@@ -895,7 +902,7 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
                     name=f"{opt} B_simple",
                     legendgroup=opt,
                     showlegend=first,
-                    opacity=0.95 if seed == 0 else 0.35,
+                    opacity=0.95 if is_lead else 0.35,
                     line={"color": c, "width": 1.5 * widths.get(bs, 1.0)},
                     text=[name] * len(pts_n),
                     hovertemplate="%{text}<br>B_simple %{y:.3g} sequences at %{x} tokens<extra></extra>",
@@ -918,7 +925,7 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
         ax.set_yscale("log")
         _plain_log_y(ax)
     else:  # nothing to place on a log axis (matplotlib refuses an empty one)
-        _note(ax, "no best run reached its target")
+        _note(ax, "no cell reached its target")
     ax.set_ylabel("optimizer steps to target")
     ax.set_title(left, fontsize=9)
     ax.grid(alpha=0.3, which="both")

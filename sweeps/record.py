@@ -165,9 +165,12 @@ class SweepRecorder(DriverOnly, Callback):
     def trial_run_ids(self) -> dict[str, str]:
         """Tune trial id -> MLflow run id of every trial run of the sweep (after every write is done)."""
         self.close()
-        runs = self.client.search_runs(
-            [self.experiment_id], f"tags.`{TAG}role` IN ('search', 'seed')", max_results=10_000
-        )
+        # MLflow's filter has no IN for tags: one query per role
+        runs = [
+            r
+            for role in ("search", "seed")
+            for r in self.client.search_runs([self.experiment_id], f"tags.`{TAG}role` = '{role}'", max_results=10_000)
+        ]
         return {r.data.tags[f"{TAG}tune_trial_id"]: r.info.run_id for r in runs if f"{TAG}tune_trial_id" in r.data.tags}
 
     def write_summary(self, report: dict[str, Any], *, status: str) -> str:

@@ -7,11 +7,11 @@ import re
 
 import plotly.graph_objects as go
 import pytest
-from dash_helpers import make_sweep, rich_sweep, trial
+from dash_helpers import confirmations, make_sweep, rich_sweep, trial
 from matplotlib.figure import Figure
 from plotly.offline import get_plotlyjs
 
-from dashboards.data import scaling_points
+from dashboards.data import loss_curves, lr_points, noise_scale, scaling_points, steps_to_target
 from dashboards.figures import FIGURES, FigureSpec, lr_figure, steps_figure
 from dashboards.page import render_dashboard
 from dashboards.publish import build_figures
@@ -78,6 +78,74 @@ def test_lr_figure_marks_diverged_trials_at_the_top(rich: tuple) -> None:
     assert "4 diverged/failed" in f.mpl_fig.axes[0].get_title()
 
 
+def test_lr_figure_stars_the_reports_search_best(rich: tuple) -> None:
+    s, figs = rich
+    f = figs[1]
+    assert f.data == lr_points(s)
+    by_id = s.runs_by_id()
+    named = {
+        f"{by_id[c.search_best_run_id].run_name} (completed)"
+        for o in s.report.optimizers.values()
+        for c in o.cells
+        if c.search_best_run_id is not None
+    }
+    stars = [tr for tr in f.plotly_fig.data if tr.marker.symbol == "star" and tr.x and tr.x[0] is not None]
+    # one star per named run, at its lr and the report's search_best_val_loss, and no other star
+    assert sorted(t for tr in stars for t in tr.text) == sorted(named) and len(named) == 7
+    drawn = {(x, y) for tr in stars for x, y in zip(tr.x, tr.y, strict=True)}
+    assert drawn == {
+        (c.best_lr, c.search_best_val_loss) for o in s.report.optimizers.values() for c in o.cells if c.best_lr
+    }
+    # every trial is drawn: the confirmation runs as plain circles (at the same lr as the star)
+    circles = [t for tr in f.plotly_fig.data if tr.marker.symbol == "circle" and tr.text for t in tr.text]
+    assert sum("seed=1" in t or "seed=2" in t for t in circles) == 14
+
+
+def test_loss_figure_draws_the_first_confirmation_run(rich: tuple) -> None:
+    s, figs = rich
+    f = figs[3]
+    assert f.name == "loss_curves" and f.data == loss_curves(s) and "first confirmation run" in f.title
+    by_id = s.runs_by_id()
+    traces = [tr for tr in f.plotly_fig.data if tr.text]
+    names = {tr.text[0] for tr in traces}
+    first = {
+        by_id[c.confirmation_run_ids[0]].run_name
+        for o in s.report.optimizers.values()
+        for c in o.cells
+        if c.confirmation_run_ids
+    }
+    assert names == first and all(n.endswith("seed=1") for n in names)
+    # val and train per cell, each the run's own curve
+    assert len(traces) == 2 * 7
+    for tr in traces:
+        run = next(r for r in s.trials if r.run_name == tr.text[0])
+        metric = "val_loss" if tr.mode == "lines+markers" else "train_loss"
+        assert list(zip(tr.x, tr.y, strict=True)) == list(run.history[metric])
+
+
+def test_steps_figure_draws_the_reports_steps_and_the_first_confirmation_runs_solid(rich: tuple) -> None:
+    s, figs = rich
+    f = figs[5]
+    assert f.data.steps == steps_to_target(s) and f.data.noise == noise_scale(s)
+    for opt, o in s.report.optimizers.items():
+        (line,) = [tr for tr in f.plotly_fig.data if tr.name == opt]
+        reached = [c for c in o.cells if c.steps_to_reference]
+        assert list(line.x) == [c.batch_size for c in reached]
+        assert list(line.y) == [c.steps_to_reference for c in reached]
+        assert list(line.customdata) == [c.tokens_to_reference for c in reached]
+    # B_simple: MERIT's confirmation runs at B >= 8; the first (seed 1) solid, seed 2 faint; no search trial
+    noise = [tr for tr in f.plotly_fig.data if tr.name == "merit B_simple"]
+    assert sorted((tr.text[0], tr.opacity) for tr in noise) == sorted(
+        (f"merit bs={bs} lr={lr:.1e} seed={seed}", 0.95 if seed == 1 else 0.35)
+        for bs in (8, 16, 32)
+        for lr in [s.cell("merit", bs).best_lr]  # type: ignore[union-attr]
+        for seed in (1, 2)
+    )
+    # matplotlib: each first run labelled with its batch size at its end
+    labels = [t.get_text() for t in f.mpl_fig.axes[1].texts]
+    assert sorted(x for x in labels if x.startswith("B=")) == ["B=16", "B=32", "B=8"]
+
+
 def test_best_lr_figure_is_log_log_with_fits(rich: tuple) -> None:
     _, figs = rich
     f = figs[2]
@@ -91,10 +159,17 @@ def test_best_lr_figure_is_log_log_with_fits(rich: tuple) -> None:
 
 def test_steps_figure_without_noise_scale_says_why() -> None:
     s = make_sweep(
-        [trial("adamw", 4, 0.01, val=[(64, 3.5), (128, 3.0)]), trial("adamw", 8, 0.01, val=[(64, 3.6), (128, 3.1)])],
+        [
+            trial("adamw", 4, 0.01, val=[(64, 3.5), (128, 3.0)]),
+            *confirmations("adamw", 4, 0.01, [(64, 3.5), (128, 3.0)], [(64, 3.55), (128, 3.02)]),
+            trial("adamw", 8, 0.01, val=[(64, 3.6), (128, 3.1)]),
+            *confirmations("adamw", 8, 0.01, [(64, 3.6), (128, 3.1)], [(64, 3.62), (128, 3.12)]),
+        ],
         optimizers=("adamw",),
     )
     f = steps_figure(s)
+    # target 1.05 x 3.01 = 3.1605, first reached at 128 tokens by both seed-1 runs: 128 // (4 x 8), 128 // (8 x 8)
+    assert [p.steps for p in f.data.steps.points] == [4, 2]
     assert f.data.noise.points == () and f.data.noise.missing == ("adamw",)
     texts = [t.get_text() for t in f.mpl_fig.axes[1].texts]
     assert any("no gradient noise scale recorded" in t for t in texts)
@@ -113,10 +188,25 @@ def test_figures_survive_missing_data(case: str) -> None:
         )
     elif case == "one_batch_size":
         s = make_sweep(
-            [trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("merit", 4, 0.02, val=[(64, 3.1)])], batch_sizes=(4,)
+            [
+                trial("adamw", 4, 0.01, val=[(64, 3.0)]),
+                *confirmations("adamw", 4, 0.01, [(64, 3.0)], [(64, 3.01)]),
+                trial("merit", 4, 0.02, val=[(64, 3.1)]),
+                *confirmations("merit", 4, 0.02, [(64, 3.1)], [(64, 3.11)]),
+            ],
+            batch_sizes=(4,),
         )
     else:
-        s = make_sweep([trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("adamw", 8, 0.01, val=[(64, 3.05)])])
+        s = make_sweep(
+            [
+                trial("adamw", 4, 0.01, val=[(64, 3.0)]),
+                *confirmations("adamw", 4, 0.01, [(64, 3.0)], [(64, 3.01)]),
+                trial("adamw", 8, 0.01, val=[(64, 3.05)]),
+                *confirmations("adamw", 8, 0.01, [(64, 3.05)], [(64, 3.06)]),
+            ]
+        )
+    # the cases with a completed run have cells with a mean: the figures draw something, not only notes
+    assert any(p.val_loss_mean is not None for p in scaling_points(s).points) == (case != "nothing_completed")
     figs = [make(s) for make in FIGURES]  # a crash here is the failure
     assert [f.name for f in figs] == NAMES
     for f in figs:
@@ -149,7 +239,9 @@ def test_page_is_self_contained_and_escaped(rich: tuple) -> None:
     page = render_dashboard(s, figs)
     # plotly.js inline exactly once (offline machines), no external script or stylesheet
     assert len(re.findall(r"plotly\.js v\d", page)) == 1
-    assert not re.search(r"<script[^>]+src=", page) and "<link" not in page
+    assert not re.search(r"<script[^>]+src=", page)
+    # the one <link> is the page's own empty icon, so no browser asks the server for /favicon.ico
+    assert re.findall(r"<link[^>]*>", page) == ['<link rel="icon" href="data:,">']
     # plotly.js itself names its CDN (for geo maps, unused); nothing outside it may
     rest = page.replace(get_plotlyjs(), "")
     assert "cdn.plot.ly" not in rest and "https://" not in rest

@@ -19,11 +19,11 @@ FIGURE_NAMES = ["scaling", "lr_sensitivity", "best_lr", "loss_curves", "attentio
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, object, str, str]:
-    """(tracking uri, the hand-made sweep, experiment id, summary run id) in a fresh SQLite store."""
+    """(tracking uri, the hand-made sweep as recorded (MLflow's run ids), experiment id, summary run id)
+    in a fresh SQLite store."""
     root = tmp_path_factory.mktemp("mlflow-store")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    sweep = rich_sweep("recorded")
-    exp_id, summary_id = record_sweep(uri, sweep, root / "artifacts")
+    exp_id, summary_id, sweep = record_sweep(uri, rich_sweep("recorded"), root / "artifacts")
     return uri, sweep, exp_id, summary_id
 
 
@@ -31,7 +31,8 @@ def test_load_sweep_reads_back_what_was_recorded(recorded: tuple) -> None:
     uri, original, exp_id, summary_id = recorded
     s = load_sweep(uri, "recorded")
     assert (s.experiment_id, s.summary_run_id, s.status, s.tracking_uri) == (exp_id, summary_id, "succeeded", uri)
-    assert s.report == original.report
+    assert s.report == original.report  # it names the runs by their MLflow run ids
+    assert {t.run_id for t in s.trials} == {t.run_id for t in original.trials}
     # the driver's "warnings" key lives outside the report schema: it is split off, not lost
     assert s.warnings == original.warnings
     key = lambda t: (t.optimizer, t.batch_size, t.lr, t.seed, t.role, t.status)  # noqa: E731
@@ -41,13 +42,23 @@ def test_load_sweep_reads_back_what_was_recorded(recorded: tuple) -> None:
         got = by_name[t.run_name + t.role]
         assert got.lr == t.lr  # exact: the lr tag is repr(float)
         assert got.final_val_loss == t.final_val_loss
-    # histories are fetched for the sample runs and for every run of each optimizer's largest batch size
+        assert (got.run_id, got.number) == (t.run_id, t.number)
+    # histories are fetched for the runs the report names (every cell's best search trial and its
+    # confirmation runs: all completed here) and for every run of each optimizer's largest batch size
+    cells = [c for o in s.report.optimizers.values() for c in o.cells]
+    named = {c.search_best_run_id for c in cells if c.search_best_run_id is not None}
+    named |= {i for c in cells for i in c.confirmation_run_ids if i is not None}
+    assert len(named) == 7 * 3  # 7 cells with a best lr (AdamW's B=32 has none), 1 + 2 runs each
     with_history = {t.run_id for t in s.trials if t.history}
-    wanted = {t.run_id for runs in sample_runs(s).values() for t in runs}
-    wanted |= {t.run_id for t in s.trials if t.batch_size == 32 and t.status != "cancelled" and t.metrics}
+    wanted = named | {t.run_id for t in s.trials if t.batch_size == 32 and t.status != "cancelled" and t.metrics}
     assert with_history == wanted
+    assert {t.run_id for runs in sample_runs(s).values() for t in runs} | {
+        t.run_id for t in best_runs(s).values()
+    } == named
     for key_, run in best_runs(s).items():
         assert run.history["val_loss"] == best_runs(original)[key_].history["val_loss"]
+    for key_, runs in sample_runs(s).items():
+        assert [r.history["val_loss"] for r in runs] == [r.history["val_loss"] for r in sample_runs(original)[key_]]
 
 
 def test_load_sweep_refuses_what_it_cannot_draw(recorded: tuple, tmp_path: Path) -> None:

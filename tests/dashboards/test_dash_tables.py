@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import math
+from dataclasses import replace
 
 import pytest
-from dash_helpers import make_sweep, rich_sweep, trial
+from dash_helpers import confirmations, make_sweep, rich_sweep, trial
 
 from dashboards.data import (
     PowerLaw,
@@ -19,7 +21,9 @@ from dashboards.data import (
     sample_runs,
     scaling_points,
     steps_to_target,
+    target_loss,
 )
+from sweeps.plan import run_name
 
 # --------------------------------------------------------------------------------------------------
 # The power law
@@ -60,29 +64,75 @@ def test_power_law_degenerate_inputs() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Best runs and sample runs
+# The runs the report names: best runs and sample runs
 # --------------------------------------------------------------------------------------------------
 
 
-def test_best_run_follows_the_report_and_breaks_ties_by_seed() -> None:
+def test_best_run_and_sample_runs_are_the_runs_the_report_names() -> None:
     lr = 0.01
+    search = trial("adamw", 4, lr, val=[(100, 3.0)])
     ts = [
-        trial("adamw", 4, lr, val=[(100, 3.0)]),
+        search,
         trial("adamw", 4, lr * 2, val=[(100, 3.2)]),
+        # the confirmation runs, given out of seed order: the report's order (by seed) is the one kept
+        trial("adamw", 4, lr, seed=2, role="seed", val=[(100, 3.05)]),
         trial("adamw", 4, lr, seed=1, role="seed", val=[(100, 2.9)]),  # lower, but a seed run: never "best"
         trial("adamw", 4, lr * 3, status="pruned", val=[(50, 2.5)]),  # lower, but pruned: never "best"
         trial("adamw", 8, lr, val=[(100, 3.1)]),
+        *confirmations("adamw", 8, lr, [(100, 3.12)], [(100, 3.14)]),
     ]
     s = make_sweep(ts, optimizers=("adamw",))
+    cell = s.cell("adamw", 4)
+    assert cell is not None and cell.stable
     best = best_runs(s)
-    assert best[("adamw", 4)].lr == lr and best[("adamw", 4)].role == "search"
-    # the cell mean is over the best run and the seed run at its lr (the report's samples)
-    assert [t.final_val_loss for t in sample_runs(s)[("adamw", 4)]] == [3.0, 2.9]
-    assert s.cell("adamw", 4).val_losses == [3.0, 2.9]  # type: ignore[union-attr]
-    assert [t.final_val_loss for t in sample_runs(s)[("adamw", 8)]] == [3.1]
+    assert set(best) == {("adamw", 4), ("adamw", 8)}
+    assert best[("adamw", 4)].run_id == search.run_id == cell.search_best_run_id
+    assert best[("adamw", 4)].number == cell.search_best_trial_number == 0  # numbered by make_sweep, in input order
+    assert best[("adamw", 4)].final_val_loss == cell.search_best_val_loss == 3.0
+    # the samples are the confirmation runs only (the search trial is none), by seed: the report's val_losses
+    samples = sample_runs(s)[("adamw", 4)]
+    assert [t.run_id for t in samples] == cell.confirmation_run_ids == [ts[3].run_id, ts[2].run_id]
+    assert [(t.role, t.seed) for t in samples] == [("seed", 1), ("seed", 2)]
+    assert [t.final_val_loss for t in samples] == cell.val_losses == [2.9, 3.05]
+    assert [t.final_val_loss for t in sample_runs(s)[("adamw", 8)]] == [3.12, 3.14]
 
 
-def test_best_run_missing_when_a_cell_has_no_completed_search() -> None:
+def test_the_named_run_wins_over_a_lower_run_at_the_same_lr() -> None:
+    # Two search trials at one lr tie at 3.0 in the analysis: the earlier trial (Optuna number 0) is the
+    # report's best. MLflow then holds a lower final loss for the other one (2.95: a loss recorded after
+    # the value the analysis got), and a confirmation run lower still. Re-selecting by lr and lowest
+    # loss would pick the 2.95 run; the dashboards draw the run the report names.
+    lr = 0.01
+    named = trial("adamw", 4, lr, val=[(100, 3.0)], attn={0: [(100, 1.0)]}, run_id="named", number=0)
+    lower = trial("adamw", 4, lr, val=[(100, 3.0)], attn={0: [(100, 7.0)]}, run_id="lower", number=1)
+    ts = [
+        lower,  # first in the input: an order-based choice would take it too
+        named,
+        *confirmations("adamw", 4, lr, [(100, 2.9)], [(100, 3.1)]),
+    ]
+    s = make_sweep(ts, optimizers=("adamw",), batch_sizes=(4,))
+    cell = s.cell("adamw", 4)
+    assert cell is not None and cell.search_best_run_id == "named" and cell.search_best_trial_number == 0
+    lowered = replace(
+        lower, metrics={**lower.metrics, "val_loss": 2.95}, history={**lower.history, "val_loss": ((100, 2.95),)}
+    )
+    s = replace(s, trials=tuple(lowered if t.run_id == "lower" else t for t in s.trials))
+    assert lowered.final_val_loss is not None and lowered.final_val_loss < named.final_val_loss  # type: ignore[operator]
+    assert best_runs(s)[("adamw", 4)].run_id == "named"
+    # figure 2 stars the named run and no other
+    assert [(p.run_name, p.role, p.val_loss) for p in lr_points(s).points if p.is_best] == [
+        (named.run_name, "search", 3.0)
+    ]
+    assert sum(p.is_best for p in lr_points(s).points) == 1
+    # figure 4 draws the first confirmation run (seed 1), neither search trial
+    assert {p.run_name for p in loss_curves(s)} == {run_name("adamw", 4, lr, 1)}
+    # figure 5 draws the named best run's probe (1.0), not the other search trial's (7.0)
+    assert [(p.layer, p.tokens, p.value) for p in attention_curves(s).points] == [(0, 100, 1.0)]
+    # figure 6's samples are the named confirmation runs
+    assert [t.seed for t in sample_runs(s)[("adamw", 4)]] == [1, 2]
+
+
+def test_best_run_missing_when_a_cell_has_no_completed_search(caplog: pytest.LogCaptureFixture) -> None:
     s = make_sweep(
         [
             trial("adamw", 4, 0.01, val=[(100, 3.0)]),
@@ -91,8 +141,89 @@ def test_best_run_missing_when_a_cell_has_no_completed_search() -> None:
         ],
         optimizers=("adamw",),
     )
-    assert set(best_runs(s)) == {("adamw", 4)}
-    assert s.cell("adamw", 8).best_lr is None  # type: ignore[union-attr]
+    with caplog.at_level(logging.WARNING, logger="dashboards.data"):
+        assert set(best_runs(s)) == {("adamw", 4)}
+    cell = s.cell("adamw", 8)
+    assert cell is not None and cell.best_lr is None and cell.search_best_run_id is None
+    assert caplog.records == []  # no best lr, no named run: nothing is missing
+    # no confirmation runs: no samples (the search trial is not one)
+    assert sample_runs(s) == {}
+
+
+def _named_sweep():
+    lr = 0.01
+    return make_sweep(
+        [
+            trial("adamw", 4, lr, val=[(100, 3.0)]),
+            *confirmations("adamw", 4, lr, [(100, 3.01)], [(100, 3.02)]),
+            trial("adamw", 8, lr, val=[(100, 3.1)]),
+            *confirmations("adamw", 8, lr, [(100, 3.11)], [(100, 3.12)]),
+        ],
+        optimizers=("adamw",),
+    )
+
+
+def test_a_named_run_that_is_not_recorded_leaves_its_cell_out_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = _named_sweep()
+    c4, c8 = s.report.optimizers["adamw"].cells
+    gone = {c4.search_best_run_id, c8.confirmation_run_ids[0]}
+    s = replace(s, trials=tuple(t for t in s.trials if t.run_id not in gone))
+    with caplog.at_level(logging.WARNING, logger="dashboards.data"):
+        best = best_runs(s)
+        samples = sample_runs(s)
+    # no fallback to another run at the best lr (B=4's confirmation runs are there): absent
+    assert set(best) == {("adamw", 8)}
+    assert [t.run_id for t in samples[("adamw", 8)]] == c8.confirmation_run_ids[1:]
+    assert [t.run_id for t in samples[("adamw", 4)]] == c4.confirmation_run_ids
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        f"adamw bs=4: the report's best search trial {c4.search_best_run_id} is not among" in m for m in messages
+    )
+    assert any(
+        f"adamw bs=8: the report's confirmation run {c8.confirmation_run_ids[0]} is not among" in m for m in messages
+    )
+    assert any("adamw bs=8: 1 completed confirmation run(s) found, the report has 2 samples" in m for m in messages)
+
+
+def test_a_null_or_foreign_run_id_leaves_the_run_out_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    s = _named_sweep()
+    report = s.report.model_copy(deep=True)
+    c4, c8 = report.optimizers["adamw"].cells
+    c4.search_best_run_id = c8.search_best_run_id  # a run of another cell
+    c8.search_best_run_id = None  # the driver could not name it
+    c8.confirmation_run_ids = [None, c8.confirmation_run_ids[1]]
+    s = replace(s, report=report)
+    with caplog.at_level(logging.WARNING, logger="dashboards.data"):
+        assert best_runs(s) == {}
+        assert [t.seed for t in sample_runs(s)[("adamw", 8)]] == [2]
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        f"adamw bs=4: the report's best search trial {c4.search_best_run_id} is a run of adamw bs=8" in m
+        for m in messages
+    )
+    assert any("adamw bs=8: the report has no run id for its best search trial" in m for m in messages)
+    assert any("adamw bs=8: the report has no run id for its confirmation run" in m for m in messages)
+
+
+def test_diverged_confirmation_runs_are_named_but_are_not_samples(caplog: pytest.LogCaptureFixture) -> None:
+    lr = 0.01
+    s = make_sweep(
+        [
+            trial("adamw", 4, lr, val=[(100, 3.0)]),
+            trial("adamw", 4, lr, seed=1, role="seed", status="diverged", val=[(50, 3.4)]),
+            trial("adamw", 4, lr, seed=2, role="seed", val=[(100, 3.02)]),
+        ],
+        optimizers=("adamw",),
+        batch_sizes=(4,),
+    )
+    cell = s.cell("adamw", 4)
+    assert cell is not None and cell.stable is False and len(cell.confirmation_run_ids) == 2
+    with caplog.at_level(logging.WARNING, logger="dashboards.data"):
+        samples = sample_runs(s)[("adamw", 4)]
+    assert [(t.seed, t.final_val_loss) for t in samples] == [(2, 3.02)] and cell.val_losses == [3.02]
+    assert caplog.records == []  # what the report has, the tables have: nothing to warn about
 
 
 # --------------------------------------------------------------------------------------------------
@@ -157,11 +288,19 @@ def test_lr_points_statuses_and_losses() -> None:
             assert p.val_loss is None
     assert t.count("adamw", "diverged") == 3 and t.count("adamw", "failed") == 1
     assert t.count("merit", "pruned") == 1
-    # one best per cell with a best run: 3 for AdamW (B=32 all diverged), 4 for MERIT
-    assert sum(p.is_best for p in t.points) == 7
-    assert {(p.optimizer, p.batch_size, p.lr) for p in t.points if p.is_best} == {
-        (o, c.batch_size, c.best_lr) for o, r in s.report.optimizers.items() for c in r.cells if c.best_lr is not None
+    # one best per cell with a best run: 3 for AdamW (B=32 all diverged), 4 for MERIT; it is the run the
+    # report names (a search trial at the best lr with the search's loss), not a confirmation run at that lr
+    by_id = s.runs_by_id()
+    cells = [(o, c) for o, r in s.report.optimizers.items() for c in r.cells if c.best_lr is not None]
+    assert sum(p.is_best for p in t.points) == 7 == len(cells)
+    assert {(p.optimizer, p.batch_size, p.lr, p.role, p.seed, p.val_loss) for p in t.points if p.is_best} == {
+        (o, c.batch_size, c.best_lr, "search", 0, c.search_best_val_loss) for o, c in cells
     }
+    assert {p.run_name for p in t.points if p.is_best} == {by_id[c.search_best_run_id].run_name for _, c in cells}  # type: ignore[index]
+    # every confirmation run is drawn too (figure 2 shows every trial), unstarred
+    assert sum(p.role == "seed" for p in t.points) == 2 * 7 and not any(
+        p.is_best and p.role == "seed" for p in t.points
+    )
     assert t.lr_range == (1e-4, 1e-1)
 
 
@@ -199,24 +338,36 @@ def test_best_lr_fit_needs_two_batch_sizes() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def test_loss_curves_are_the_best_runs_histories() -> None:
+def test_loss_curves_are_the_first_confirmation_runs_histories() -> None:
     s = rich_sweep()
     pts = loss_curves(s)
-    best = best_runs(s)
-    assert {(p.optimizer, p.batch_size) for p in pts} == set(best)
-    for key, run in best.items():
+    by_id = s.runs_by_id()
+    cells = {(o, c.batch_size): c for o, r in s.report.optimizers.items() for c in r.cells if c.confirmation_run_ids}
+    assert len(cells) == 7  # AdamW's B=32 has no best lr, so no confirmation runs: no curve
+    assert {(p.optimizer, p.batch_size) for p in pts} == set(cells)
+    for key, cell in cells.items():
+        run = by_id[cell.confirmation_run_ids[0]]  # type: ignore[index]
+        assert (run.role, run.seed) == ("seed", 1)
+        mine = [p for p in pts if (p.optimizer, p.batch_size) == key]
         for metric in ("val_loss", "train_loss"):
-            got = [(p.tokens, p.value) for p in pts if (p.optimizer, p.batch_size) == key and p.metric == metric]
+            got = [(p.tokens, p.value) for p in mine if p.metric == metric]
             assert got == list(run.history[metric])
-            assert all(p.run_name == run.run_name for p in pts if (p.optimizer, p.batch_size) == key)
+        assert {p.run_name for p in mine} == {run.run_name}
+        # it ends at the report's first sample, the curve steps_to_reference was read from
+        assert [p.value for p in mine if p.metric == "val_loss"][-1] == cell.val_losses[0]
+        # the search best (lower: biased) is not drawn
+        best = by_id[cell.search_best_run_id]  # type: ignore[index]
+        assert best.final_val_loss is not None and best.final_val_loss < cell.val_losses[0]
 
 
 def test_attention_falls_back_to_the_longest_run_of_the_largest_batch() -> None:
     s = rich_sweep()
     t = attention_curves(s)
-    # MERIT's largest cell has a best run; AdamW's B=32 only diverged runs: the one with most tokens,
-    # ties by the smaller lr
-    assert t.runs["merit"] == (32, best_runs(s)[("merit", 32)].run_name, "completed")
+    # MERIT's largest cell has a best run (the report's named search trial); AdamW's B=32 only diverged
+    # runs: the one with most tokens, ties by the smaller lr
+    named = s.runs_by_id()[s.cell("merit", 32).search_best_run_id]  # type: ignore[union-attr,index]
+    assert best_runs(s)[("merit", 32)] is named and named.role == "search"
+    assert t.runs["merit"] == (32, named.run_name, "completed")
     bs, name, status = t.runs["adamw"]
     assert (bs, status) == (32, "diverged")
     assert name == min((x for x in s.trials_of("adamw", 32)), key=lambda x: x.lr).run_name
@@ -240,12 +391,36 @@ def test_attention_missing_probe() -> None:
 
 
 def _steps_sweep():
-    # seq_len 8, tolerance 0.1: the reference is B=4's final loss 3.0, the target 3.3
+    # seq_len 8, tolerance 0.1: the reference is B=4's mean over its confirmation runs, 3.0; the target 3.3.
+    # Each search best is lower (biased) and reaches 3.3 earlier than the confirmation runs: steps read from
+    # it instead of the first confirmation run would be 32, 32 and 32.
+    lr = 0.01
     return make_sweep(
         [
-            trial("adamw", 4, 0.01, val=[(1024, 4.0), (2048, 3.2), (3072, 3.05), (4096, 3.0)]),
-            trial("adamw", 8, 0.01, val=[(1024, 4.0), (2048, 3.5), (3072, 3.25), (4096, 3.1)]),
-            trial("adamw", 16, 0.01, val=[(1024, 4.2), (2048, 3.9), (3072, 3.6), (4096, 3.4)]),
+            trial("adamw", 4, lr, val=[(1024, 3.25), (2048, 3.1), (3072, 3.0), (4096, 2.95)]),
+            *confirmations(
+                "adamw",
+                4,
+                lr,
+                [(1024, 4.0), (2048, 3.2), (3072, 3.05), (4096, 3.0)],
+                [(1024, 4.1), (2048, 3.4), (3072, 3.1), (4096, 3.0)],
+            ),
+            trial("adamw", 8, lr, val=[(1024, 4.0), (2048, 3.3), (3072, 3.1), (4096, 3.05)]),
+            *confirmations(
+                "adamw",
+                8,
+                lr,
+                [(1024, 4.0), (2048, 3.5), (3072, 3.25), (4096, 3.1)],
+                [(1024, 3.9), (2048, 3.31), (3072, 3.2), (4096, 3.12)],
+            ),
+            trial("adamw", 16, lr, val=[(1024, 4.1), (2048, 3.6), (3072, 3.4), (4096, 3.28)]),
+            *confirmations(
+                "adamw",
+                16,
+                lr,
+                [(1024, 4.2), (2048, 3.9), (3072, 3.6), (4096, 3.4)],
+                [(1024, 4.2), (2048, 3.9), (3072, 3.3), (4096, 3.42)],
+            ),
         ],
         optimizers=("adamw",),
         batch_sizes=(4, 8, 16),
@@ -254,47 +429,78 @@ def _steps_sweep():
     )
 
 
-def test_steps_to_target_exact() -> None:
+def test_steps_to_target_are_the_reports() -> None:
     s = _steps_sweep()
     t = steps_to_target(s)
     got = {p.batch_size: (p.tokens, p.steps) for p in t.points}
-    # B=4 first <= 3.3 at 2048 tokens: 2048 // (4 x 8) = 64 steps; B=8 at 3072: 3072 // 64 = 48; B=16 never
+    # the first confirmation run (seed 1) of B=4 is first <= 3.3 at 2048 tokens: 2048 // (4 x 8) = 64 steps;
+    # B=8's at 3072: 3072 // 64 = 48; B=16's never (its seed 2 dips to 3.3 at 3072: only seed 1 counts)
     assert got == {4: (2048, 64), 8: (3072, 48), 16: (None, None)}
+    cells = s.report.optimizers["adamw"].cells
+    assert got == {c.batch_size: (c.tokens_to_reference, c.steps_to_reference) for c in cells}
     assert all(p.target_loss == pytest.approx(3.3) for p in t.points)
     (line,) = t.perfect
     assert (line.anchor_batch, line.anchor_steps) == (4, 64)
     assert line(8) == 32 and line(16) == 16  # steps ∝ 1/B
-    # the same rule as the report's steps_to_reference
-    assert [c.steps_to_reference for c in s.report.optimizers["adamw"].cells] == [64, 48, None]
+    # read from the report, never from the curves: without any curve the table is the same
+    bare = replace(s, trials=tuple(replace(x, history={}) for x in s.trials))
+    assert steps_to_target(bare) == t
+    # and the report is what the table draws: another report value is drawn as it is
+    report = s.report.model_copy(deep=True)
+    report.optimizers["adamw"].cells[2].steps_to_reference = 7
+    report.optimizers["adamw"].cells[2].tokens_to_reference = 7 * 128
+    assert {p.batch_size: p.steps for p in steps_to_target(replace(s, report=report)).points}[16] == 7
+
+
+def test_the_target_loss_is_one_function_of_the_report() -> None:
+    s = _steps_sweep()
+    assert s.report.optimizers["adamw"].reference_val_loss.self == pytest.approx(3.0)
+    assert target_loss(s.report, "adamw") == pytest.approx(3.3)  # (1 + 0.1) x 3.0
+    # figure 1's band top and figure 6's target are that one number
+    (band,) = scaling_points(s).bands
+    assert band.upper == target_loss(s.report, "adamw")
+    assert {p.target_loss for p in steps_to_target(s).points} == {target_loss(s.report, "adamw")}
+    # without a self reference there is no target, and no band
+    empty = make_sweep([trial("adamw", 4, 0.01, status="failed")], optimizers=("adamw",), batch_sizes=(4,))
+    assert target_loss(empty.report, "adamw") is None
+    assert scaling_points(empty).bands == () and [p.target_loss for p in steps_to_target(empty).points] == [None]
 
 
 def test_noise_scale_critical_batch_is_the_mean_final_estimate_at_the_smallest_measured_batch() -> None:
     lr = 0.01
     s = make_sweep(
         [
-            trial("adamw", 4, lr, val=[(100, 3.0)]),  # accumulation 1: no B_simple
-            trial("adamw", 8, lr, val=[(100, 3.0)], noise=[(50, 20.0), (100, 10.0)]),
-            trial("adamw", 8, lr, seed=1, role="seed", val=[(100, 3.01)], noise=[(50, 9.0), (100, 14.0)]),
-            trial("adamw", 8, lr * 2, val=[(100, 3.5)], noise=[(100, 99.0)]),  # not a sample run: ignored
-            trial("adamw", 16, lr, val=[(100, 3.0)], noise=[(100, 50.0)]),
+            # accumulation 1 at B=4: no B_simple
+            trial("adamw", 4, lr, val=[(100, 3.0)]),
+            *confirmations("adamw", 4, lr, [(100, 3.0)], [(100, 3.01)]),
+            # B=8: the search trials' B_simple is not a sample (their lr was chosen by them): ignored
+            trial("adamw", 8, lr, val=[(100, 3.0)], noise=[(100, 99.0)]),
+            trial("adamw", 8, lr, seed=1, role="seed", val=[(100, 3.0)], noise=[(50, 20.0), (100, 10.0)]),
+            trial("adamw", 8, lr, seed=2, role="seed", val=[(100, 3.01)], noise=[(50, 9.0), (100, 14.0)]),
+            trial("adamw", 8, lr * 2, val=[(100, 3.5)], noise=[(100, 98.0)]),
+            trial("adamw", 16, lr, val=[(100, 3.0)], noise=[(100, 97.0)]),
+            trial("adamw", 16, lr, seed=1, role="seed", val=[(100, 3.0)], noise=[(100, 50.0)]),
+            trial("adamw", 16, lr, seed=2, role="seed", val=[(100, 3.02)]),
             trial("merit", 4, lr, val=[(100, 3.0)]),
+            *confirmations("merit", 4, lr, [(100, 3.0)], [(100, 3.01)]),
         ],
         batch_sizes=(4, 8, 16),
     )
     t = noise_scale(s)
     (crit,) = t.critical
     assert (crit.optimizer, crit.batch_size, crit.runs) == ("adamw", 8, 2)
-    assert crit.b_crit == pytest.approx(12.0)  # mean of the final estimates 10 and 14
+    assert crit.b_crit == pytest.approx(12.0)  # mean of the confirmation runs' final estimates 10 and 14
     assert t.missing == ("merit",)
-    # the curves: every sample run's B_simple, none of the non-sample run
+    # the curves: every sample run's B_simple, none of the search trials'
     assert sorted((p.batch_size, p.seed, p.tokens, p.b_simple) for p in t.points) == [
-        (8, 0, 50, 20.0),
-        (8, 0, 100, 10.0),
-        (8, 1, 50, 9.0),
-        (8, 1, 100, 14.0),
-        (16, 0, 100, 50.0),
+        (8, 1, 50, 20.0),
+        (8, 1, 100, 10.0),
+        (8, 2, 50, 9.0),
+        (8, 2, 100, 14.0),
+        (16, 1, 100, 50.0),
     ]
-    assert not any(math.isclose(p.b_simple, 99.0) for p in t.points)
+    assert not any(p.b_simple > 90.0 for p in t.points)
+    assert not any(math.isclose(p.b_simple, v) for p in t.points for v in (97.0, 98.0, 99.0))
 
 
 def test_tables_survive_a_sweep_with_nothing_completed() -> None:
@@ -302,7 +508,7 @@ def test_tables_survive_a_sweep_with_nothing_completed() -> None:
         [trial("adamw", 4, 0.01, status="diverged", val=[(50, 9.0)]), trial("merit", 4, 0.01, status="failed")],
         batch_sizes=(4,),
     )
-    assert best_runs(s) == {}
+    assert best_runs(s) == {} and sample_runs(s) == {}
     assert all(p.val_loss_mean is None for p in scaling_points(s).points)
     assert scaling_points(s).bands == ()
     assert [p.val_loss for p in lr_points(s).points] == [None, None]

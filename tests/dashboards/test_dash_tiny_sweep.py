@@ -102,14 +102,27 @@ def test_best_lr_points_and_fit(tiny) -> None:
         assert law == fit_power_law(pts)
 
 
-def test_curves_of_the_best_runs(tiny) -> None:
+def test_curves_of_the_runs_the_report_names(tiny) -> None:
     _, sweep, figs = tiny
-    curves = figs["loss_curves"].data
-    budget = 4096  # token_budget of the tiny spec: every completed best run ends there
+    cells = {(o, c.batch_size): c for o, r in sweep.report.optimizers.items() for c in r.cells}
+    # the driver names every cell's best search trial by its MLflow run id, and the dashboards find it
     best = best_runs(sweep)
-    for (opt, bs), run in best.items():
+    assert set(best) == {k for k, c in cells.items() if c.best_lr is not None}
+    for key, run in best.items():
+        assert (run.run_id, run.role, run.lr) == (cells[key].search_best_run_id, "search", cells[key].best_lr)
+    curves = figs["loss_curves"].data
+    budget = 4096  # token_budget of the tiny spec: every completed run ends there
+    samples = sample_runs(sweep)
+    assert {(p.optimizer, p.batch_size) for p in curves} == set(samples)
+    by_id = sweep.runs_by_id()
+    for (opt, bs), runs in samples.items():
+        named = cells[(opt, bs)].confirmation_run_ids
+        assert [r.run_id for r in runs] == [i for i in named if i in by_id and by_id[i].final_val_loss is not None]
+        run = runs[0]  # figure 4 draws the first completed confirmation run
+        assert run.role == "seed"
         val = [(p.tokens, p.value) for p in curves if (p.optimizer, p.batch_size, p.metric) == (opt, bs, "val_loss")]
         assert val and val[-1] == (budget, pytest.approx(run.final_val_loss))
+        assert val[-1][1] == pytest.approx(cells[(opt, bs)].val_losses[0], rel=1e-9)
         assert [s for s, _ in val] == sorted(s for s, _ in val)
     att = figs["attention_logits"].data
     for opt in sweep.optimizers:

@@ -31,7 +31,7 @@ def _trial_runs(client: MlflowClient, experiment_id: str) -> list:
 
 def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
     outcome, runtime = tiny_sweep
-    spec_trials = 2 * 2 * (2 + 2 - 1)
+    spec_trials = 2 * 2 * (2 + 2)  # 2 optimizers x 2 batch sizes x (2 search + 2 confirmation runs)
     assert outcome.status == "succeeded"
     report = outcome.report
     validate_report(report)  # the stable schema of the README
@@ -40,10 +40,12 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
     for opt in report["optimizers"].values():
         assert [c["batch_size"] for c in opt["cells"]] == [4, 8]
         for cell in opt["cells"]:
-            # every cell was searched with its 2 trials plus 1 seed re-run of its best lr
-            assert cell["trials"] == 3
+            # every cell was searched with its 2 trials, then confirmed by 2 runs at its best lr
+            assert cell["trials"] == 4
             assert cell["best_lr"] is not None and 1e-3 <= cell["best_lr"] <= 3e-2
-            assert cell["seeds"] == 2
+            assert cell["seeds"] == 2 and cell["stable"] is True
+            # the search's own minimum is not one of the samples
+            assert cell["search_best_val_loss"] is not None
             lo, hi = cell["val_loss_ci95"]
             assert lo <= cell["val_loss_mean"] <= hi
 
@@ -55,6 +57,21 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
     trials = _trial_runs(client, exp.experiment_id)
     assert len(cells) == 4
     assert len(trials) == spec_trials
+    # every cell trained on exactly the same tokens, and the report says how many
+    trained = {c["tokens_trained"] for o in report["optimizers"].values() for c in o["cells"]}
+    assert trained == {report["token_budget"]} == {4096}
+    # the report names its runs: the search best and the confirmation runs at its lr
+    by_id = {r.info.run_id: r for r in trials}
+    for opt in report["optimizers"].values():
+        for cell in opt["cells"]:
+            best = by_id[cell["search_best_run_id"]]
+            assert best.data.tags["batchsweep.role"] == "search"
+            assert float(best.data.tags["batchsweep.lr"]) == cell["best_lr"]
+            assert best.data.tags["batchsweep.optuna_number"] == str(cell["search_best_trial_number"])
+            confirmations = [by_id[i] for i in cell["confirmation_run_ids"]]
+            assert [r.data.tags["batchsweep.seed"] for r in confirmations] == ["1", "2"]
+            assert all(float(r.data.tags["batchsweep.lr"]) == cell["best_lr"] for r in confirmations)
+            assert [r.data.metrics["val_loss"] for r in confirmations] == cell["val_losses"]
     for run in trials:
         tags = run.data.tags
         # each trial nests under its cell's run, and is named for a person to read
@@ -85,7 +102,7 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
         for bs in (4, 8):
             study = optuna.load_study(study_name=study_name(outcome.sweep_id, opt, bs), storage=storage)
             finished = [t for t in study.trials if t.state != TrialState.RUNNING]
-            assert len(finished) == 3
+            assert len(finished) == 4
             # pruning compares trials at equal tokens: a pruned trial stopped before the budget
             for t in finished:
                 if t.state == TrialState.PRUNED:
