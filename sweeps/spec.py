@@ -47,6 +47,7 @@ from sweeps.documents import SpecLoadError, parse_document
 from worker.config import (
     EXCERPT_CHARS,
     MAX_BATCH_SIZE,
+    MAX_EVAL_TOKENS,
     MAX_GPUS_PER_WORKER,
     MAX_MICRO_BATCH,
     MAX_THREADS_PER_WORKER,
@@ -266,6 +267,8 @@ class SweepSpec(_Strict):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pruning: PruningSpec = Field(default_factory=PruningSpec)
     eval_every_tokens: int | None = Field(default=None, gt=0)  # None: token_budget / 10
+    # held-out tokens of every evaluation: a fixed set, the same whatever the micro-batch and workers
+    eval_tokens: int = Field(default=32_768, gt=0, le=MAX_EVAL_TOKENS)
     grad_clip: float | None = Field(default=1.0, gt=0.0)  # None: no clipping
 
     # ---- field checks ---------------------------------------------------------------------------
@@ -475,6 +478,7 @@ class SweepSpec(_Strict):
             min_lr_ratio=self.schedule.min_lr_ratio,
             grad_clip=self.grad_clip,
             eval_every_tokens=self.eval_every_tokens,
+            eval_tokens=self.eval_tokens,
             seed=seed,
         )
 

@@ -88,6 +88,7 @@ seeds: 2
 degradation: {tolerance: 0.05, baseline: adamw}
 resources: {max_concurrent_trials: 2}
 eval_every_tokens: 1024
+eval_tokens: 4096
 """
 
 

@@ -202,6 +202,24 @@ class TrainBatches:
         self._position += 1
         return _gather(self._train, windows, self.seq_len)
 
+    def peek(self, n: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The next `n` batches, read one at a time, without moving on: the next `n` calls of `next` return
+        the same batches. Sophia-G's Hessian pass runs on the next step's inputs (worker/loop.py); the
+        iterator's state, and so a checkpoint taken meanwhile, is untouched."""
+        return self._batches_from(self.epoch, self._position, self._order, n)
+
+    def _batches_from(
+        self, epoch: int, position: int, order: np.ndarray, n: int
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for _ in range(n):
+            if position == self.batches_per_epoch:
+                epoch, position = epoch + 1, 0
+                order = self._rank_windows(epoch)
+            yield _gather(
+                self._train, order[position * self.micro_batch : (position + 1) * self.micro_batch], self.seq_len
+            )
+            position += 1
+
     def state_dict(self) -> dict[str, int]:
         """Epoch and position for checkpoint resume, plus the settings they are only valid for."""
         return {
@@ -231,16 +249,15 @@ class TrainBatches:
         self._order = self._rank_windows(epoch)
 
 
-def val_batches(
-    data: TokenData, *, seq_len: int, micro_batch: int, n_batches: int
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Fixed held-out batches: the first n_batches * micro_batch non-overlapping windows of val, in order.
+def val_windows(data: TokenData, *, seq_len: int, tokens: int) -> np.ndarray:
+    """The fixed held-out set: indices of the first ceil(tokens / seq_len) non-overlapping windows of val
+    (seq_len + 1 tokens each, seq_len of them scored), in order: shape (n,).
 
-    Independent of seed and rank. If val is shorter, all its windows are used (the last batch may then
-    hold fewer than micro_batch rows); a val split without a single window is an error.
+    Independent of seed, rank, micro-batch size and worker count (`TrainConfig.eval_tokens` sets `tokens`).
+    If val is shorter, all its windows are used; a val split without a single window is an error.
     """
-    if micro_batch < 1 or n_batches < 1:
-        raise ValueError(f"micro_batch and n_batches must be >= 1, got {micro_batch} and {n_batches}")
+    if tokens < 1:
+        raise ValueError(f"tokens must be >= 1, got tokens={tokens}")
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got seq_len={seq_len}")
     available = len(data.val) // (seq_len + 1)
@@ -249,18 +266,28 @@ def val_batches(
             f"val split of {data.description} holds {len(data.val)} tokens, fewer than one window of "
             f"seq_len+1={seq_len + 1}; use a larger corpus, a larger val_fraction or a smaller seq_len"
         )
-    n = min(n_batches * micro_batch, available)
-    if n < n_batches * micro_batch:
-        logger.warning(
-            "val split holds %d windows of %d tokens; evaluating on %d instead of %d x %d",
+    wanted = -(-tokens // seq_len)  # ceil: at least `tokens` scored tokens
+    if wanted > available:
+        logger.info(
+            "val split holds %d windows of %d tokens (%d scored tokens): evaluating on all of it, "
+            "fewer than eval_tokens=%d",
             available,
             seq_len + 1,
-            n,
-            n_batches,
-            micro_batch,
+            available * seq_len,
+            tokens,
         )
-    windows = np.arange(n)
-    return [_gather(data.val, windows[i : i + micro_batch], seq_len) for i in range(0, n, micro_batch)]
+    return np.arange(min(wanted, available))
+
+
+def val_batches(
+    data: TokenData, windows: np.ndarray, *, seq_len: int, micro_batch: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(x, y) int64 batches of `windows` of val, in order, `micro_batch` rows each (the last may hold fewer):
+    read from the memory map one batch at a time, so the held-out set costs no memory between evals."""
+    if micro_batch < 1:
+        raise ValueError(f"micro_batch must be >= 1, got micro_batch={micro_batch}")
+    for i in range(0, len(windows), micro_batch):
+        yield _gather(data.val, windows[i : i + micro_batch], seq_len)
 
 
 def _gather(stream: np.ndarray, windows: np.ndarray, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:

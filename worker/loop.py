@@ -5,6 +5,10 @@ a Tune function trainable (the light single-worker path) and plain Python (tests
 Metrics are reported every `eval_interval_steps` with `tokens` (tokens seen, all workers) as the
 step axis, so curves at different batch sizes line up. A NaN/inf or exploding loss ends the run
 with status "diverged" and the last good metrics: a result, not an exception.
+
+A run is a function of its config: every random draw comes from a stream keyed on `cfg.seed`
+(worker/seeds.py), and the held-out set is `cfg.eval_tokens` tokens whatever the resources (micro-batch
+size, workers) are.
 """
 
 from __future__ import annotations
@@ -21,16 +25,18 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from worker.config import TrainConfig, split_batch
-from worker.data import TokenData, TrainBatches, prepare_data, train_sequences_available, val_batches
+from worker.data import TokenData, TrainBatches, prepare_data, train_sequences_available, val_batches, val_windows
 from worker.model import attention_logit_probe, build_model, flops_per_token
 from worker.noise_scale import NoiseScaleEMA
-from worker.optim import OPTIMIZERS, build_optimizer
+from worker.optim import OPTIMIZERS, build_optimizer, sampled_labels
 from worker.schedule import lr_at, warmup_steps
+from worker.seeds import DROPOUT, SOPHIA_LABELS, derived_seed
 from worker.session import Metrics, RayTrainSession, Session, scratch_dir
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "state.pt"
+PROBE_WINDOWS = 8  # the max-attention-logit probe runs on the first 8 held-out sequences
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +82,10 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
         world_size=session.world_size,
         seed=cfg.seed,
     )
-    held_out = val_batches(data, seq_len=seq_len, micro_batch=cfg.max_micro_batch, n_batches=cfg.eval_batches)
+    # the fixed held-out set, in windows of seq_len + 1 tokens; each rank scores every world_size-th one
+    # and the sums are all-reduced, so every rank reports the loss over the whole set
+    held_out = val_windows(data, seq_len=seq_len, tokens=cfg.eval_tokens)  # (n,) window indices
+    my_held_out = held_out[session.world_rank :: session.world_size]
     epochs_needed = cfg.token_budget / max(1, train_sequences_available(data, seq_len) * seq_len)
     if epochs_needed > 1 and session.world_rank == 0:
         log.warning(
@@ -112,16 +121,25 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
             log.info("resumed at step %d (%d tokens)", step, tokens)
 
     def evaluate() -> dict[str, float]:
+        # mean loss per scored token of the held-out set; micro-batches of max_micro_batch bound memory only
         raw_model.eval()
         with torch.no_grad(), autocast():
-            losses = [
-                F.cross_entropy(raw_model(x.to(device)).logits.flatten(0, 1).float(), y.to(device).flatten()).item()
-                for x, y in held_out
-            ]
-            out = {"val_loss": sum(losses) / len(losses)}
+            loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # nats, summed over this rank's tokens
+            for x, y in val_batches(data, my_held_out, seq_len=seq_len, micro_batch=cfg.max_micro_batch):
+                logits = raw_model(x.to(device)).logits  # (b, seq_len, vocab)
+                per_token = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="none")
+                loss_sum += per_token.double().sum()
+            if distributed:
+                dist.all_reduce(loss_sum)
+            out = {"val_loss": loss_sum.item() / (len(held_out) * seq_len)}
             if cfg.probe_attention:
+                # fixed probe: the first PROBE_WINDOWS held-out sequences, on every rank (the max is per layer
+                # over all of them, so the micro-batching does not change it)
                 with attention_logit_probe() as per_layer:
-                    raw_model(held_out[0][0].to(device))  # fixed probe batch: the first held-out batch
+                    for x, _ in val_batches(
+                        data, held_out[:PROBE_WINDOWS], seq_len=seq_len, micro_batch=cfg.max_micro_batch
+                    ):
+                        raw_model(x.to(device))
                 out |= {f"attn_logit_max/layer_{i}": v for i, v in sorted(per_layer.items())}
                 out["attn_logit_max"] = max(per_layer.values())
         raw_model.train()
@@ -132,8 +150,12 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     status = "completed"
     window_tokens, window_time, window_loss, window_steps = 0, 0.0, 0.0, 0
     grad_norm = float("nan")
+    labels_rng = torch.Generator(device=device)  # Sophia's label sampling, re-seeded at each Hessian pass
     while step < total_steps:
         t0 = time.perf_counter()
+        # dropout masks (the global RNG) from (seed, rank, step): not from whatever ran before in this process,
+        # and a resumed run draws what the uninterrupted one would
+        torch.manual_seed(derived_seed(cfg.seed, DROPOUT, session.world_rank, step))
         lr = lr_at(
             step, peak_lr=cfg.optimizer.lr, total_steps=total_steps, warmup=warmup, min_lr_ratio=cfg.min_lr_ratio
         )
@@ -179,11 +201,28 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
         optimizer.zero_grad(set_to_none=True)
 
         if entry.needs_hessian and step % entry.hessian_interval == entry.hessian_interval - 1:
-            # Sophia-G's Gauss-Newton-Bartlett estimate: gradient of the loss on labels sampled from the model
-            with autocast():
-                logits = model(x).logits
-                sampled = torch.distributions.Categorical(logits=logits.float().detach()).sample()
-                F.cross_entropy(logits.flatten(0, 1).float(), sampled.flatten()).backward()
+            # Sophia-G's Gauss-Newton-Bartlett estimate, as the authors' train_sophiag.py runs it: the gradient
+            # of the loss on labels sampled from the model's own softmax, over the whole global batch (every
+            # micro-batch, each loss / accum, all-reduced at the last), so h is the estimate for the bs tokens
+            # that `rho * bs * h` assumes; clipped like a training gradient before update_hessian(), as theirs.
+            # The inputs are the next step's batch, fetched after this step, as theirs; they throw that batch
+            # away, here the next step trains on it, so every optimizer trains on the same windows at the same
+            # tokens (the pass never sees the data's labels, only the model's samples).
+            labels_rng.manual_seed(derived_seed(cfg.seed, SOPHIA_LABELS, step))
+            # one uniform per position of the global batch; this rank's sequences are every world_size-th
+            # (TrainBatches deals windows round-robin), so the labels do not depend on the resources
+            uniforms = torch.rand(cfg.batch_size, seq_len, generator=labels_rng, device=device)
+            uniforms = uniforms[session.world_rank :: session.world_size]  # (micro * accum, seq_len)
+            for micro_step, (x, _) in enumerate(batches.peek(accum)):
+                x = x.to(device, non_blocking=True)  # (micro, seq_len)
+                sync = contextlib.nullcontext() if (not distributed or micro_step == accum - 1) else model.no_sync()
+                with sync:
+                    with autocast():
+                        logits = model(x).logits  # (micro, seq_len, vocab)
+                    sampled = sampled_labels(logits, uniforms[micro_step * micro : (micro_step + 1) * micro])
+                    (F.cross_entropy(logits.flatten(0, 1).float(), sampled.flatten()) / accum).backward()
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             optimizer.update_hessian()  # type: ignore[attr-defined]
             optimizer.zero_grad(set_to_none=True)
 

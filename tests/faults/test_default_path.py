@@ -46,6 +46,7 @@ optimizers: [{name: adamw}, {name: merit}]
 batch_sizes: [4, 8, 16]
 token_budget: 196608
 eval_every_tokens: 49152
+eval_tokens: 4096
 lr: {min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 3}
 seeds: 2
 degradation: {tolerance: 0.05, baseline: adamw}

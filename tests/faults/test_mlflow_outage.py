@@ -35,6 +35,7 @@ optimizers: [{{name: adamw}}]
 batch_sizes: [4, 8]
 token_budget: {BUDGET}
 eval_every_tokens: {EVERY}
+eval_tokens: 4096
 lr: {{min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 2}}
 seeds: 2
 degradation: {{tolerance: 0.05, baseline: adamw}}

@@ -121,6 +121,7 @@ degradation: {tolerance: 0.05, baseline: adamw}
 resources: {max_concurrent_trials: 2}
 pruning: {enabled: false}
 eval_every_tokens: 1024
+eval_tokens: 4096
 """
 
 

@@ -22,7 +22,7 @@ CFG = TrainConfig(
     max_micro_batch=4,
     token_budget=16 * 32 * 16,
     eval_every_tokens=16 * 32 * 4,
-    eval_batches=2,
+    eval_tokens=256,
     threads_per_worker=1,
 )
 

@@ -27,6 +27,7 @@ from worker.data import (
     prepare_data,
     train_sequences_available,
     val_batches,
+    val_windows,
 )
 from worker.sources import ROOTS_ENV, OutsideRoots
 
@@ -421,29 +422,52 @@ def test_batches_on_builtin_data(builtin_data: TokenData) -> None:
 # --- val batches -----------------------------------------------------------------------------------
 
 
-def test_val_batches_are_the_first_windows_in_order() -> None:
+def test_val_windows_are_the_first_windows_in_order_in_batches_of_any_size() -> None:
     data = synthetic(800, n_val=200)  # 25 val windows of 8
-    got = val_batches(data, seq_len=7, micro_batch=4, n_batches=3)
-    assert len(got) == 3
-    assert [window_ids(x - 60_000, 7) for x, _ in got] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
-    assert all(torch.equal(y[:, :-1], x[:, 1:]) for x, y in got)
+    windows = val_windows(data, seq_len=7, tokens=12 * 7)  # 12 windows x 7 scored tokens
+    assert windows.tolist() == list(range(12))
+    for micro_batch, sizes in ((4, [4, 4, 4]), (5, [5, 5, 2]), (12, [12]), (100, [12])):
+        got = list(val_batches(data, windows, seq_len=7, micro_batch=micro_batch))
+        assert [x.shape[0] for x, _ in got] == sizes
+        # the same windows, in order, however they are batched
+        assert [w for x, _ in got for w in window_ids(x - 60_000, 7)] == list(range(12))
+        assert all(torch.equal(y[:, :-1], x[:, 1:]) for x, y in got)
 
 
-def test_val_batches_fixed_across_calls_and_training(builtin_data: TokenData) -> None:
-    a = val_batches(builtin_data, seq_len=64, micro_batch=4, n_batches=2)
+def test_val_windows_round_tokens_up_to_whole_windows() -> None:
+    data = synthetic(800, n_val=200)
+    assert len(val_windows(data, seq_len=7, tokens=1)) == 1
+    assert len(val_windows(data, seq_len=7, tokens=15)) == 3  # at least 15 scored tokens: 3 x 7
+    with pytest.raises(ValueError, match="tokens must be >= 1"):
+        val_windows(data, seq_len=7, tokens=0)
+
+
+def test_val_windows_fixed_across_calls_and_training(builtin_data: TokenData) -> None:
+    a = val_windows(builtin_data, seq_len=64, tokens=512)
     take(TrainBatches(builtin_data, seq_len=64, micro_batch=4, seed=5), 3)  # training does not move them
-    b = val_batches(builtin_data, seq_len=64, micro_batch=4, n_batches=2)
-    assert len(a) == len(b) == 2
-    assert all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b, strict=True))
-    assert torch.equal(a[0][0][0], torch.from_numpy(np.asarray(builtin_data.val[:64], dtype=np.int64)))
+    b = val_windows(builtin_data, seq_len=64, tokens=512)
+    assert a.tolist() == b.tolist() == list(range(8))
+    (x, _), *_ = val_batches(builtin_data, a, seq_len=64, micro_batch=4)
+    assert torch.equal(x[0], torch.from_numpy(np.asarray(builtin_data.val[:64], dtype=np.int64)))
 
 
-def test_short_val_gives_fewer_windows_and_empty_val_is_an_error() -> None:
-    got = val_batches(synthetic(800, n_val=50), seq_len=7, micro_batch=4, n_batches=5)  # 6 windows
-    # fewer windows than asked: all 6, as a full batch and a partial one
-    assert [x.shape[0] for x, _ in got] == [4, 2]
+def test_short_val_gives_all_its_windows_and_empty_val_is_an_error() -> None:
+    # more tokens than val holds: all 6 of its windows
+    assert val_windows(synthetic(800, n_val=50), seq_len=7, tokens=1_000).tolist() == list(range(6))
     with pytest.raises(ValueError, match="fewer than one window"):
-        val_batches(synthetic(800, n_val=7), seq_len=7, micro_batch=4, n_batches=1)
+        val_windows(synthetic(800, n_val=7), seq_len=7, tokens=7)
+
+
+def test_peek_returns_the_next_batches_without_moving_on() -> None:
+    data, seq_len = synthetic(8 * 40), 7  # 40 windows: 10 batches of 4 per epoch
+    it = TrainBatches(data, seq_len=seq_len, micro_batch=4, seed=3)
+    take(it, 8)
+    state = it.state_dict()
+    peeked = list(it.peek(4))  # crosses into epoch 1
+    assert it.state_dict() == state and it.epoch == 0
+    for (xp, yp), (x, y) in zip(peeked, take(it, 4), strict=True):
+        assert torch.equal(xp, x) and torch.equal(yp, y)
+    assert it.epoch == 1
 
 
 # --- data roots (SWEEPS_DATA_ROOTS: a driver the service launched) ---------------------------------

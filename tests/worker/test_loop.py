@@ -8,15 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from worker.config import ModelConfig, OptimizerConfig, TrainConfig
+from worker.config import ModelConfig, OptimizerConfig, TrainConfig, split_batch
 from worker.loop import train
+from worker.names import OPTIMIZER_NAMES
 from worker.session import LocalSession
 
 TINY = dict(model=ModelConfig(preset="gpt2-nano", seq_len=32), max_micro_batch=4, threads_per_worker=1)
 
 
 def cfg(**kw: object) -> TrainConfig:
-    base: dict = dict(TINY, batch_size=8, token_budget=8 * 32 * 24, eval_every_tokens=8 * 32 * 6, eval_batches=2)
+    base: dict = dict(TINY, batch_size=8, token_budget=8 * 32 * 24, eval_every_tokens=8 * 32 * 6, eval_tokens=256)
     base |= kw
     return TrainConfig(**base)
 
@@ -118,3 +119,170 @@ def test_attention_probe_matches_eager_attention() -> None:
     assert per_layer.keys() == expected.keys()
     for i in expected:
         assert per_layer[i] == pytest.approx(expected[i], rel=1e-5)
+
+
+# ---- a trustworthy answer: a run is a function of its config ----------------------------------------
+
+LR = {"adamw": 1e-2, "lamb": 1e-2, "lion": 1e-3, "merit": 1e-2, "sophia": 1e-3}
+
+
+def curve(c: TrainConfig) -> list[tuple[int, float, float, float]]:
+    session = LocalSession()
+    train(c, session)
+    return [(r["tokens"], r["train_loss"], r["val_loss"], r["grad_norm"]) for r in session.reports]
+
+
+@pytest.mark.parametrize(
+    ("name", "dropout"), [(name, 0.0) for name in OPTIMIZER_NAMES] + [("adamw", 0.1), ("sophia", 0.1)]
+)
+def test_a_trial_gives_the_same_curve_whatever_ran_before_it(name: str, dropout: float) -> None:
+    # 12 steps: Sophia's Hessian pass (every 10th step) runs once; dropout draws at every forward pass
+    trial = cfg(
+        model=ModelConfig(preset="gpt2-nano", seq_len=32, dropout=dropout),
+        optimizer=OptimizerConfig(name=name, lr=LR[name]),
+        token_budget=8 * 32 * 12,
+    )
+    # another trial in between (Ray Tune's reuse_actors), and a draw from the global RNG
+    other = cfg(
+        model=ModelConfig(preset="gpt2-nano", seq_len=32, dropout=0.2),
+        optimizer=OptimizerConfig(name="sophia" if name != "sophia" else "adamw", lr=1e-3),
+        token_budget=8 * 32 * 12,
+        seed=7,
+    )
+    first = curve(trial)
+    curve(other)
+    torch.rand(1000)
+    second = curve(trial)
+    assert len(first) == 2
+    assert first == second  # bit for bit
+    # and the seed does matter
+    assert curve(trial.model_copy(update={"seed": 1}))[-1] != first[-1]
+
+
+def sophia_hessian(tmp_path: Path, **kw: object) -> list[torch.Tensor]:
+    """Sophia's Hessian estimate after its first update (step 10 of 20), from the checkpoint of that eval.
+
+    lr=1e-12: every update is far below float32 resolution of the weights, so runs that split the batch
+    differently reach the Hessian pass with the same model (up to ~1e-12 in the biases).
+    """
+    base: dict = dict(
+        TINY,
+        batch_size=16,
+        token_budget=16 * 32 * 20,
+        eval_every_tokens=16 * 32 * 10,
+        eval_tokens=32,
+        checkpoint_every_evals=1,
+        optimizer=OptimizerConfig(name="sophia", lr=1e-12),
+    )
+    session = LocalSession(checkpoint_root=tmp_path)
+    c = TrainConfig(**(base | kw))
+    train(c, session)
+    state = torch.load(session.checkpoints[0] / "state.pt", weights_only=False)
+    assert state["step"] == 10
+    # the pass read the next step's batch without taking it: 10 steps took 10 x accumulation micro-batches
+    _, accum = split_batch(c.batch_size, c.num_workers, c.max_micro_batch)
+    assert state["batches"]["position"] == 10 * accum
+    return [s["hessian"] for s in state["optimizer"]["state"].values()]
+
+
+def test_sophia_hessian_does_not_depend_on_the_micro_batch_split(tmp_path: Path) -> None:
+    # the global batch of 16 sequences as 1 x 16, 2 x 8 and 4 x 4
+    one, two, four = (sophia_hessian(tmp_path / str(m), max_micro_batch=m) for m in (16, 8, 4))
+    assert sum(h.sum().item() for h in one) > 0
+    for h1, h2, h4 in zip(one, two, four, strict=True):
+        # float tolerance: h is a square of sums taken in another order (~1e-6 of each tensor's largest)
+        tol = 1e-5 * h1.abs().max().item()
+        torch.testing.assert_close(h2, h1, rtol=1e-4, atol=tol)
+        torch.testing.assert_close(h4, h1, rtol=1e-4, atol=tol)
+
+
+def test_sophia_clips_the_sampled_label_gradient_like_a_training_gradient(tmp_path: Path) -> None:
+    # as the authors' train_sophiag.py: clip_grad_norm_ before update_hessian(), so from h = 0 the first
+    # update is h = (1 - beta2) * g_clipped^2, whose sum is (1 - beta2) * grad_clip^2 once the norm exceeds it
+    grad_clip, beta2 = 1e-3, 0.99
+    hessians = sophia_hessian(tmp_path, max_micro_batch=8, grad_clip=grad_clip)
+    assert sum(h.sum().item() for h in hessians) == pytest.approx((1 - beta2) * grad_clip**2, rel=1e-4)
+
+
+def test_val_loss_does_not_depend_on_the_micro_batch_size() -> None:
+    # the default held-out set, and lr=1e-12: both runs evaluate the same model, with accumulation 4 x 4
+    # and 1 x 16
+    finals = []
+    for max_micro_batch in (4, 16):
+        c = TrainConfig(
+            model=ModelConfig(preset="gpt2-nano", seq_len=32),
+            optimizer=OptimizerConfig(name="adamw", lr=1e-12),
+            batch_size=16,
+            max_micro_batch=max_micro_batch,
+            token_budget=16 * 32 * 2,
+            threads_per_worker=1,
+        )
+        finals.append(train(c, LocalSession()))
+    small, large = finals
+    assert abs(small["val_loss"] - large["val_loss"]) < 1e-6
+    for key in ("attn_logit_max", "attn_logit_max/layer_0", "attn_logit_max/layer_1"):
+        assert small[key] == pytest.approx(large[key], rel=1e-6)
+
+
+def test_eval_tokens_is_validated() -> None:
+    with pytest.raises(ValueError, match="eval_tokens must be > 0, got eval_tokens=-1"):
+        cfg(eval_tokens=-1)
+    with pytest.raises(ValueError, match="eval_tokens"):
+        cfg(eval_tokens=10**9)
+
+
+# ---- data-parallel: 2 ranks in 2 processes over gloo (what Ray Train sets up, without Ray) ------------
+
+DDP_CFG = dict(
+    model=ModelConfig(preset="gpt2-nano", seq_len=32),
+    optimizer=OptimizerConfig(name="sophia", lr=1e-12),  # the same model everywhere (see sophia_hessian)
+    batch_size=16,
+    max_micro_batch=4,
+    token_budget=16 * 32 * 11,
+    eval_every_tokens=16 * 32 * 10,
+    threads_per_worker=1,
+)
+
+
+def _ddp_rank(rank: int, world_size: int, init_file: str, cfg_json: str, out: str) -> None:
+    """One rank (a spawned process): the loop under a process group, as on a Ray Train worker."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        session = LocalSession(checkpoint_root=Path(out) if rank == 0 else None)
+        session.world_rank, session.world_size = rank, world_size
+        final = train(TrainConfig.model_validate_json(cfg_json), session)
+        torch.save({"final": final, "reports": session.reports}, Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_evaluate_the_same_set_and_estimate_the_same_hessian_as_one(tmp_path: Path) -> None:
+    import torch.multiprocessing as tmp_mp
+
+    single = LocalSession(checkpoint_root=tmp_path / "single")
+    (tmp_path / "single").mkdir()
+    train(TrainConfig(**DDP_CFG), single)  # micro 4 x accumulation 4
+    ddp_dir = tmp_path / "ddp"
+    ddp_dir.mkdir()
+    cfg_json = TrainConfig(**DDP_CFG, num_workers=2).model_dump_json()  # 2 ranks x micro 4 x accumulation 2
+    tmp_mp.spawn(_ddp_rank, args=(2, str(tmp_path / "pg"), cfg_json, str(ddp_dir)), nprocs=2, join=True)
+    ranks = [torch.load(ddp_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+    assert ranks[0]["final"]["ranks_in_sync"] is True
+    # the held-out set is sharded over the ranks and summed: both report the loss over the whole set,
+    # the one a single worker reports
+    for r in ranks:
+        got = [m["val_loss"] for m in r["reports"]]
+        want = [m["val_loss"] for m in single.reports]
+        assert len(got) == len(want) == 2
+        assert all(abs(a - b) < 1e-6 for a, b in zip(got, want, strict=True)), (got, want)
+    # Sophia's Hessian pass: every rank's micro-batches, averaged over the ranks, the same labels
+    (ckpt,) = [p for p in ddp_dir.iterdir() if p.name.startswith("checkpoint_")]
+    hessians = [
+        [s["hessian"] for s in torch.load(d / "state.pt", weights_only=False)["optimizer"]["state"].values()]
+        for d in (single.checkpoints[0], ckpt)
+    ]
+    for h1, h2 in zip(*hessians, strict=True):
+        torch.testing.assert_close(h2, h1, rtol=1e-4, atol=1e-5 * h1.abs().max().item())

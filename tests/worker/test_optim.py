@@ -14,7 +14,7 @@ import torch
 
 from worker.config import OptimizerConfig, extra_problems
 from worker.names import OPTIMIZER_EXTRA, OPTIMIZER_NAMES, OPTIMIZERS_WITHOUT_EPS
-from worker.optim import _CLASSES, MERIT, OPTIMIZERS, SophiaG, _extra_keywords, build_optimizer
+from worker.optim import _CLASSES, MERIT, OPTIMIZERS, SophiaG, _extra_keywords, build_optimizer, sampled_labels
 
 Nested = list  # a matrix as a list of rows of floats, or a vector as a list of floats
 
@@ -508,3 +508,33 @@ def test_optimizers_without_eps_match_the_registry() -> None:
     # the service refuses `eps` for these at submit; build_optimizer would refuse it at every trial
     assert {n for n, e in OPTIMIZERS.items() if e.default_eps is None} == OPTIMIZERS_WITHOUT_EPS
     assert all("eps" not in inspect.signature(_CLASSES[n].__init__).parameters for n in OPTIMIZERS_WITHOUT_EPS)
+
+
+# ---- Sophia-G's sampled labels ------------------------------------------------------------------
+
+
+def test_sampled_labels_follow_the_model_softmax() -> None:
+    probs = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0])
+    logits = probs.log().expand(4, 10_000, 5)  # (B, T, V); the last label has probability 0 (logit -inf)
+    uniforms = torch.rand(4, 10_000, generator=torch.Generator().manual_seed(0))
+    labels = sampled_labels(logits, uniforms)
+    assert labels.shape == (4, 10_000) and labels.dtype == torch.int64
+    freq = torch.bincount(labels.flatten(), minlength=5).double() / labels.numel()
+    # 40,000 draws: the standard error of each frequency is below 0.0025
+    assert torch.allclose(freq, probs.double(), atol=0.01), freq
+    assert freq[4] == 0
+    # the ends of [0, 1): never a label of probability 0, never past the vocabulary
+    edges = sampled_labels(probs.log().expand(1, 2, 5), torch.tensor([[0.0, 1.0 - 2**-24]]))
+    assert edges.tolist() == [[0, 3]]
+
+
+def test_sampled_labels_of_a_batch_are_those_of_its_parts() -> None:
+    # a position's label depends on its logits and its uniform only: splitting a batch into micro-batches
+    # (or over ranks) gives the same labels
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(8, 16, 50, generator=gen) * 3
+    uniforms = torch.rand(8, 16, generator=gen)
+    whole = sampled_labels(logits, uniforms)
+    parts = torch.cat([sampled_labels(logits[i : i + 2], uniforms[i : i + 2]) for i in range(0, 8, 2)])
+    assert torch.equal(whole, parts)
+    assert len(whole.unique()) > 10  # not a constant

@@ -8,7 +8,8 @@ that tuple without importing torch; a test keeps the two in step).
     lion    pytorch_optimizer.Lion (sign of an interpolated momentum; takes no eps)
     merit   MERIT (ours, worker.optim._merit): element-wise max-norm trust ratios
     sophia  SophiaG (ours, worker.optim._sophia): clipped Newton step with a Hessian-diagonal estimate
-            refreshed by `update_hessian()` every `hessian_interval` steps (the training loop's job)
+            refreshed by `update_hessian()` every `hessian_interval` steps (the training loop's job: a
+            backward pass over the global batch on labels from `sampled_labels`)
 
 Weight decay is set per parameter group by `build_optimizer` (matrices only), never by the factories.
 """
@@ -27,11 +28,11 @@ import torch
 from worker.config import OptimizerConfig, eps_message, extra_problems
 from worker.names import EXTRA_RESERVED, OPTIMIZER_NAMES
 from worker.optim._merit import MERIT
-from worker.optim._sophia import SophiaG
+from worker.optim._sophia import SophiaG, sampled_labels
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MERIT", "OPTIMIZERS", "OptimizerEntry", "SophiaG", "build_optimizer", "param_groups"]
+__all__ = ["MERIT", "OPTIMIZERS", "OptimizerEntry", "SophiaG", "build_optimizer", "param_groups", "sampled_labels"]
 
 # factory(param_groups, lr, **keywords) -> optimizer
 OptimizerFactory = Callable[..., torch.optim.Optimizer]

@@ -9,10 +9,12 @@ Follows the authors' reference `SophiaG` element for element:
 
 `h` is the Gauss-Newton-Bartlett estimate of the Hessian diagonal only if the gradient seen by
 `update_hessian()` comes from a backward pass on labels *sampled from the model's own logits* (not the
-data's labels), with the loss averaged over tokens as usual; the training loop does that sampling.
-`bs` is the number of tokens per step (batch_size * seq_len): for a loss averaged over bs tokens the
-GNB estimate is bs * g*g, hence `rho * bs * h` in the denominator. Before the first `update_hessian()`
-h is zero, so the ratio clips at 1 and the step is lr * sign(m), as in the reference.
+data's labels, `sampled_labels`), with the loss averaged over the same bs tokens a step trains on: the
+training loop runs that pass over every micro-batch of the global batch, as the authors' train_sophiag.py
+does. `bs` is the number of tokens per step (batch_size * seq_len): for a loss averaged over bs tokens
+the GNB estimate is bs * g*g, hence `rho * bs * h` in the denominator (a pass over fewer tokens than bs
+would make h too large by bs / its tokens). Before the first `update_hessian()` h is zero, so the ratio
+clips at 1 and the step is lr * sign(m), as in the reference.
 
 Vectorised: grouped `_foreach` ops, except the clipped step on CPU, which goes tensor by tensor through
 one reused buffer (see `__init__`); both give the same numbers.
@@ -27,6 +29,22 @@ from typing import Any
 import torch
 
 logger = logging.getLogger(__name__)
+
+
+def sampled_labels(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Labels drawn from softmax(logits), one per position, by inverting the CDF at `uniforms`.
+
+    logits (B, T, V), uniforms (B, T) in [0, 1) -> labels (B, T) int64. The distribution of the authors'
+    `torch.distributions.Categorical(logits=logits).sample()`, but the randomness is an argument: a
+    position's label depends on its own logits and uniform only, so the labels of a batch do not depend on
+    how it is split into micro-batches or over workers (the caller draws the uniforms from a seeded
+    generator, worker/seeds.py).
+    """
+    cdf = logits.detach().float().softmax(dim=-1).cumsum_(dim=-1)  # (B, T, V), rises to ~1
+    # scaled by the float total (cdf[..., -1], ~1 up to rounding), so every uniform lands inside; right=True:
+    # the first label whose cumulative mass exceeds the point, never one of zero probability
+    points = uniforms.to(cdf.dtype).unsqueeze(-1) * cdf[..., -1:]  # (B, T, 1)
+    return torch.searchsorted(cdf, points, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
 
 
 class SophiaG(torch.optim.Optimizer):
