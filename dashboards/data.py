@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sweeps.analysis import CellReport, Report, validate_report
+from sweeps.status import RESULT_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ __all__ = [
 TAG = "batchsweep."
 TRIAL_ROLES = ("search", "seed")
 # statuses a finished trial can have in the tables; cancelled/interrupted/running are left out (re-run on resume)
-SHOWN_STATUSES = ("completed", "pruned", "diverged", "failed")
+SHOWN_STATUSES = RESULT_STATUSES  # sweeps/status.py: what a finished trial can end as
 ATTN_PREFIX = "attn_logit_max/layer_"
 _LAYER = re.compile(r"^attn_logit_max/layer_(\d+)$")
 # metric histories the figures draw (per-layer attention keys are added per run)

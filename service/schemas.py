@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.store import SweepRow
 from sweeps.plan import cell_key
 from sweeps.spec import total_trials
+from sweeps.status import SweepStatus
 
-Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Status = SweepStatus
 
 
 class _Out(BaseModel):

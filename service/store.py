@@ -10,7 +10,6 @@ Rows come back detached (`expire_on_commit=False`), so callers read them without
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import logging
@@ -41,23 +40,13 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from sweeps.status import ACTIVE_SWEEP_STATUSES, FINAL_SWEEP_STATUSES, SweepStatus
+
 log = logging.getLogger(__name__)
 
 
-class SweepStatus(enum.StrEnum):
-    queued = "queued"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    cancelled = "cancelled"
-
-    @property
-    def final(self) -> bool:
-        return self in FINAL_STATUSES
-
-
-FINAL_STATUSES = frozenset({SweepStatus.succeeded, SweepStatus.failed, SweepStatus.cancelled})
-ACTIVE_STATUSES = frozenset({SweepStatus.queued, SweepStatus.running})
+# the one enum of sweep statuses (sweeps/status.py), under the names this module's callers use
+FINAL_STATUSES, ACTIVE_STATUSES = FINAL_SWEEP_STATUSES, ACTIVE_SWEEP_STATUSES
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -88,6 +88,8 @@ from typing import Any, Generic, Literal, TypeVar
 import scipy.stats
 from pydantic import BaseModel, ConfigDict
 
+from sweeps.status import RESULT_STATUSES
+
 __all__ = [
     "CI_LEVEL",
     "LR_EDGE_FACTOR",
@@ -114,7 +116,7 @@ CI_LEVEL = 0.95
 # best lr within this factor of lr_min or lr_max (log distance ln 1.5) is "at the edge" of the search.
 LR_EDGE_FACTOR = 1.5
 ROLES = ("search", "seed")
-STATUSES = ("completed", "pruned", "diverged", "failed")
+STATUSES = tuple(str(s) for s in RESULT_STATUSES)  # the statuses a trial of the analysis may have
 _LR_REL_TOL = 1e-9  # seed runs match the best lr up to float round-off (it travels through JSON/MLflow)
 
 

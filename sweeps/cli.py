@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from sweeps.status import FINAL_SWEEP_STATUSES, RESULT_STATUSES, SweepStatus
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch-size sweeps: how large can the batch get?")
 console = Console()
 err = Console(stderr=True)
@@ -171,7 +173,7 @@ def _print_report(report: dict[str, Any]) -> None:
                 f"{c['val_loss_mean']:.4f}" if c.get("val_loss_mean") is not None else "-",
                 f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci[0] is not None else "-",
                 str(c.get("seeds", "-")),
-                "/".join(str(st.get(k, 0)) for k in ("completed", "pruned", "diverged", "failed")),
+                "/".join(str(st.get(k, 0)) for k in RESULT_STATUSES),
                 "yes" if c.get("lr_at_edge") else "",
                 {True: "yes", False: "[red]no[/]", None: "-"}[c.get("stable")],
             )
@@ -205,7 +207,7 @@ def _print_report(report: dict[str, Any]) -> None:
 
 _URL = typer.Option("http://127.0.0.1:8000", "--url", envvar="SWEEPS_URL", help="service URL")
 _TOKEN = typer.Option(None, "--token", envvar="SWEEPS_TOKEN", help="bearer token (see SWEEPS_TOKENS of the service)")
-_FINAL = ("succeeded", "failed", "cancelled")
+_FINAL = tuple(FINAL_SWEEP_STATUSES)
 
 
 def _client(url: str, token: Optional[str]) -> Any:
@@ -347,7 +349,7 @@ def _print_final(client: Any, s: dict[str, Any]) -> None:
     console.print(f"[bold]{s['id']}[/]: {s['status']} ({_progress_line(s)})")
     if s.get("error"):
         console.print(f"[red]error:[/] {s['error']}")
-    if s["status"] in ("succeeded", "cancelled"):
+    if s["status"] in (SweepStatus.succeeded, SweepStatus.cancelled):
         report = client.get(f"/sweeps/{s['id']}/report")
         if report.is_success:
             _print_report(report.json())

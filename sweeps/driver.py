@@ -28,6 +28,7 @@ from sweeps.search import (
     run_trial,
 )
 from sweeps.spec import SweepSpec
+from sweeps.status import SweepStatus, TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def run_sweep(
     results, train_times = collect_results(searcher, recorder.trial_run_ids())
     report = build_report(results, inputs=AnalysisInput.from_spec(spec))
     report["warnings"] = [*report["warnings"], *warnings, *_edge_warnings(report)]
-    status = "cancelled" if cancelled else "succeeded"
+    status = SweepStatus.cancelled if cancelled else SweepStatus.succeeded
     summary_run_id = recorder.write_summary(report, status=status)
     if on_progress:
         on_progress(searcher.progress())
@@ -197,7 +198,7 @@ def collect_results(
     for cell in searcher.cells:
         for role in ("search", "seed"):
             for t in cell.trials(role):
-                status = t.user_attrs.get("status", "failed")
+                status = TrialStatus(t.user_attrs.get("status", TrialStatus.failed))
                 val = t.value if t.value is not None and math.isfinite(t.value) else None
                 if status == "pruned" and t.intermediate_values:
                     val = t.intermediate_values[max(t.intermediate_values)]

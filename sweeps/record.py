@@ -32,6 +32,7 @@ from ray.tune.experiment import Trial
 from sweeps.plan import DriverOnly, cell_key, run_name
 from sweeps.search import trial_status
 from sweeps.spec import SweepSpec
+from sweeps.status import TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +59,12 @@ TUNE_KEYS = {
     "experiment_tag",
 }
 MLFLOW_STATUS = {
-    "completed": "FINISHED",
-    "diverged": "FINISHED",
-    "pruned": "KILLED",
-    "failed": "FAILED",
-    "cancelled": "KILLED",
-    "interrupted": "KILLED",  # lost to the infrastructure: run again
+    TrialStatus.completed: "FINISHED",
+    TrialStatus.diverged: "FINISHED",
+    TrialStatus.pruned: "KILLED",
+    TrialStatus.failed: "FAILED",
+    TrialStatus.cancelled: "KILLED",
+    TrialStatus.interrupted: "KILLED",  # lost to the infrastructure: run again
 }
 
 
@@ -146,9 +147,7 @@ class SweepRecorder(DriverOnly, Callback):
         self._queue.put(lambda: self._log(trial.trial_id, metrics))
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        status = trial_status(trial.last_result, error=False)
-        if status == "pruned" and self._cancelling():
-            status = "cancelled"
+        status = trial_status(trial.last_result, error=False, cancelling=self._cancelling())
         self._queue.put(lambda: self._end_trial(trial.trial_id, status))
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
@@ -160,7 +159,7 @@ class SweepRecorder(DriverOnly, Callback):
 
     def mark_cancelled(self) -> None:
         """Trials still open when a sweep is cancelled end as KILLED (they re-run on resume)."""
-        self._queue.put(lambda: [self._end_trial(t, "cancelled") for t in list(self._trials)])
+        self._queue.put(lambda: [self._end_trial(t, TrialStatus.cancelled) for t in list(self._trials)])
 
     def trial_run_ids(self) -> dict[str, str]:
         """Tune trial id -> MLflow run id of every trial run of the sweep (after every write is done)."""
@@ -251,7 +250,7 @@ class SweepRecorder(DriverOnly, Callback):
                 f"{TAG}batch_size": str(c["batch_size"]),
                 f"{TAG}lr": repr(c["lr"]),
                 f"{TAG}seed": str(c["seed"]),
-                f"{TAG}status": "running",
+                f"{TAG}status": str(TrialStatus.running),
                 f"{TAG}tune_trial_id": trial_id,
                 f"{TAG}optuna_number": str(c.get("optuna_number")),
             },
@@ -272,7 +271,7 @@ class SweepRecorder(DriverOnly, Callback):
         run_id = self._trials.pop(trial_id, None)
         if run_id is None:
             return
-        self.client.set_tag(run_id, f"{TAG}status", status)
+        self.client.set_tag(run_id, f"{TAG}status", str(status))
         self.client.set_terminated(run_id, MLFLOW_STATUS[status])
 
     def _mark_stale_trials(self) -> None:
@@ -283,7 +282,7 @@ def close_running_runs(client: MlflowClient, experiment_id: str) -> int:
     """Trial runs left RUNNING by a driver that is gone end as KILLED (status interrupted); the count closed."""
     stale = client.search_runs([experiment_id], f"tags.`{TAG}status` = 'running'", max_results=1000)
     for run in stale:
-        client.set_tag(run.info.run_id, f"{TAG}status", "interrupted")
+        client.set_tag(run.info.run_id, f"{TAG}status", str(TrialStatus.interrupted))
         client.set_terminated(run.info.run_id, "KILLED")
     return len(stale)
 

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from sweeps.runtime import SweepRuntime
+from sweeps.status import SweepStatus
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class SweepActor:
         # the stores of the service that launched it, as one typed object (never through os.environ)
         self.sweep_id, self.spec, self.runtime = sweep_id, spec, runtime
         self._state: dict[str, Any] = {
-            "status": "queued",
+            "status": SweepStatus.queued,
             "progress": None,
             "report": None,
             "error": None,
@@ -55,7 +56,7 @@ class SweepActor:
             if self._thread is not None:
                 return False
             self._thread = threading.Thread(target=self._run, name=f"sweep-{self.sweep_id}", daemon=True)
-            self._state |= {"status": "running", "started_at": time.time()}
+            self._state |= {"status": SweepStatus.running, "started_at": time.time()}
             self._thread.start()
             return True
 
@@ -75,7 +76,7 @@ class SweepActor:
         from sweeps.spec import SweepSpec
 
         try:
-            spec = SweepSpec.model_validate(self.spec)
+            spec = SweepSpec.from_stored(self.spec)  # validated once, at submit
             outcome = run_sweep(
                 spec,
                 sweep_id=self.sweep_id,
@@ -93,7 +94,7 @@ class SweepActor:
         except BaseException as exc:  # reported to the service as the sweep's error, never lost
             log.exception("sweep %s failed", self.sweep_id)
             self._update(
-                status="failed",
+                status=SweepStatus.failed,
                 error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}",
                 finished_at=time.time(),
             )

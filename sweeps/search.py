@@ -33,14 +33,14 @@ from ray.tune.search import Searcher
 from sweeps.analysis import pick_best
 from sweeps.plan import DriverOnly, cell_key, cell_order, study_name, warm_start_lrs
 from sweeps.spec import SweepSpec
+from sweeps.status import RERUN_STATUSES, TrialStatus
 
 log = logging.getLogger(__name__)
 
 METRIC, MODE, TIME_ATTR = "val_loss", "min", "tokens"
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # FAIL trials with these statuses were cut short by the sweep itself or by the infrastructure (a killed
-# worker, a lost node, a lost driver): they are no search result and are run again
-RERUN_STATUSES = ("interrupted", "cancelled")
+# worker, a lost node, a lost driver): they are no search result and are run again (sweeps/status.py)
 # Tune restarts a trial whose worker died this many times before it is given up ("interrupted", re-run)
 TRIAL_RETRIES = 2
 
@@ -203,12 +203,8 @@ class CellSearcher(DriverOnly, Searcher):
                 return
             handle = cell.running.pop(trial_id)
             result = result or {}
-            status = (
-                "cancelled"
-                if self.cancelling and not error and result.get("status") != "completed"
-                else trial_status(result, error)
-            )
-            if status == "interrupted":
+            status = trial_status(result, error, cancelling=self.cancelling)
+            if status == TrialStatus.interrupted:
                 self.lost_trials += 1
                 log.warning("trial %s of %s was lost to the infrastructure; it will be run again", trial_id, cell.key)
             val = result.get(METRIC)
@@ -358,19 +354,24 @@ def close_sweep_trials(storage: optuna.storages.BaseStorage, sweep_id: str) -> i
     return closed
 
 
-def trial_status(result: dict[str, Any] | None, error: bool) -> str:
-    """completed | diverged | failed | pruned | interrupted, from a trial's last result.
+def trial_status(result: dict[str, Any] | None, error: bool, *, cancelling: bool = False) -> TrialStatus:
+    """How a trial ended, from its last result: the one rule, for the Optuna record (the searcher)
+    and the MLflow record (the recorder) alike, so the two always agree.
 
-    An error that reaches Tune is the infrastructure's (the trial's process died: `run_trial` turns
-    every exception of training itself into a `failed` result), and it is "interrupted" once Tune's
-    restarts are spent: no search result, run again.
+    - An error that reaches Tune is the infrastructure's (the trial's process died: `run_trial` turns
+      every exception of training itself into a `failed` result), and once Tune's restarts are spent
+      the trial is `interrupted`: no result, run again.
+    - A trial that reported its end is `completed`, `diverged` or `failed`, also while the sweep is
+      being cancelled: those are results.
+    - One cut short before its end was stopped by ASHA (`pruned`, a result) or, while the sweep is
+      being cancelled, by the cancel (`cancelled`, run again on resume).
     """
     if error:
-        return "interrupted"
+        return TrialStatus.interrupted
     status = (result or {}).get("status")
-    if status in ("completed", "diverged", "failed"):
-        return str(status)
-    return "pruned"  # stopped by the scheduler before its budget was spent
+    if status in (TrialStatus.completed, TrialStatus.diverged, TrialStatus.failed):
+        return TrialStatus(status)
+    return TrialStatus.cancelled if cancelling else TrialStatus.pruned
 
 
 class PerCellASHA(DriverOnly, FIFOScheduler):

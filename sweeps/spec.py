@@ -394,8 +394,10 @@ class SweepSpec(_Strict):
             if short:
                 problems.append(FieldProblem("model.seq_len", short, seq_len))
 
-        cap = DEFAULT_MAX_TRIALS
-        if info.context and info.context.get("max_trials") is not None:
+        cap: float = DEFAULT_MAX_TRIALS
+        if info.context and info.context.get("stored"):
+            cap = math.inf  # validated at submit against the service's own cap (`from_stored`)
+        elif info.context and info.context.get("max_trials") is not None:
             cap = int(info.context["max_trials"])
         total = self.total_trials
         if total > cap:
@@ -483,6 +485,12 @@ class SweepSpec(_Strict):
         )
 
     # ---- loading --------------------------------------------------------------------------------
+
+    @classmethod
+    def from_stored(cls, data: Any) -> SweepSpec:
+        """A spec the service stored after validating it at submit with its own limits (its trial cap
+        may exceed the default): rebuilt as it was, not judged again against the default cap."""
+        return cls.model_validate(data, context={"stored": True})
 
     @classmethod
     def from_mapping(cls, data: Any, *, max_trials: int | None = None) -> SweepSpec:

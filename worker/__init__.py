@@ -1,7 +1,8 @@
 """One GPT-2 training run (model, data, optimizers, loop) and its launch on Ray.
 
 Importing the package pins a *local* Ray cluster to loopback before anything imports ray: Ray
-otherwise rewrites 127.0.0.1 to the machine's outward address and binds all interfaces (RECON.md).
+otherwise rewrites 127.0.0.1 to the machine's outward address and binds all interfaces (Ray 2.60,
+`services.resolve_ip_for_localhost`; checked with `ss -ltn`).
 Set RAY_ADDRESS to a non-loopback cluster (KubeRay) and nothing here changes.
 """
 

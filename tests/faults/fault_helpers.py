@@ -31,7 +31,7 @@ def assert_recorded_once(
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from sweeps.search import RERUN_STATUSES
+    from sweeps.status import RERUN_STATUSES
 
     storage = optuna.storages.RDBStorage(optuna_url)
     names = [n for n in optuna.get_all_study_names(storage) if n.startswith(f"{sweep_id}/")]

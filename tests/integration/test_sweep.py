@@ -181,5 +181,14 @@ def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, t
         for r in finished_runs
     ]
     assert len(set(keys)) == len(keys)
+    # Optuna and MLflow agree on how every trial ended, those cut short by the cancel included
+    optuna_status = {
+        t.user_attrs["tune_trial_id"]: t.user_attrs["status"]
+        for bs in spec.batch_sizes
+        for t in optuna.load_study(study_name=study_name("resume", "adamw", bs), storage=storage).trials
+        if "tune_trial_id" in t.user_attrs
+    }
+    mlflow_status = {r.data.tags["batchsweep.tune_trial_id"]: r.data.tags["batchsweep.status"] for r in runs}
+    assert optuna_status == mlflow_status and len(optuna_status) >= spec.total_trials
     for cell in second.report["optimizers"]["adamw"]["cells"]:
         assert cell["seeds"] == 2 and math.isfinite(cell["val_loss_mean"])

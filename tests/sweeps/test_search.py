@@ -161,3 +161,29 @@ def test_a_changed_spec_cannot_reuse_a_sweep_id(storage: optuna.storages.BaseSto
     changed = SweepSpec.from_yaml(SPEC.replace("token_budget: 4096", "token_budget: 8192"))
     with pytest.raises(ValueError, match="different spec"):
         CellSearcher(changed, "unit", storage)
+
+
+def test_optuna_and_mlflow_records_share_one_status_rule() -> None:
+    from sweeps.search import trial_status
+    from sweeps.status import TrialStatus
+
+    # a diverged trial ending while the sweep is cancelled is a result in both records (before: the
+    # searcher made it "cancelled" and re-ran it on resume, MLflow kept it "diverged")
+    assert trial_status({"status": "diverged"}, False, cancelling=True) == TrialStatus.diverged
+    assert trial_status({"status": "completed"}, False, cancelling=True) == TrialStatus.completed
+    # cut short before its end: the cancel's doing while cancelling, else ASHA's
+    assert trial_status({"status": "running"}, False, cancelling=True) == TrialStatus.cancelled
+    assert trial_status({"status": "running"}, False) == TrialStatus.pruned
+    # an error reaching Tune is the infrastructure's, whatever the sweep is doing
+    assert trial_status({"status": "running"}, True, cancelling=True) == TrialStatus.interrupted
+
+
+def test_a_diverged_trial_during_a_cancel_is_kept_as_a_result(storage: optuna.storages.BaseStorage) -> None:
+    spec = SweepSpec.from_yaml(SPEC)
+    s = CellSearcher(spec, "unit", storage)
+    s.suggest("t1")
+    s.cancelling = True
+    s.on_trial_complete("t1", done(None, status="diverged", tokens=1024))
+    t = s.cells[0].study.trials[0]
+    assert t.user_attrs["status"] == "diverged" and math.isinf(t.value)
+    assert CellSearcher(spec, "unit", storage).cells[0].search_finished() == 1  # not run again

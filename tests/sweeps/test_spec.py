@@ -233,6 +233,10 @@ def test_default_trial_cap():
     err = only(refusal(data), "total_trials")
     assert f"max_trials={DEFAULT_MAX_TRIALS}" in err["message"] and err["value"] == DEFAULT_MAX_TRIALS + 1
     assert SweepSpec.from_mapping(data, max_trials=2000).total_trials == 1001
+    # the driver rebuilds the spec the service stored (validated with SWEEPS_MAX_TRIALS=2000 at
+    # submit) without judging it again by the default cap: a 201 never becomes a failed driver
+    stored = SweepSpec.from_mapping(data, max_trials=2000).model_dump(mode="json")
+    assert SweepSpec.from_stored(stored).total_trials == 1001
 
 
 def test_bad_name():

@@ -1,0 +1,39 @@
+"""The statuses of a sweep and of a trial: one enum per kind, used by the driver, the service, the
+CLI, the Optuna and MLflow records and the dashboards alike (each is a `str`, so it is stored and
+sent as its plain value)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class SweepStatus(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in FINAL_SWEEP_STATUSES
+
+
+FINAL_SWEEP_STATUSES = frozenset({SweepStatus.succeeded, SweepStatus.failed, SweepStatus.cancelled})
+ACTIVE_SWEEP_STATUSES = frozenset({SweepStatus.queued, SweepStatus.running})
+
+
+class TrialStatus(enum.StrEnum):
+    running = "running"  # in MLflow while it trains
+    completed = "completed"  # trained on its whole budget
+    pruned = "pruned"  # stopped early by ASHA: its last val loss is kept
+    diverged = "diverged"  # NaN/inf or a loss above 3x the initial one: a result (a bad lr)
+    failed = "failed"  # training itself raised an error: a result
+    cancelled = "cancelled"  # cut short by a cancel of the sweep: run again on resume
+    interrupted = "interrupted"  # lost to the infrastructure (worker, node or driver gone): run again
+
+
+# what a trial can end as and count in a cell (the report's trial_status counts these)
+RESULT_STATUSES = (TrialStatus.completed, TrialStatus.pruned, TrialStatus.diverged, TrialStatus.failed)
+# cut short by the sweep or the infrastructure: no result, the trial is run again
+RERUN_STATUSES = (TrialStatus.interrupted, TrialStatus.cancelled)
