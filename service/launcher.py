@@ -1,6 +1,6 @@
 """Sweep drivers on the Ray cluster, as the service sees them.
 
-A sweep's driver is a detached, named Ray actor (`sweeps.remote.SweepActor`): it outlives the service,
+A sweep's driver is a detached, named Ray actor (`service.remote.SweepActor`): it outlives the service,
 and a restarted service finds it again by name. `RayLauncher` starts, queries, cancels and kills them.
 Every method blocks (Ray's client is synchronous): the web layer calls them in worker threads.
 """
@@ -14,9 +14,9 @@ from typing import Any, Protocol
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from service import remote
 from service.ray_head import LocalRayHead
 from service.settings import Settings
-from sweeps import remote
 
 log = logging.getLogger(__name__)
 

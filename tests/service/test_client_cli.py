@@ -12,7 +12,7 @@ import yaml
 from svc_helpers import ALICE, ThreadServer, tiny_spec, wait_until
 from typer.testing import CliRunner
 
-from sweeps.cli import app
+from cli.main import app
 
 REPORT: dict[str, Any] = {
     "tolerance": 0.05,

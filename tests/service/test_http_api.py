@@ -12,8 +12,8 @@ import yaml
 from fastapi.testclient import TestClient
 from svc_helpers import ALICE, BOB, FakeLauncher, auth, tiny_spec, wait_until
 
+from cli.main import parse_sse
 from service.app import create_app
-from sweeps.cli import parse_sse
 
 
 def assert_error(resp: Any, status: int, code: str) -> dict[str, Any]:

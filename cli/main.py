@@ -88,7 +88,7 @@ def run(
             bars.update(best, description=_leaders(p))
 
         outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
-    from sweeps.remote import publish_figures
+    from service.remote import publish_figures
 
     with console.status("drawing the figures"):
         publish_figures(outcome.tracking_uri, outcome.sweep_id)
