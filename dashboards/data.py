@@ -78,6 +78,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import scipy.stats
+
 from sweeps.analysis import CellReport, Report, validate_report
 from sweeps.status import RESULT_STATUSES
 
@@ -593,17 +595,11 @@ def fit_power_law(points: Iterable[tuple[float, float]]) -> PowerLaw | None:
         raise ValueError(f"a power law needs finite x > 0 and y > 0, got {bad}")
     if len({x for x, _ in pts}) < 2:
         return None
-    lx = [math.log(x) for x, _ in pts]
-    ly = [math.log(y) for _, y in pts]
+    # scipy's least squares on the logs (slope, intercept, r); r is nan when every y is equal
+    fit = scipy.stats.linregress([math.log(x) for x, _ in pts], [math.log(y) for _, y in pts])
+    k, ln_a = float(fit.slope), float(fit.intercept)
+    r2 = float(fit.rvalue) ** 2 if math.isfinite(fit.rvalue) and len({y for _, y in pts}) > 1 else None
     n = len(pts)
-    mx, my = sum(lx) / n, sum(ly) / n
-    sxx = sum((a - mx) ** 2 for a in lx)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True))
-    k = sxy / sxx
-    ln_a = my - k * mx
-    ss_tot = sum((b - my) ** 2 for b in ly)
-    ss_res = sum((b - (ln_a + k * a)) ** 2 for a, b in zip(lx, ly, strict=True))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None  # all lrs equal: R^2 undefined
     return PowerLaw(exponent=k, prefactor=math.exp(ln_a), r2=r2, n=n)
 
 
