@@ -80,8 +80,10 @@ from typing import Any, Literal
 
 import scipy.stats
 
+from sweeps import layout
 from sweeps.analysis import CellReport, Report, validate_report
-from sweeps.status import RESULT_STATUSES
+from sweeps.layout import TRIAL_ROLES, Role, Tag
+from sweeps.status import RESULT_STATUSES, TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +124,6 @@ __all__ = [
     "target_loss",
 ]
 
-TAG = "batchsweep."
-TRIAL_ROLES = ("search", "seed")
 # statuses a finished trial can have in the tables; cancelled/interrupted/running are left out (re-run on resume)
 SHOWN_STATUSES = RESULT_STATUSES  # sweeps/status.py: what a finished trial can end as
 ATTN_PREFIX = "attn_logit_max/layer_"
@@ -235,11 +235,11 @@ def load_sweep(tracking_uri: str, sweep_id: str, *, client: Any = None) -> Sweep
     from mlflow.tracking import MlflowClient  # here: the pure tables must not need MLflow
 
     client = client or MlflowClient(tracking_uri)
-    exp = client.get_experiment_by_name(sweep_id)
+    exp = layout.find_experiment(client, sweep_id)
     if exp is None:
         raise SweepDataError(f"no MLflow experiment named {sweep_id!r} at {tracking_uri}")
-    runs = _all_runs(client, exp.experiment_id)
-    summaries = [r for r in runs if r.data.tags.get(f"{TAG}role") == "summary"]
+    runs = layout.runs_of(client, exp.experiment_id)
+    summaries = [r for r in runs if r.data.tags.get(Tag.role) == Role.summary]
     if not summaries:
         raise SweepDataError(f"sweep {sweep_id!r} has no summary run yet (figures need a finished sweep)")
     summary = summaries[0]
@@ -251,7 +251,7 @@ def load_sweep(tracking_uri: str, sweep_id: str, *, client: Any = None) -> Sweep
         report=report,
         trials=trials,
         warnings=tuple(warnings),
-        status=summary.data.tags.get(f"{TAG}status"),
+        status=summary.data.tags.get(Tag.status),
         experiment_id=exp.experiment_id,
         summary_run_id=summary.info.run_id,
         tracking_uri=tracking_uri,
@@ -270,21 +270,10 @@ def load_sweep(tracking_uri: str, sweep_id: str, *, client: Any = None) -> Sweep
     return replace(sweep, trials=tuple(loaded))
 
 
-def _all_runs(client: Any, experiment_id: str) -> list[Any]:
-    out: list[Any] = []
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        out.extend(page)
-        token = page.token
-        if not token:
-            return out
-
-
 def _read_report(client: Any, run_id: str, sweep_id: str) -> tuple[Report, list[str]]:
     with tempfile.TemporaryDirectory() as d:
         try:
-            path = client.download_artifacts(run_id, "report.json", d)
+            path = client.download_artifacts(run_id, layout.REPORT_FILE, d)
         except Exception as e:  # MLflow raises several types for a missing artifact
             raise SweepDataError(f"sweep {sweep_id!r}: the summary run has no report.json ({e})") from e
         raw = json.loads(Path(path).read_text())
@@ -298,20 +287,20 @@ def _read_report(client: Any, run_id: str, sweep_id: str) -> tuple[Report, list[
 
 def _trial_of(run: Any) -> TrialRun | None:
     tags = run.data.tags
-    if tags.get(f"{TAG}role") not in TRIAL_ROLES:
+    if tags.get(Tag.role) not in TRIAL_ROLES:
         return None
     try:
         return TrialRun(
             run_id=run.info.run_id,
             run_name=run.info.run_name or run.info.run_id,
-            optimizer=tags[f"{TAG}optimizer"],
-            batch_size=int(tags[f"{TAG}batch_size"]),
-            lr=float(tags[f"{TAG}lr"]),
-            seed=int(tags.get(f"{TAG}seed", "0")),
-            role=tags[f"{TAG}role"],
-            status=tags.get(f"{TAG}status", "running"),
+            optimizer=tags[Tag.optimizer],
+            batch_size=int(tags[Tag.batch_size]),
+            lr=float(tags[Tag.lr]),
+            seed=int(tags.get(Tag.seed, "0")),
+            role=tags[Tag.role],
+            status=tags.get(Tag.status, TrialStatus.running),
             metrics={k: float(v) for k, v in run.data.metrics.items()},
-            number=_int_or_none(tags.get(f"{TAG}optuna_number")),
+            number=_int_or_none(tags.get(Tag.optuna_number)),
         )
     except (KeyError, ValueError) as e:  # a run not written by the recorder: skip it, loudly
         log.warning("run %s lacks the trial tags (%s): left out", run.info.run_id, e)

@@ -1,9 +1,6 @@
-"""MLflow layout of a sweep, written from one place (the sweep driver) so workers never contend.
-
-  experiment  <sweep id>                     tags: batchsweep.sweep_id, batchsweep.spec_name
-    run  "merit bs=64"                       a cell (role=cell); its trials nest under it
-      run  "merit bs=64 lr=3.1e-03 seed=0"   a trial (role=search|seed); metrics with step = tokens seen
-    run  "summary"                           role=summary: spec.yaml, report.json, cells.csv
+"""A sweep's MLflow record, written from one place (the sweep driver) so workers never contend, in
+the layout `sweeps/layout.py` owns (experiment per sweep, cell runs, trial runs nested under them, a
+summary run with spec.yaml, report.json, cells.csv and figures/).
 
 All MLflow calls run on one background thread fed by a queue: the Tune event loop only enqueues, so
 recording never delays scheduling. `close()` drains the queue.
@@ -29,6 +26,8 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from sweeps import layout
+from sweeps.layout import Role, Tag
 from sweeps.plan import DriverOnly, cell_key, run_name
 from sweeps.search import trial_status
 from sweeps.spec import SweepSpec
@@ -36,7 +35,6 @@ from sweeps.status import TrialStatus
 
 log = logging.getLogger(__name__)
 
-TAG = "batchsweep."
 # what the worker reports, as opposed to the keys Ray Tune adds to every result
 NOT_METRICS = {"tokens", "done", "status", "step"}
 TUNE_KEYS = {
@@ -99,7 +97,7 @@ class SweepRecorder(DriverOnly, Callback):
         self._cancelling = cancelling  # trials cut short by a cancel are "cancelled", not "pruned"
         self.client = MlflowClient(tracking_uri)
         self.tracking_uri, self.sweep_id, self.spec = tracking_uri, sweep_id, spec
-        exp = self.client.get_experiment_by_name(sweep_id)
+        exp = layout.find_experiment(self.client, sweep_id)
         if exp is None:
             location = None
             if artifact_root is not None and not tracking_uri.startswith("http"):
@@ -107,26 +105,20 @@ class SweepRecorder(DriverOnly, Callback):
             self.experiment_id = self.client.create_experiment(
                 sweep_id,
                 artifact_location=location,
-                tags={f"{TAG}sweep_id": sweep_id, f"{TAG}spec_name": spec.name},
+                tags=layout.experiment_tags(sweep_id, spec.name),
             )
         else:
             self.experiment_id = exp.experiment_id
         self._cells: dict[str, str] = {}  # cell key -> run id
         self._trials: dict[str, str] = {}  # tune trial id -> run id
-        for run in self.client.search_runs([self.experiment_id], f"tags.`{TAG}role` = 'cell'", max_results=1000):
-            self._cells[run.data.tags[f"{TAG}cell"]] = run.info.run_id
+        for run in layout.runs_of(self.client, self.experiment_id, Role.cell):
+            self._cells[run.data.tags[Tag.cell]] = run.info.run_id
         for opt, bs in spec.cells():
             if cell_key(opt, bs) not in self._cells:
                 run = self.client.create_run(
                     self.experiment_id,
                     run_name=run_name(opt, bs),
-                    tags={
-                        f"{TAG}sweep_id": sweep_id,
-                        f"{TAG}role": "cell",
-                        f"{TAG}cell": cell_key(opt, bs),
-                        f"{TAG}optimizer": opt,
-                        f"{TAG}batch_size": str(bs),
-                    },
+                    tags=layout.cell_tags(sweep_id, cell_key(opt, bs), opt, bs),
                 )
                 self._cells[cell_key(opt, bs)] = run.info.run_id
         self._mark_stale_trials()
@@ -164,13 +156,8 @@ class SweepRecorder(DriverOnly, Callback):
     def trial_run_ids(self) -> dict[str, str]:
         """Tune trial id -> MLflow run id of every trial run of the sweep (after every write is done)."""
         self.close()
-        # MLflow's filter has no IN for tags: one query per role
-        runs = [
-            r
-            for role in ("search", "seed")
-            for r in self.client.search_runs([self.experiment_id], f"tags.`{TAG}role` = '{role}'", max_results=10_000)
-        ]
-        return {r.data.tags[f"{TAG}tune_trial_id"]: r.info.run_id for r in runs if f"{TAG}tune_trial_id" in r.data.tags}
+        runs = layout.trial_runs(self.client, self.experiment_id)
+        return {r.data.tags[Tag.tune_trial_id]: r.info.run_id for r in runs if Tag.tune_trial_id in r.data.tags}
 
     def write_summary(self, report: dict[str, Any], *, status: str) -> str:
         """Cell runs get their answer; one summary run holds spec, report and tables. Returns its id."""
@@ -186,21 +173,19 @@ class SweepRecorder(DriverOnly, Callback):
                 now = int(time.time() * 1000)
                 self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
                 self.client.set_terminated(run_id, "FINISHED")
-        existing = self.client.search_runs([self.experiment_id], f"tags.`{TAG}role` = 'summary'", max_results=1)
-        if existing:
-            run_id = existing[0].info.run_id
+        existing = layout.summary_run(self.client, self.experiment_id)
+        if existing is not None:
+            run_id = existing.info.run_id
         else:
             run_id = self.client.create_run(
-                self.experiment_id,
-                run_name="summary",
-                tags={f"{TAG}sweep_id": self.sweep_id, f"{TAG}role": "summary"},
+                self.experiment_id, run_name=layout.SUMMARY_RUN_NAME, tags=layout.summary_tags(self.sweep_id)
             ).info.run_id
         params = flatten("", {k: v for k, v in self.spec.model_dump(mode="json").items() if k != "optimizers"})
         params["optimizers"] = ",".join(self.spec.optimizer_names)
         self.client.log_batch(
             run_id,
-            params=[Param(k, v[:6000]) for k, v in params.items()] if not existing else [],
-            tags=[RunTag(f"{TAG}status", status)],
+            params=[Param(k, v[:6000]) for k, v in params.items()] if existing is None else [],
+            tags=[RunTag(Tag.status, str(status))],
             metrics=[
                 Metric(f"largest_degradation_free_bs/{name}/{ref}", float(bs), int(time.time() * 1000), 0)
                 for name, opt in report["optimizers"].items()
@@ -209,9 +194,9 @@ class SweepRecorder(DriverOnly, Callback):
             ],
         )
         with tempfile.TemporaryDirectory() as d:
-            (Path(d) / "spec.yaml").write_text(self.spec.to_yaml())
-            (Path(d) / "report.json").write_text(json.dumps(report, indent=2))
-            (Path(d) / "cells.csv").write_text(cells_csv(report))
+            (Path(d) / layout.SPEC_FILE).write_text(self.spec.to_yaml())
+            (Path(d) / layout.REPORT_FILE).write_text(json.dumps(report, indent=2))
+            (Path(d) / layout.CELLS_FILE).write_text(cells_csv(report))
             self.client.log_artifacts(run_id, d)
         self.client.set_terminated(run_id, "FINISHED")
         return run_id
@@ -234,26 +219,26 @@ class SweepRecorder(DriverOnly, Callback):
         if trial_id in self._trials:
             # Tune restarted the trial after its worker died: one run per trial, with its restarts counted
             run_id = self._trials[trial_id]
-            restarts = int(self.client.get_run(run_id).data.tags.get(f"{TAG}restarts", "0")) + 1
-            self.client.set_tag(run_id, f"{TAG}restarts", str(restarts))
+            restarts = int(self.client.get_run(run_id).data.tags.get(Tag.restarts, "0")) + 1
+            self.client.set_tag(run_id, Tag.restarts, str(restarts))
             return
         train = c["train"]
         run = self.client.create_run(
             self.experiment_id,
             run_name=run_name(c["optimizer"], c["batch_size"], c["lr"], c["seed"]),
-            tags={
-                "mlflow.parentRunId": self._cells[c["cell"]],
-                f"{TAG}sweep_id": self.sweep_id,
-                f"{TAG}role": c["role"],
-                f"{TAG}cell": c["cell"],
-                f"{TAG}optimizer": c["optimizer"],
-                f"{TAG}batch_size": str(c["batch_size"]),
-                f"{TAG}lr": repr(c["lr"]),
-                f"{TAG}seed": str(c["seed"]),
-                f"{TAG}status": str(TrialStatus.running),
-                f"{TAG}tune_trial_id": trial_id,
-                f"{TAG}optuna_number": str(c.get("optuna_number")),
-            },
+            tags=layout.trial_tags(
+                sweep_id=self.sweep_id,
+                parent_run_id=self._cells[c["cell"]],
+                role=c["role"],
+                cell=c["cell"],
+                optimizer=c["optimizer"],
+                batch_size=c["batch_size"],
+                lr=c["lr"],
+                seed=c["seed"],
+                status=TrialStatus.running,
+                optuna_number=c.get("optuna_number"),
+                tune_trial_id=trial_id,
+            ),  # fmt: skip
         )
         self._trials[trial_id] = run.info.run_id
         params = flatten("", {k: v for k, v in train.items() if k not in ("optimizer",)})
@@ -271,7 +256,7 @@ class SweepRecorder(DriverOnly, Callback):
         run_id = self._trials.pop(trial_id, None)
         if run_id is None:
             return
-        self.client.set_tag(run_id, f"{TAG}status", str(status))
+        self.client.set_tag(run_id, Tag.status, str(status))
         self.client.set_terminated(run_id, MLFLOW_STATUS[status])
 
     def _mark_stale_trials(self) -> None:
@@ -280,9 +265,9 @@ class SweepRecorder(DriverOnly, Callback):
 
 def close_running_runs(client: MlflowClient, experiment_id: str) -> int:
     """Trial runs left RUNNING by a driver that is gone end as KILLED (status interrupted); the count closed."""
-    stale = client.search_runs([experiment_id], f"tags.`{TAG}status` = 'running'", max_results=1000)
+    stale = client.search_runs([experiment_id], f"tags.`{Tag.status}` = '{TrialStatus.running}'", max_results=1000)
     for run in stale:
-        client.set_tag(run.info.run_id, f"{TAG}status", str(TrialStatus.interrupted))
+        client.set_tag(run.info.run_id, Tag.status, str(TrialStatus.interrupted))
         client.set_terminated(run.info.run_id, "KILLED")
     return len(stale)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from dashboards.data import SweepData, TrialRun
+from sweeps import layout
 from sweeps.analysis import AnalysisInput, TrialResult, build_report, validate_report
 from sweeps.plan import cell_key, run_name
 
-TAG = "batchsweep."
 Curve = Sequence[tuple[int, float]]
 
 
@@ -297,7 +297,7 @@ def record_sweep(tracking_uri: str, sweep: SweepData, artifact_root: Path) -> tu
     exp_id = client.create_experiment(
         sweep.sweep_id,
         artifact_location=(artifact_root / sweep.sweep_id).as_uri(),
-        tags={f"{TAG}sweep_id": sweep.sweep_id},
+        tags=layout.experiment_tags(sweep.sweep_id, sweep.sweep_id),
     )
     cells = {}
     for opt in sweep.optimizers:
@@ -305,12 +305,7 @@ def record_sweep(tracking_uri: str, sweep: SweepData, artifact_root: Path) -> tu
             run = client.create_run(
                 exp_id,
                 run_name=run_name(opt, bs),
-                tags={
-                    f"{TAG}role": "cell",
-                    f"{TAG}cell": cell_key(opt, bs),
-                    f"{TAG}optimizer": opt,
-                    f"{TAG}batch_size": str(bs),
-                },
+                tags=layout.cell_tags(sweep.sweep_id, cell_key(opt, bs), opt, bs),
             )
             cells[(opt, bs)] = run.info.run_id
     now = int(time.time() * 1000)
@@ -319,17 +314,18 @@ def record_sweep(tracking_uri: str, sweep: SweepData, artifact_root: Path) -> tu
         run = client.create_run(
             exp_id,
             run_name=t.run_name,
-            tags={
-                "mlflow.parentRunId": cells[(t.optimizer, t.batch_size)],
-                f"{TAG}role": t.role,
-                f"{TAG}cell": cell_key(t.optimizer, t.batch_size),
-                f"{TAG}optimizer": t.optimizer,
-                f"{TAG}batch_size": str(t.batch_size),
-                f"{TAG}lr": repr(t.lr),
-                f"{TAG}seed": str(t.seed),
-                f"{TAG}status": t.status,
-                f"{TAG}optuna_number": str(t.number),
-            },
+            tags=layout.trial_tags(
+                sweep_id=sweep.sweep_id,
+                parent_run_id=cells[(t.optimizer, t.batch_size)],
+                role=t.role,
+                cell=cell_key(t.optimizer, t.batch_size),
+                optimizer=t.optimizer,
+                batch_size=t.batch_size,
+                lr=t.lr,
+                seed=t.seed,
+                status=t.status,
+                optuna_number=t.number,
+            ),  # fmt: skip
         )
         run_ids[t.run_id] = run.info.run_id
         metrics = [Metric(k, v, now, s) for k, curve in t.history.items() for s, v in curve if math.isfinite(v)]
@@ -337,11 +333,15 @@ def record_sweep(tracking_uri: str, sweep: SweepData, artifact_root: Path) -> tu
             client.log_batch(run.info.run_id, metrics=metrics[i : i + 500])
         client.set_terminated(run.info.run_id, MLFLOW_STATUS.get(t.status, "FINISHED"))
     recorded = with_run_ids(sweep, run_ids)
-    summary = client.create_run(exp_id, run_name="summary", tags={f"{TAG}role": "summary", f"{TAG}status": "succeeded"})
+    summary = client.create_run(
+        exp_id,
+        run_name=layout.SUMMARY_RUN_NAME,
+        tags=layout.summary_tags(sweep.sweep_id) | {layout.Tag.status: "succeeded"},
+    )
     report: dict[str, Any] = recorded.report.model_dump(mode="json")
     report["warnings"] = list(recorded.warnings)
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "report.json").write_text(json.dumps(report, indent=2))
+        (Path(d) / layout.REPORT_FILE).write_text(json.dumps(report, indent=2))
         client.log_artifacts(summary.info.run_id, d)
     client.set_terminated(summary.info.run_id, "FINISHED")
     return exp_id, summary.info.run_id, recorded

@@ -14,14 +14,13 @@ from optuna.trial import TrialState
 
 from sweeps.analysis import validate_report
 from sweeps.driver import run_sweep
+from sweeps.layout import TRIAL_ROLES
 from sweeps.plan import study_name
 from sweeps.runtime import SweepRuntime
 from sweeps.search import open_storage
 from sweeps.spec import SweepSpec
 
 pytestmark = pytest.mark.ray
-
-TRIAL_ROLES = ("search", "seed")
 
 
 def _trial_runs(client: MlflowClient, experiment_id: str) -> list:

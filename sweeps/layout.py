@@ -1,0 +1,119 @@
+"""The MLflow layout of a sweep, written down once: names, tags, roles, artifacts, and the queries
+that find a sweep's runs. The recorder writes it, the dashboards and the tests read it; nobody else
+spells a tag or a filter.
+
+  experiment  <sweep id>                     tags: batchsweep.sweep_id, batchsweep.spec_name
+    run  "merit bs=64"                       role=cell; its trials nest under it (mlflow.parentRunId)
+      run  "merit bs=64 lr=3.1e-03 seed=0"   role=search|seed; metrics with step = tokens seen
+    run  "summary"                           role=summary: spec.yaml, report.json, cells.csv, figures/
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+PREFIX = "batchsweep."
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's own: nests a trial run under its cell run
+
+
+class Tag(enum.StrEnum):
+    sweep_id = PREFIX + "sweep_id"
+    spec_name = PREFIX + "spec_name"
+    role = PREFIX + "role"
+    cell = PREFIX + "cell"
+    optimizer = PREFIX + "optimizer"
+    batch_size = PREFIX + "batch_size"
+    lr = PREFIX + "lr"  # repr() of the float: exact
+    seed = PREFIX + "seed"
+    status = PREFIX + "status"  # sweeps.status.TrialStatus of a trial run; SweepStatus of the summary run
+    tune_trial_id = PREFIX + "tune_trial_id"
+    optuna_number = PREFIX + "optuna_number"
+    restarts = PREFIX + "restarts"  # how often Tune restarted the trial after its worker died
+
+
+class Role(enum.StrEnum):
+    cell = "cell"
+    search = "search"
+    seed = "seed"  # a confirmation run at the cell's best lr
+    summary = "summary"
+
+
+TRIAL_ROLES = (Role.search, Role.seed)
+SUMMARY_RUN_NAME = "summary"
+SPEC_FILE, REPORT_FILE, CELLS_FILE, FIGURES_DIR = "spec.yaml", "report.json", "cells.csv", "figures"
+
+
+def role_filter(role: Role) -> str:
+    """MLflow's search filter for the runs of one role (its filter language has no IN for tags)."""
+    return f"tags.`{Tag.role}` = '{role}'"
+
+
+def experiment_tags(sweep_id: str, spec_name: str) -> dict[str, str]:
+    return {Tag.sweep_id: sweep_id, Tag.spec_name: spec_name}
+
+
+def cell_tags(sweep_id: str, cell: str, optimizer: str, batch_size: int) -> dict[str, str]:
+    return {
+        Tag.sweep_id: sweep_id, Tag.role: Role.cell, Tag.cell: cell, Tag.optimizer: optimizer,
+        Tag.batch_size: str(batch_size),
+    }  # fmt: skip
+
+
+def trial_tags(
+    *,
+    sweep_id: str,
+    parent_run_id: str,
+    role: str,
+    cell: str,
+    optimizer: str,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    status: str,
+    optuna_number: int | None,
+    tune_trial_id: str | None = None,
+) -> dict[str, str]:
+    tags = {
+        PARENT_TAG: parent_run_id, Tag.sweep_id: sweep_id, Tag.role: str(role), Tag.cell: cell,
+        Tag.optimizer: optimizer, Tag.batch_size: str(batch_size), Tag.lr: repr(lr), Tag.seed: str(seed),
+        Tag.status: str(status), Tag.optuna_number: str(optuna_number),
+    }  # fmt: skip
+    if tune_trial_id is not None:
+        tags[Tag.tune_trial_id] = tune_trial_id
+    return tags
+
+
+def summary_tags(sweep_id: str) -> dict[str, str]:
+    return {Tag.sweep_id: sweep_id, Tag.role: Role.summary}
+
+
+# ---- finding a sweep's runs (an MlflowClient in, MLflow entities out) ----------------------------------
+
+
+def find_experiment(client: Any, sweep_id: str) -> Any | None:
+    """The sweep's experiment (named by the sweep id), None when there is none."""
+    return client.get_experiment_by_name(sweep_id)
+
+
+def runs_of(client: Any, experiment_id: str, role: Role | None = None) -> list[Any]:
+    """Every run of the experiment (of one role when given), all pages."""
+    out: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [experiment_id], role_filter(role) if role else "", max_results=1000, page_token=token
+        )
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def trial_runs(client: Any, experiment_id: str) -> list[Any]:
+    return [run for role in TRIAL_ROLES for run in runs_of(client, experiment_id, role)]
+
+
+def summary_run(client: Any, experiment_id: str) -> Any | None:
+    runs = client.search_runs([experiment_id], role_filter(Role.summary), max_results=1)
+    return runs[0] if runs else None
