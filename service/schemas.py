@@ -54,7 +54,9 @@ class Progress(_Out):
         optimizers = [o["name"] for o in spec.get("optimizers", [])]
         batch_sizes = list(spec.get("batch_sizes", []))
         lr = spec.get("lr", {})
-        search, seeds = int(lr.get("trials_per_batch_size", 0)), int(spec.get("seeds", 2))
+        seeds_spec = spec.get("seeds", 2)  # a number, or adaptive {min, max, step}: the minimum is planned
+        search = int(lr.get("trials_per_batch_size", 0))
+        seeds = int(seeds_spec["min"] if isinstance(seeds_spec, dict) else seeds_spec)
         cells = [
             CellProgress(
                 cell=cell_key(o, b),

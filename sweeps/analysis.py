@@ -65,6 +65,13 @@ null. `within_noise` is true when any boundary interval straddles 0 (lo <= 0 <= 
 boundary cell has an interval and none straddles 0; null otherwise (no boundary cell, or an interval
 missing and none straddling). `noise_checks` lists each boundary check.
 
+Adaptive confirmation (`seeds: {min, max, step}` in the spec). Every cell first gets `min`
+confirmation runs. While a boundary check straddles 0, `cells_to_extend` names the cells it compares
+(the boundary cell and its reference cell), and the search gives them `step` more runs, up to `max`.
+Looking again after more runs would inflate the error rate of a fixed 95% interval, so every check
+is made at 1 - 0.05 / K, K = 1 + (max - min) / step planned looks (Bonferroni, `noise_level`); the
+report says so in `noise_rule`. A plain number of seeds is one look at 95%.
+
 Steps/tokens to reference. From the curve (tokens, val loss) of the cell's first confirmation run
 (the lowest seed), the first point (by tokens) whose val loss <= (1 + tol) x the "self" reference
 gives `tokens_to_reference`;
@@ -103,6 +110,8 @@ __all__ = [
     "Report",
     "TrialResult",
     "build_report",
+    "cells_to_extend",
+    "noise_level",
     "pick_best",
     "mean_ci95",
     "report_to_json",
@@ -191,6 +200,9 @@ class AnalysisInput:
     seeds: int  # confirmation runs planned per cell
     seq_len: int
     token_budget: int | None = None  # tokens every trial trains on (the spec's, rounded once); reported
+    # planned looks at each boundary verdict (adaptive confirmation: 1 + (max - min) / step); each
+    # noise check is a Welch interval at 1 - 0.05 / noise_looks (Bonferroni)
+    noise_looks: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
@@ -220,9 +232,10 @@ class AnalysisInput:
             tolerance=spec.degradation.tolerance,
             lr_min=spec.lr.min,
             lr_max=spec.lr.max,
-            seeds=spec.seeds,
+            seeds=spec.seeds_min,
             seq_len=spec.model.seq_len,
             token_budget=spec.trained_tokens,
+            noise_looks=spec.noise_looks,
         )
 
 
@@ -252,8 +265,11 @@ def mean_ci95(samples: Sequence[float]) -> tuple[float, float, float, bool]:
     return mean, mean - half, mean + half, True
 
 
-def welch_diff_ci95(x: Sequence[float], y: Sequence[float], scale: float = 1.0) -> tuple[float, float, float] | None:
-    """(d, lo, hi) for d = mean(x) - scale x mean(y), Welch 95% interval; None with < 2 samples in either."""
+def welch_diff_ci95(
+    x: Sequence[float], y: Sequence[float], scale: float = 1.0, level: float = CI_LEVEL
+) -> tuple[float, float, float] | None:
+    """(d, lo, hi) for d = mean(x) - scale x mean(y), Welch interval at `level` (95% by default);
+    None with < 2 samples in either."""
     if len(x) < 2 or len(y) < 2:
         return None
     d = statistics.fmean(x) - scale * statistics.fmean(y)
@@ -263,7 +279,7 @@ def welch_diff_ci95(x: Sequence[float], y: Sequence[float], scale: float = 1.0) 
     if var == 0.0:
         return d, d, d
     df = var * var / (a * a / (len(x) - 1) + b * b / (len(y) - 1))
-    half = t_quantile(0.5 + CI_LEVEL / 2, df) * math.sqrt(var)
+    half = t_quantile(0.5 + level / 2, df) * math.sqrt(var)
     return d, d - half, d + half
 
 
@@ -336,6 +352,8 @@ def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], plann
             (t for t in trials if t.role == "seed" and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)),
             key=lambda t: t.seed,
         )
+        # adaptive confirmation may have given this cell more runs than the minimum: all of them count
+        cell.planned = max(planned, len(cell.confirmations))
     return cell
 
 
@@ -343,8 +361,13 @@ def _lr_at_edge(lr: float, lr_min: float, lr_max: float) -> bool:
     return lr <= lr_min * LR_EDGE_FACTOR or lr >= lr_max / LR_EDGE_FACTOR
 
 
+def noise_level(looks: int) -> float:
+    """Confidence level of each noise check: 95% over `looks` planned looks, split evenly (Bonferroni)."""
+    return 1.0 - (1.0 - CI_LEVEL) / looks
+
+
 def _judge(
-    cells: list[_Cell], ref: _Cell | None, tol: float, is_ref_cell: Any
+    cells: list[_Cell], ref: _Cell | None, tol: float, is_ref_cell: Any, level: float = CI_LEVEL
 ) -> tuple[list[bool | None], int | None, bool | None, list[dict[str, Any]]]:
     """Per-cell verdicts, the answer, within_noise and the noise checks against one reference."""
     ref_mean = ref.mean if ref is not None else None
@@ -377,7 +400,7 @@ def _judge(
         c = cells[i]
         if c.mean is None or is_ref_cell(c) or c.unstable_reason is not None:
             continue
-        ci = welch_diff_ci95(c.samples, ref.samples, 1.0 + tol)  # type: ignore[union-attr]
+        ci = welch_diff_ci95(c.samples, ref.samples, 1.0 + tol, level)  # type: ignore[union-attr]
         d = c.mean - threshold
         if ci is None:
             checks.append({"batch_size": c.batch_size, "diff_mean": d, "diff_ci95": None, "straddles_zero": None})
@@ -397,6 +420,39 @@ def _judge(
     else:
         within = None
     return verdicts, answer, within, checks
+
+
+def _noise_rule(looks: int) -> str:
+    if looks == 1:
+        return "Welch 95% interval of each boundary difference, one look"
+    return (
+        f"Welch {noise_level(looks):.2%} interval of each boundary difference: 95% split evenly over {looks} "
+        f"planned looks (Bonferroni), as adaptive confirmation looks again after adding runs"
+    )
+
+
+def cells_to_extend(report: dict[str, Any], *, seeds_max: int) -> list[tuple[str, int]]:
+    """Adaptive confirmation's next step: the (optimizer, batch size) cells that need more runs. For
+    every boundary verdict within noise (its interval straddles 0), the boundary cell and the
+    reference cell it is compared with, unless they already have `seeds_max` runs. Sorted, unique."""
+    out: set[tuple[str, int]] = set()
+    ref_b = report["reference_batch_size"]
+    for name, opt in report["optimizers"].items():
+        seeds = {c["batch_size"]: len(c["confirmation_run_ids"]) for c in opt["cells"]}
+        base = {
+            c["batch_size"]: len(c["confirmation_run_ids"]) for c in report["optimizers"][report["baseline"]]["cells"]
+        }
+        for ref, ref_cell, ref_seeds in (("self", name, seeds), ("baseline", report["baseline"], base)):
+            for check in opt["noise_checks"][ref]:
+                if check["straddles_zero"] is not True:
+                    continue
+                for cell, have in (
+                    ((name, check["batch_size"]), seeds[check["batch_size"]]),
+                    ((ref_cell, ref_b), ref_seeds[ref_b]),
+                ):
+                    if have < seeds_max:
+                        out.add(cell)
+    return sorted(out)
 
 
 def _to_reference(cell: _Cell, self_ref: float | None, tol: float, seq_len: int) -> tuple[int | None, int | None]:
@@ -451,9 +507,10 @@ def build_report(
     for o in inputs.optimizers:
         row = cells[o]
         self_ref = row[0]
-        v_self, ans_self, noise_self, checks_self = _judge(row, self_ref, tol, lambda c: c.batch_size == ref_b)
+        level = noise_level(inputs.noise_looks)
+        v_self, ans_self, noise_self, checks_self = _judge(row, self_ref, tol, lambda c: c.batch_size == ref_b, level)
         v_base, ans_base, noise_base, checks_base = _judge(
-            row, baseline_ref, tol, lambda c: c.optimizer == inputs.baseline and c.batch_size == ref_b
+            row, baseline_ref, tol, lambda c: c.optimizer == inputs.baseline and c.batch_size == ref_b, level
         )
         cell_dicts = []
         for i, c in enumerate(row):
@@ -508,6 +565,7 @@ def build_report(
         "lr_range": [inputs.lr_min, inputs.lr_max],
         "seeds_planned": inputs.seeds,
         "token_budget": inputs.token_budget,
+        "noise_rule": _noise_rule(inputs.noise_looks),
         "optimizers": optimizers,
         "warnings": [],  # filled by the driver: data repeated, best lr at the edge of the range
     }
@@ -593,6 +651,7 @@ class Report(_Schema):
     lr_range: tuple[float, float]
     seeds_planned: int  # confirmation runs planned per cell
     token_budget: int | None  # tokens every trial trains on: the spec's, rounded down once for the whole sweep
+    noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
     optimizers: dict[str, OptimizerReport]  # in the spec's order
     warnings: list[str] = []  # things a reader must know before trusting the answer
 

@@ -6,15 +6,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.analysis import AnalysisInput, TrialResult, build_report
+from sweeps.analysis import AnalysisInput, build_report
 from sweeps.plan import DriverOnly
 from sweeps.runtime import SweepRuntime
 from sweeps.search import (
@@ -24,11 +22,12 @@ from sweeps.search import (
     CellSearcher,
     PerCellASHA,
     close_sweep_trials,
+    collect_results,
     open_storage,
     run_trial,
 )
 from sweeps.spec import SweepSpec
-from sweeps.status import SweepStatus, TrialStatus
+from sweeps.status import SweepStatus
 
 log = logging.getLogger(__name__)
 
@@ -187,39 +186,6 @@ def close_leftovers(sweep_id: str, runtime: SweepRuntime) -> tuple[int, int]:
     return close_sweep_trials(open_storage(runtime.optuna_storage), sweep_id), close_sweep_runs(
         runtime.tracking_uri, sweep_id
     )
-
-
-def collect_results(
-    searcher: CellSearcher, run_ids: dict[str, str] | None = None
-) -> tuple[list[TrialResult], list[float]]:
-    """Every finished trial of every cell, read back from the Optuna storage; `run_ids` (Tune trial id
-    -> MLflow run id) names each trial's MLflow run in the report."""
-    results, times = [], []
-    for cell in searcher.cells:
-        for role in ("search", "seed"):
-            for t in cell.trials(role):
-                status = TrialStatus(t.user_attrs.get("status", TrialStatus.failed))
-                val = t.value if t.value is not None and math.isfinite(t.value) else None
-                if status == "pruned" and t.intermediate_values:
-                    val = t.intermediate_values[max(t.intermediate_values)]
-                results.append(
-                    TrialResult(
-                        optimizer=cell.optimizer,
-                        batch_size=cell.batch_size,
-                        lr=float(t.params["lr"]),
-                        seed=int(t.user_attrs.get("seed", 0)),
-                        role=role,
-                        status=status,
-                        val_loss=val if status in ("completed", "pruned") else None,
-                        tokens=int(t.user_attrs.get("tokens", 0)),
-                        steps=int(t.user_attrs.get("steps", 0)),
-                        curve=tuple(tuple(p) for p in json.loads(t.user_attrs.get("curve", "[]"))),
-                        number=t.number,
-                        run_id=(run_ids or {}).get(str(t.user_attrs.get("tune_trial_id"))),
-                    )
-                )
-                times.append(float(t.user_attrs.get("train_time_s", 0.0)))
-    return results, times
 
 
 def _edge_warnings(report: dict[str, Any]) -> list[str]:

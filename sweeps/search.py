@@ -30,7 +30,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from sweeps.analysis import pick_best
+from sweeps.analysis import AnalysisInput, TrialResult, build_report, cells_to_extend, pick_best
 from sweeps.plan import DriverOnly, cell_key, cell_order, study_name, warm_start_lrs
 from sweeps.spec import SweepSpec
 from sweeps.status import RERUN_STATUSES, TrialStatus
@@ -161,7 +161,9 @@ class CellSearcher(DriverOnly, Searcher):
                     f"now {fingerprint}); use a new sweep id"
                 )
             close_running_trials(study)  # left behind by an interrupted driver: replaced, not resumed
-            cell = Cell(opt, bs, study, spec.lr.trials_per_batch_size, spec.seeds, previous=by_opt.get(opt))
+            cell = Cell(opt, bs, study, spec.lr.trials_per_batch_size, spec.seeds_min, previous=by_opt.get(opt))
+            # a resumed sweep keeps the confirmation runs adaptive confirmation had already added
+            cell.n_seeds = max(cell.n_seeds, *cell.seeds_recorded(), 0)
             by_opt[opt] = cell
             self.cells.append(cell)
         self._by_trial: dict[str, Cell] = {}
@@ -177,16 +179,37 @@ class CellSearcher(DriverOnly, Searcher):
                     f"{self.lost_trials} trials were lost to infrastructure failures (worker processes killed, "
                     f"nodes lost), each after {TRIAL_RETRIES} restarts; the cluster needs attention"
                 )
-            for cell in self.cells:
-                config = self._next_of(cell, trial_id)
-                if config is not None:
-                    self._by_trial[trial_id] = cell
-                    self._curves[trial_id] = []
-                    self._started[trial_id] = time.time()
-                    return config
-            if all(c.finished() for c in self.cells):
-                return Searcher.FINISHED
-            return None  # waiting: a cell's seeds need its search to end first
+            for _ in range(2):  # a second pass after adaptive confirmation added runs
+                for cell in self.cells:
+                    config = self._next_of(cell, trial_id)
+                    if config is not None:
+                        self._by_trial[trial_id] = cell
+                        self._curves[trial_id] = []
+                        self._started[trial_id] = time.time()
+                        return config
+                if not all(c.finished() for c in self.cells):
+                    return None  # waiting: a cell's confirmations need its search to end first
+                if not self._extend_boundary_cells():
+                    return Searcher.FINISHED
+            return None
+
+    def _extend_boundary_cells(self) -> bool:
+        """Adaptive confirmation (`seeds: {min, max, step}`): every cell has its runs; where a boundary
+        verdict is within noise, give the cells it compares `step` more confirmation runs (up to max).
+        True when some cell got more. The verdicts are the report's own (`cells_to_extend`)."""
+        spec = self.spec
+        if spec.seeds_max <= spec.seeds_min:
+            return False
+        results, _ = collect_results(self)
+        report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+        extended = False
+        for opt, bs in cells_to_extend(report, seeds_max=spec.seeds_max):
+            cell = next(c for c in self.cells if (c.optimizer, c.batch_size) == (opt, bs))
+            if cell.n_seeds < spec.seeds_max:
+                cell.n_seeds = min(spec.seeds_max, cell.n_seeds + spec.seeds_step)
+                extended = True
+                log.info("%s: within noise at the boundary, %d confirmation runs now", cell.key, cell.n_seeds)
+        return extended
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         if METRIC in result and TIME_ATTR in result and math.isfinite(result[METRIC]):
@@ -331,9 +354,43 @@ class CellSearcher(DriverOnly, Searcher):
                 "cells_done": sum(c["finished"] for c in cells),
                 "cells_total": len(cells),
                 "trials_done": done,
-                "trials_total": self.spec.total_trials,
+                # the current plan: adaptive confirmation may add runs at boundary cells (at most spec.total_trials)
+                "trials_total": sum(c.n_search + c.n_seeds for c in self.cells),
                 "cells": cells,
             }
+
+
+def collect_results(
+    searcher: CellSearcher, run_ids: dict[str, str] | None = None
+) -> tuple[list[TrialResult], list[float]]:
+    """Every finished trial of every cell, read back from the Optuna storage; `run_ids` (Tune trial id
+    -> MLflow run id) names each trial's MLflow run in the report."""
+    results, times = [], []
+    for cell in searcher.cells:
+        for role in ("search", "seed"):
+            for t in cell.trials(role):
+                status = TrialStatus(t.user_attrs.get("status", TrialStatus.failed))
+                val = t.value if t.value is not None and math.isfinite(t.value) else None
+                if status == "pruned" and t.intermediate_values:
+                    val = t.intermediate_values[max(t.intermediate_values)]
+                results.append(
+                    TrialResult(
+                        optimizer=cell.optimizer,
+                        batch_size=cell.batch_size,
+                        lr=float(t.params["lr"]),
+                        seed=int(t.user_attrs.get("seed", 0)),
+                        role=role,
+                        status=status,
+                        val_loss=val if status in ("completed", "pruned") else None,
+                        tokens=int(t.user_attrs.get("tokens", 0)),
+                        steps=int(t.user_attrs.get("steps", 0)),
+                        curve=tuple(tuple(p) for p in json.loads(t.user_attrs.get("curve", "[]"))),
+                        number=t.number,
+                        run_id=(run_ids or {}).get(str(t.user_attrs.get("tune_trial_id"))),
+                    )
+                )
+                times.append(float(t.user_attrs.get("train_time_s", 0.0)))
+    return results, times
 
 
 def close_running_trials(study: optuna.Study) -> int:
@@ -444,25 +501,16 @@ def run_trial(config: dict[str, Any]) -> None:
             tune.report({"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500], METRIC: math.nan})
         return
     from ray import tune
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from worker.loop import train_loop_per_worker
+    from worker.launch import torch_trainer
 
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config=cfg.model_dump(mode="json"),
-        scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers,
-            use_gpu=cfg.use_gpu,
-            resources_per_worker={"CPU": cfg.threads_per_worker or 1},
-        ),
-        run_config=RunConfig(
-            name=f"{config['sweep_id']}-{tune.get_context().get_trial_id()}",
-            storage_path=tune.get_context().get_trial_dir(),
-            callbacks=[TuneReportCallback()],
-            failure_config=FailureConfig(max_failures=1),
-        ),
+    context = tune.get_context()
+    trainer = torch_trainer(
+        cfg,
+        name=f"{config['sweep_id']}-{context.get_trial_id()}",
+        storage_path=context.get_trial_dir(),
+        max_failures=1,
+        callbacks=[TuneReportCallback()],
     )
     trainer.fit()

@@ -193,6 +193,28 @@ class OptimizerSpec(_Strict):
         )
 
 
+class AdaptiveSeeds(_Strict):
+    """`seeds: {min: 2, max: 6, step: 2}`: `min` confirmation runs in every cell; then, while a
+    boundary verdict is within noise, `step` more at the boundary cells only, up to `max`. Every look
+    is judged at 1 - 0.05 / looks (Bonferroni over the planned looks), so looking again cannot raise
+    the error rate above 5%."""
+
+    min: int = Field(ge=2, le=MAX_SEEDS)  # an interval needs two runs
+    max: int = Field(ge=2, le=MAX_SEEDS)
+    step: int = Field(default=2, ge=1, le=MAX_SEEDS)
+
+    @model_validator(mode="after")
+    def _order(self) -> AdaptiveSeeds:
+        if self.max < self.min:
+            raise _problem("max", f"seeds.max must be >= seeds.min, got min={self.min}, max={self.max}", self.max)
+        return self
+
+    @property
+    def looks(self) -> int:
+        """Planned looks at a boundary verdict: after min runs, then after each step up to max."""
+        return 1 + math.ceil((self.max - self.min) / self.step)
+
+
 class LRSearchSpec(_Strict):
     """Peak lr searched log-uniformly in [min, max], `trials_per_batch_size` trials per cell."""
 
@@ -261,8 +283,9 @@ class SweepSpec(_Strict):
     lr: LRSearchSpec
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     # confirmation runs at each cell's best lr, seeds 1..n (the search runs at seed 0 and only picks the
-    # lr); they alone give the cell's mean and 95% interval: 1 gives a mean without an interval
-    seeds: int = Field(default=2, ge=1, le=MAX_SEEDS)
+    # lr); they alone give the cell's mean and 95% interval: 1 gives a mean without an interval. Or
+    # {min, max, step}: adaptive confirmation at the boundary cells (AdaptiveSeeds)
+    seeds: int | AdaptiveSeeds = Field(default=2)
     degradation: DegradationSpec
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pruning: PruningSpec = Field(default_factory=PruningSpec)
@@ -279,6 +302,33 @@ class SweepSpec(_Strict):
         if not NAME_PATTERN.fullmatch(v):
             raise _problem("", f"name must be 1..64 characters of [a-z0-9-], got name={excerpt(v)}", v)
         return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: int | AdaptiveSeeds) -> int | AdaptiveSeeds:
+        if isinstance(v, int) and not 1 <= v <= MAX_SEEDS:
+            raise ValueError(f"seeds must be in [1, {MAX_SEEDS}], got seeds={v}")
+        if isinstance(v, AdaptiveSeeds) and v.min == v.max:
+            return v.min  # nothing to adapt: the plain number
+        return v
+
+    @property
+    def seeds_min(self) -> int:
+        """Confirmation runs every cell gets."""
+        return self.seeds if isinstance(self.seeds, int) else self.seeds.min
+
+    @property
+    def seeds_max(self) -> int:
+        """Confirmation runs a boundary cell may get (the trial cap counts these)."""
+        return self.seeds if isinstance(self.seeds, int) else self.seeds.max
+
+    @property
+    def seeds_step(self) -> int:
+        return 0 if isinstance(self.seeds, int) else self.seeds.step
+
+    @property
+    def noise_looks(self) -> int:
+        return 1 if isinstance(self.seeds, int) else self.seeds.looks
 
     @field_validator("optimizers")
     @classmethod
@@ -405,7 +455,7 @@ class SweepSpec(_Strict):
                 FieldProblem(
                     "total_trials",
                     f"total trials {total} = {len(self.optimizers)} optimizers x {len(self.batch_sizes)} batch sizes "
-                    f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {self.seeds} seeds) "
+                    f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {self.seeds_max} seeds) "
                     f"exceeds the cap max_trials={cap}; reduce optimizers, batch_sizes, "
                     f"lr.trials_per_batch_size or seeds",
                     total,
@@ -435,7 +485,8 @@ class SweepSpec(_Strict):
 
     @property
     def total_trials(self) -> int:
-        return total_trials(len(self.optimizers), len(self.batch_sizes), self.lr.trials_per_batch_size, self.seeds)
+        """At most: every cell at seeds_max confirmation runs (adaptive seeds stop earlier where they can)."""
+        return total_trials(len(self.optimizers), len(self.batch_sizes), self.lr.trials_per_batch_size, self.seeds_max)
 
     @property
     def trained_tokens(self) -> int:

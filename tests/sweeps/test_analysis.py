@@ -395,6 +395,7 @@ def test_report_schema_keys_are_stable():
         "lr_range",
         "seeds_planned",
         "token_budget",
+        "noise_rule",
         "optimizers",
         "warnings",
     ]
@@ -484,6 +485,7 @@ def test_analysis_input_from_the_demo_spec():
         seeds=2,
         seq_len=64,
         token_budget=81920,
+        noise_looks=1,
     )
     # with no results at all every cell is empty and every answer null
     report = build_report([], inputs=inputs)

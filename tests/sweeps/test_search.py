@@ -187,3 +187,28 @@ def test_a_diverged_trial_during_a_cancel_is_kept_as_a_result(storage: optuna.st
     t = s.cells[0].study.trials[0]
     assert t.user_attrs["status"] == "diverged" and math.isinf(t.value)
     assert CellSearcher(spec, "unit", storage).cells[0].search_finished() == 1  # not run again
+
+
+def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
+    storage: optuna.storages.BaseStorage,
+) -> None:
+    spec = SweepSpec.from_yaml(SPEC.replace("seeds: 2", "seeds: {min: 2, max: 4, step: 2}"))
+    assert (spec.seeds_min, spec.seeds_max, spec.noise_looks, spec.total_trials) == (2, 4, 2, 14)
+    s = CellSearcher(spec, "unit", storage)
+    losses = {"adamw/bs4": [4.0, 3.5, 3.9], "adamw/bs16": [4.1, 3.6, 3.95]}
+    confirm = {"adamw/bs4": iter([3.50, 3.56, 3.52, 3.53]), "adamw/bs16": iter([3.55, 3.62, 3.57, 3.58])}
+    asked = []
+    for i in range(40):
+        config = s.suggest(f"t{i}")
+        if config == Searcher.FINISHED:
+            break
+        assert config is not None
+        asked.append((config["cell"], config["role"], config["seed"]))
+        value = next(confirm[config["cell"]]) if config["role"] == "seed" else losses[config["cell"]].pop(0)
+        s.on_trial_complete(f"t{i}", done(value))
+    # first look, 2 runs each: d = 3.585 - 1.05 x 3.53 = -0.12, but at 97.5% (Bonferroni over 2
+    # looks) with ~2 degrees of freedom the interval is about [-0.41, 0.17]: within noise, so both
+    # cells it compares get 2 more runs (seeds 3, 4); second look: about [-0.18, -0.07], cleared
+    seeds = [(c, seed) for c, role, seed in asked if role == "seed"]
+    assert sorted(seeds) == [(c, k) for c in ("adamw/bs16", "adamw/bs4") for k in (1, 2, 3, 4)]
+    assert s.progress()["trials_total"] == 14 == len(asked)
