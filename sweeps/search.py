@@ -231,6 +231,12 @@ class CellSearcher(DriverOnly, Searcher):
                 self.lost_trials += 1
                 log.warning("trial %s of %s was lost to the infrastructure; it will be run again", trial_id, cell.key)
             val = result.get(METRIC)
+            # Tune ends a trial on its final ("done") result without passing it to on_trial_result:
+            # the final evaluation joins the curve here
+            curve = self._curves.get(trial_id, [])
+            if val is not None and math.isfinite(val) and TIME_ATTR in result:
+                if not curve or int(result[TIME_ATTR]) > curve[-1][0]:
+                    curve.append((int(result[TIME_ATTR]), float(val)))
             attrs = {
                 "status": status,
                 "tokens": int(result.get(TIME_ATTR, 0)),

@@ -212,3 +212,14 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
     seeds = [(c, seed) for c, role, seed in asked if role == "seed"]
     assert sorted(seeds) == [(c, k) for c in ("adamw/bs16", "adamw/bs4") for k in (1, 2, 3, 4)]
     assert s.progress()["trials_total"] == 14 == len(asked)
+
+
+def test_the_stored_curve_ends_with_the_final_evaluation(storage: optuna.storages.BaseStorage) -> None:
+    import json
+
+    s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
+    s.suggest("t1")
+    s.on_trial_result("t1", {"tokens": 2048, "val_loss": 5.0})
+    # Tune passes the final ("done") result to on_trial_complete only
+    s.on_trial_complete("t1", done(4.0, tokens=4096))
+    assert json.loads(s.cells[0].study.trials[0].user_attrs["curve"]) == [[2048, 5.0], [4096, 4.0]]

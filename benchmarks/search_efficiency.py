@@ -1,0 +1,676 @@
+"""Does the per-cell search find the grid's answer for much less compute?
+
+    python benchmarks/search_efficiency.py [--problems 200] [--concurrency 4] [--sigma 0.01] [--seed 0]
+    python benchmarks/search_efficiency.py --real [--spec sweeps/examples/demo.yaml]
+
+Target (issue: sweeps): the search (TPE + ASHA + warm start + confirmation seeds) spends <= 1/3 of the
+tokens of a dense grid and finds the true answer at least as often as the grid, minus 2 points.
+
+Simulation (the default). The project's own code does the searching and the judging: `CellSearcher`
+and `PerCellASHA` (sweeps/search.py) are driven through Tune's calls, as Tune's controller makes them
+(`suggest`; per result `PerCellASHA.on_trial_result`, then `CellSearcher.on_trial_result` unless
+stopped; a result with `done` stops the trial without asking the scheduler; a stop calls both
+`on_trial_complete`s), with `max_concurrent_trials` slots in a discrete-event loop, against an
+in-memory Optuna storage; then `sweeps.driver.collect_results` and `sweeps.analysis.build_report`
+give the answer. Only training is simulated: each trial's reports are those `worker.loop.train`
+would send (an eval every `eval_interval_steps` steps with `tokens`, `step`, `val_loss`, `status`,
+`done`; a diverged run's last report carries its last good metrics) from a synthetic objective:
+
+- optimum lr per batch size: lr*(B) = lr0 x (B / B0)^alpha, alpha ~ U[0.3, 0.7] per optimizer, lr0
+  log-uniform such that lr*(B) stays inside [3 x lr.min, lr.max / 2] at every batch size;
+- final val loss: L(B, lr) = Lmin(B) + k u^2 (1.5 k on the high side), u = ln(lr / lr*(B)),
+  k ~ U[0.03, 0.08] per optimizer (a factor 2 off the optimum costs 0.015..0.06);
+- Lmin(B) = L0 (1 + drift x log2(B / B0) + growth x max(0, log2(B / Bcrit))^1.5): flat-ish up to a
+  critical batch Bcrit, rising beyond it; Bcrit(adamw) log-uniform in [16, 128], Bcrit(merit) =
+  2..4 x that (the optimizer with the larger critical batch), growth ~ U[0.02, 0.05], drift ~ U[0, 0.002];
+- an instability cliff: lr > c x lr*(B) x exp(0.1 z_seed), c ~ U[2, 5], diverges (earlier the further
+  above the cliff); diverged runs stop there and report `diverged`;
+- seed noise of sd `sigma` on the final loss: half its variance shared by the runs of one (cell, seed)
+  (init and data order), half varying with lr; every draw is a deterministic function of
+  (problem, cell, seed, lr), so both methods get the same loss for the same run;
+- intermediate losses fall with tokens, Lmin(B) (1 + 0.15 ((t/T)^-0.5 - 1)), and their bowl is centred
+  at lr*(B) exp(shift (1 - t/T)), shift ~ U[-0.6, 0] (the short-horizon bias: early in a decaying
+  schedule smaller lrs look better), plus eval jitter of sd sigma / 2: ASHA's rungs compare real but
+  imperfect evidence.
+
+The sweep of every problem: adamw (baseline) and merit x batch sizes 8..256, lr in [1e-4, 3e-2], the
+spec's defaults for the search (6 search trials a cell, 2 confirmation seeds, ASHA grace 0.3 and
+reduction factor 3, tolerance 0.01), 4 trials at a time; `--trials`, `--seeds`, `--tolerance`,
+`--concurrency` change them, `--sigma` the noise.
+
+The true answer of a problem is the largest degradation-free batch size of the noiseless optimum
+losses Lmin(B), with the analysis's rule (walk up from the smallest batch size while
+Lmin(B) <= (1 + tolerance) x reference). The grid: 12 log-spaced lrs over the same range per cell,
+each trained to the full budget (diverged ones stop where they diverge), then `seeds` confirmation
+runs at the grid's best lr (`sweeps.analysis.pick_best`) and the same `build_report`. Tokens are the
+tokens each trial trained: pruned trials to the rung where ASHA stopped them, diverged ones to the
+step where they diverged. The last line is the ratio against the grid, measured in the same run.
+
+`--real` runs a real sweep (default: the demo spec, gpt2-nano on the built-in corpus) through
+`sweeps.driver.run_sweep` on a local Ray cluster (or $RAY_ADDRESS), then the dense grid of the same
+spec through `worker.launch.run_training` (`max_concurrent_trials` runs at a time), and prints both
+answers and the token ratio (minutes to an hour on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import math
+import statistics
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import worker  # noqa: F401  (before anything imports ray: pins local Ray clusters to loopback)
+
+BATCH_SIZES = (8, 16, 32, 64, 128, 256)
+OPTIMIZERS = ("adamw", "merit")  # adamw is the baseline; merit gets the larger critical batch
+BASELINE = "adamw"
+SEQ_LEN = 64
+TOKEN_BUDGET = 40 * 256 * SEQ_LEN  # 655,360: 40 steps at batch 256, 1,280 at batch 8
+LR_MIN, LR_MAX = 1e-4, 3e-2
+GRID_POINTS = 12
+REFERENCES = ("self", "baseline")
+
+# objective constants (see the module docstring)
+LOSS_HIGH_SIDE = 1.5  # the bowl is steeper above the optimum lr
+CURVE_HEIGHT, CURVE_POWER = 0.15, 0.5  # Lmin (1 + h ((t/T)^-a - 1)) along tokens
+EVAL_JITTER = 0.5  # sd of an intermediate eval's own noise, in units of sigma
+SHARED_NOISE = 0.5  # share of the seed-noise variance common to the runs of one (cell, seed)
+CLIFF_JITTER = 0.1  # sd of ln(cliff) across seeds
+
+
+# --------------------------------------------------------------------------------------------------
+# The synthetic objective
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptimizerTruth:
+    """How one optimizer's final val loss depends on (batch size, lr) in one problem."""
+
+    lr0: float  # optimum lr at the smallest batch size
+    alpha: float  # lr*(B) = lr0 (B / B0)^alpha
+    cliff: float  # diverges above cliff x lr*(B)
+    loss0: float  # optimum final loss at the smallest batch size (without drift)
+    b_crit: float  # critical batch size: the optimum loss rises beyond it
+    growth: float  # relative loss added per log2(B / b_crit)^1.5
+    drift: float  # relative loss added per doubling at any batch size
+    curvature: float  # k: loss added per (ln lr / lr*)^2 below the optimum
+    horizon_shift: float  # ln of the early optimum's offset from lr*(B) at t = 0
+
+
+@dataclass(frozen=True)
+class Problem:
+    seed: int  # every random draw of the problem's runs derives from it
+    sigma: float  # sd of the seed noise of a final val loss
+    tolerance: float
+    truths: dict[str, OptimizerTruth]
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+
+    @property
+    def b0(self) -> int:
+        return self.batch_sizes[0]
+
+    def lr_opt(self, opt: str, b: int) -> float:
+        t = self.truths[opt]
+        return t.lr0 * (b / self.b0) ** t.alpha
+
+    def loss_min(self, opt: str, b: int) -> float:
+        """The noiseless final val loss at the optimum lr of batch size b."""
+        t = self.truths[opt]
+        over = max(0.0, math.log2(b / t.b_crit))
+        return t.loss0 * (1.0 + t.drift * math.log2(b / self.b0) + t.growth * over**1.5)
+
+    def loss(self, opt: str, b: int, lr: float, frac: float = 1.0) -> float:
+        """Noiseless val loss after a fraction `frac` of the token budget at peak lr `lr`."""
+        t = self.truths[opt]
+        centre = self.lr_opt(opt, b) * math.exp(t.horizon_shift * (1.0 - frac))
+        u = math.log(lr / centre)
+        bowl = t.curvature * u * u * (LOSS_HIGH_SIDE if u > 0 else 1.0)
+        return self.loss_min(opt, b) * (1.0 + CURVE_HEIGHT * (frac**-CURVE_POWER - 1.0)) + bowl
+
+
+def make_problem(index: int, *, base_seed: int = 0, sigma: float = 0.01, tolerance: float = 0.01) -> Problem:
+    """Problem `index` of the series `base_seed`: its random optimizers (module docstring)."""
+    rng = np.random.default_rng([base_seed, index, 17])
+    growth_range = BATCH_SIZES[-1] / BATCH_SIZES[0]
+    truths: dict[str, OptimizerTruth] = {}
+    loss0 = float(rng.uniform(3.3, 3.6))
+    b_crit = math.exp(rng.uniform(math.log(16), math.log(128)))
+    for opt in OPTIMIZERS:
+        alpha = float(rng.uniform(0.3, 0.7))
+        lo, hi = math.log(3 * LR_MIN), math.log(LR_MAX / 2 / growth_range**alpha)
+        truths[opt] = OptimizerTruth(
+            lr0=math.exp(rng.uniform(lo, hi)),
+            alpha=alpha,
+            cliff=float(rng.uniform(2.0, 5.0)),
+            loss0=loss0 if opt == BASELINE else loss0 * (1.0 + rng.uniform(-0.01, 0.01)),
+            b_crit=b_crit if opt == BASELINE else b_crit * float(rng.uniform(2.0, 4.0)),
+            growth=float(rng.uniform(0.02, 0.05)),
+            drift=float(rng.uniform(0.0, 0.002)),
+            curvature=float(rng.uniform(0.03, 0.08)),
+            horizon_shift=float(rng.uniform(-0.6, 0.0)),
+        )
+    return Problem(seed=int(rng.integers(2**31)), sigma=sigma, tolerance=tolerance, truths=truths)
+
+
+def largest_degradation_free(
+    losses: Sequence[float], reference: float, tolerance: float, *, first_is_reference: bool
+) -> int | None:
+    """Index of the answer (`sweeps.analysis`'s rule): the last index i such that every cell up to i
+    has loss <= (1 + tolerance) x reference; the reference cell itself passes by definition."""
+    answer = None
+    for i, loss in enumerate(losses):
+        if not ((i == 0 and first_is_reference) or loss <= (1.0 + tolerance) * reference):
+            break
+        answer = i
+    return answer
+
+
+def true_answers(problem: Problem, optimizers: Sequence[str] = OPTIMIZERS) -> dict[str, dict[str, int | None]]:
+    """{optimizer: {"self": B, "baseline": B}} from the noiseless optimum losses."""
+    bs = problem.batch_sizes
+    base_ref = problem.loss_min(BASELINE, bs[0])
+    out: dict[str, dict[str, int | None]] = {}
+    for opt in optimizers:
+        losses = [problem.loss_min(opt, b) for b in bs]
+        answers: dict[str, int | None] = {}
+        for ref_name, ref, is_ref in (("self", losses[0], True), ("baseline", base_ref, opt == BASELINE)):
+            i = largest_degradation_free(losses, ref, problem.tolerance, first_is_reference=is_ref)
+            answers[ref_name] = bs[i] if i is not None else None
+        out[opt] = answers
+    return out
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a trial of batch size b evaluates: worker.loop's steps, from the trial's TrainConfig."""
+
+    total_steps: int
+    eval_every: int
+    tokens_per_step: int
+
+    @classmethod
+    def of(cls, train: Any) -> Schedule:
+        return cls(train.total_steps, train.eval_interval_steps, train.tokens_per_step)
+
+    def eval_steps(self) -> list[int]:
+        return [s for s in range(1, self.total_steps + 1) if s % self.eval_every == 0 or s == self.total_steps]
+
+
+def _lr_key(lr: float) -> int:
+    return int(round((math.log(lr) + 100.0) * 1e7))
+
+
+def simulate_run(problem: Problem, opt: str, b: int, lr: float, seed: int, schedule: Schedule) -> list[dict[str, Any]]:
+    """The reports `worker.loop.train` would send for this run, in order; the last has `done`."""
+    oi = OPTIMIZERS.index(opt)
+    shared = np.random.default_rng([problem.seed, oi, b, seed, 0]).standard_normal(2)  # (noise, cliff)
+    own = np.random.default_rng([problem.seed, oi, b, seed, 1, _lr_key(lr)])
+    offset = problem.sigma * (math.sqrt(SHARED_NOISE) * shared[0] + math.sqrt(1 - SHARED_NOISE) * own.standard_normal())
+    cliff = problem.truths[opt].cliff * problem.lr_opt(opt, b) * math.exp(CLIFF_JITTER * shared[1])
+    total = schedule.total_steps
+    diverge_at = None  # steps completed before the diverging step
+    if lr > cliff:
+        frac = 0.05 + 0.6 * (cliff / lr) ** 4 + 0.05 * own.uniform()
+        diverge_at = min(total - 1, max(0, int(frac * total)))
+    reports: list[dict[str, Any]] = []
+    last: dict[str, Any] = {}
+    tps = schedule.tokens_per_step
+    for step in schedule.eval_steps():
+        if diverge_at is not None and step > diverge_at:
+            break
+        frac = step / total
+        jitter = 0.0 if step == total else EVAL_JITTER * problem.sigma * own.standard_normal()
+        last = {
+            "tokens": step * tps,
+            "step": step,
+            "val_loss": problem.loss(opt, b, lr, frac) + offset + jitter,
+            "train_time_s": step * tps / 1e5,
+        }
+        done = step == total
+        reports.append({**last, "status": "completed" if done else "running", "done": done})
+    if diverge_at is not None:
+        reports.append(
+            {
+                **last,
+                "tokens": diverge_at * tps,
+                "step": diverge_at,
+                "status": "diverged",
+                "done": True,
+                "train_time_s": diverge_at * tps / 1e5,
+            }
+        )
+    return reports
+
+
+# --------------------------------------------------------------------------------------------------
+# The two methods
+# --------------------------------------------------------------------------------------------------
+
+
+def make_spec(*, trials: int = 6, seeds: int = 2, concurrency: int = 4, tolerance: float = 0.01) -> Any:
+    from sweeps.spec import SweepSpec
+
+    return SweepSpec.from_mapping(
+        {
+            "name": "search-efficiency",
+            "model": {"preset": "gpt2-nano", "seq_len": SEQ_LEN},
+            "optimizers": [{"name": o} for o in OPTIMIZERS],
+            "batch_sizes": list(BATCH_SIZES),
+            "token_budget": TOKEN_BUDGET,
+            "lr": {"min": LR_MIN, "max": LR_MAX, "trials_per_batch_size": trials},
+            "seeds": seeds,
+            "degradation": {"tolerance": tolerance, "baseline": BASELINE},
+            "resources": {"max_concurrent_trials": concurrency},
+        }
+    )
+
+
+def schedules(spec: Any) -> dict[int, Schedule]:
+    return {b: Schedule.of(spec.train_config(spec.optimizer_names[0], b, spec.lr.min, 0)) for b in spec.batch_sizes}
+
+
+@dataclass
+class MethodOutcome:
+    answers: dict[str, dict[str, int | None]]  # {optimizer: {"self": B, "baseline": B}}
+    tokens: int  # tokens trained by every trial, as the simulation fed them
+    trials: int  # trials run
+    results: list[Any]  # the TrialResults the analysis judged
+    report: dict[str, Any]
+    best_lrs: dict[tuple[str, int], float | None] = field(default_factory=dict)
+
+    @property
+    def recorded_tokens(self) -> int:
+        """The same count from what the method recorded (the searcher: its Optuna trials)."""
+        return sum(t.tokens for t in self.results)
+
+
+class SimTrial:
+    """What Tune's schedulers read of a `ray.tune.experiment.Trial`: its id and config."""
+
+    def __init__(self, trial_id: str, config: dict[str, Any]) -> None:
+        self.trial_id = trial_id
+        self.config = config
+
+    def __repr__(self) -> str:
+        return f"SimTrial({self.trial_id})"
+
+
+def _answers(report: dict[str, Any]) -> dict[str, dict[str, int | None]]:
+    return {opt: dict(r["largest_degradation_free_batch_size"]) for opt, r in report["optimizers"].items()}
+
+
+def _best_lrs(report: dict[str, Any]) -> dict[tuple[str, int], float | None]:
+    return {(opt, c["batch_size"]): c["best_lr"] for opt, r in report["optimizers"].items() for c in r["cells"]}
+
+
+def run_searcher(problem: Problem, spec: Any, *, sweep_id: str = "bench") -> MethodOutcome:
+    """The project's search on `problem`: CellSearcher + PerCellASHA in a simulated Tune loop."""
+    import optuna
+    from ray.tune.schedulers import TrialScheduler
+    from ray.tune.search import Searcher
+
+    from sweeps.analysis import AnalysisInput, build_report
+    from sweeps.driver import collect_results
+    from sweeps.search import CellSearcher, PerCellASHA
+
+    searcher = CellSearcher(spec, sweep_id, optuna.storages.InMemoryStorage(), seed=problem.seed)
+    # as sweeps.driver.run_sweep builds it
+    scheduler = PerCellASHA(
+        max_t=spec.trained_tokens,
+        grace_period=max(1, int(spec.pruning.grace_fraction * spec.trained_tokens)),
+        reduction_factor=spec.pruning.reduction_factor,
+    )
+    sched = schedules(spec)
+    speed = np.random.default_rng([problem.seed, 99])  # tokens per unit of time of each trial
+    slots = spec.resources.max_concurrent_trials
+    ids = itertools.count()
+    events: list[tuple[float, int, str, int]] = []  # (time, tie, trial id, report index)
+    live: dict[str, tuple[SimTrial, list[dict[str, Any]], float, float]] = {}
+    clock, tokens, launched, finished = 0.0, 0, 0, False
+    while True:
+        while not finished and len(live) < slots:
+            tid = f"trial_{next(ids):05d}"
+            config = searcher.suggest(tid)
+            if config is None:
+                break  # waiting: Tune asks again after the next event
+            if config == Searcher.FINISHED:
+                finished = True
+                break
+            b = int(config["batch_size"])
+            assert config["train"]["batch_size"] == b and config["train"]["token_budget"] == spec.trained_tokens
+            trial = SimTrial(tid, config)
+            scheduler.on_trial_add(None, trial)
+            reports = simulate_run(problem, config["optimizer"], b, float(config["lr"]), int(config["seed"]), sched[b])
+            rate = float(speed.uniform(0.85, 1.15))
+            live[tid] = (trial, reports, clock, rate)
+            heapq.heappush(events, (clock + reports[0]["tokens"] / rate, next(ids), tid, 0))
+            launched += 1
+        if not events:
+            if finished:
+                break
+            raise RuntimeError(f"the searcher suggests nothing and no trial runs ({launched} trials so far)")
+        clock, _, tid, i = heapq.heappop(events)
+        trial, reports, start, rate = live[tid]
+        result = dict(reports[i], trial_id=tid)
+        # Tune: a `done` result stops the trial without the scheduler; otherwise the scheduler decides,
+        # and the searcher sees the result only when the trial goes on
+        decision = TrialScheduler.STOP if result["done"] else scheduler.on_trial_result(None, trial, result)
+        if decision == TrialScheduler.STOP:
+            scheduler.on_trial_complete(None, trial, result)
+            searcher.on_trial_complete(tid, result)
+            tokens += int(result["tokens"])
+            del live[tid]
+        else:
+            searcher.on_trial_result(tid, result)
+            heapq.heappush(events, (start + reports[i + 1]["tokens"] / rate, next(ids), tid, i + 1))
+    results, _ = collect_results(searcher)
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    return MethodOutcome(_answers(report), tokens, launched, results, report, _best_lrs(report))
+
+
+def _trial_result(opt: str, b: int, lr: float, seed: int, role: str, reports: list[dict[str, Any]], number: int | None):
+    from sweeps.analysis import TrialResult
+
+    final = reports[-1]
+    status = final["status"]
+    return TrialResult(
+        optimizer=opt,
+        batch_size=b,
+        lr=lr,
+        seed=seed,
+        role=role,  # type: ignore[arg-type]
+        status=status,
+        val_loss=final.get("val_loss") if status == "completed" else None,
+        tokens=int(final["tokens"]),
+        steps=int(final["step"]),
+        curve=tuple((r["tokens"], r["val_loss"]) for r in reports if "val_loss" in r and r["status"] != "diverged"),
+        number=number,
+    )
+
+
+def grid_lrs(lr_min: float, lr_max: float, points: int = GRID_POINTS) -> list[float]:
+    return [float(x) for x in np.geomspace(lr_min, lr_max, points)]
+
+
+def _grid_score(t: Any) -> tuple[float, float, int] | None:
+    """`pick_best`'s key, as the analysis documents it: (final val loss, lr, trial number), completed only."""
+    if t.role != "search" or t.status != "completed" or t.val_loss is None:
+        return None
+    return (t.val_loss, t.lr, t.number)
+
+
+def run_grid(problem: Problem, spec: Any) -> MethodOutcome:
+    """Every cell: GRID_POINTS lrs to the full budget, then `seeds` confirmation runs at the best one."""
+    from sweeps.analysis import AnalysisInput, build_report, pick_best
+
+    sched = schedules(spec)
+    lrs = grid_lrs(spec.lr.min, spec.lr.max)
+    results, tokens = [], 0
+    for opt, b in spec.cells():
+        cell = []
+        for number, lr in enumerate(lrs):
+            cell.append(_trial_result(opt, b, lr, 0, "search", simulate_run(problem, opt, b, lr, 0, sched[b]), number))
+        best = pick_best(cell, _grid_score)
+        if best is not None:
+            for seed in range(1, spec.seeds + 1):
+                reports = simulate_run(problem, opt, b, best.lr, seed, sched[b])
+                cell.append(_trial_result(opt, b, best.lr, seed, "seed", reports, None))
+        tokens += sum(t.tokens for t in cell)
+        results += cell
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    return MethodOutcome(_answers(report), tokens, len(results), results, report, _best_lrs(report))
+
+
+# --------------------------------------------------------------------------------------------------
+# The benchmark
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProblemOutcome:
+    problem: Problem
+    truth: dict[str, dict[str, int | None]]
+    searcher: MethodOutcome
+    grid: MethodOutcome
+
+
+def run_problem(problem: Problem, spec: Any) -> ProblemOutcome:
+    return ProblemOutcome(
+        problem, true_answers(problem, spec.optimizer_names), run_searcher(problem, spec), run_grid(problem, spec)
+    )
+
+
+def _lr_error(o: ProblemOutcome, m: MethodOutcome) -> list[float]:
+    """|log(best lr / lr*)| over the cells with a best lr."""
+    return [abs(math.log(lr / o.problem.lr_opt(opt, b))) for (opt, b), lr in m.best_lrs.items() if lr is not None]
+
+
+def _accuracy(outcomes: Sequence[ProblemOutcome], method: str, opt: str | None, ref: str = "self") -> float:
+    hits = [
+        getattr(o, method).answers[name][ref] == o.truth[name][ref]
+        for o in outcomes
+        for name in o.truth
+        if opt is None or name == opt
+    ]
+    return sum(hits) / len(hits)
+
+
+def summarize(outcomes: Sequence[ProblemOutcome], spec: Any, wall_s: float) -> list[str]:
+    """The printed lines; the last one is the ratio line."""
+    n = len(outcomes)
+    s_tokens = sum(o.searcher.tokens for o in outcomes)
+    g_tokens = sum(o.grid.tokens for o in outcomes)
+    ratio = s_tokens / g_tokens
+    per_problem = [o.searcher.tokens / o.grid.tokens for o in outcomes]
+    lines = [
+        f"{n} problems, {len(spec.optimizer_names)} optimizers x batch sizes {spec.batch_sizes}; "
+        f"lr in [{spec.lr.min:g}, {spec.lr.max:g}], tolerance {spec.degradation.tolerance:g}, "
+        f"seed noise sd {outcomes[0].problem.sigma:g}, {spec.resources.max_concurrent_trials} trials at a time",
+        f"searcher: {spec.lr.trials_per_batch_size} search trials per cell (TPE, ASHA grace "
+        f"{spec.pruning.grace_fraction:g} rf {spec.pruning.reduction_factor}, warm start) + {spec.seeds} seeds; "
+        f"grid: {GRID_POINTS} lrs per cell to the full budget + {spec.seeds} seeds",
+        f"{'':28s}{'searcher':>10s}{'grid':>10s}",
+    ]
+    for ref in REFERENCES:
+        for opt in spec.optimizer_names:
+            lines.append(
+                f"  accuracy {opt:>6s} ({ref:>8s}) {_accuracy(outcomes, 'searcher', opt, ref):>8.3f}"
+                f"{_accuracy(outcomes, 'grid', opt, ref):>10.3f}"
+            )
+    agree = statistics.fmean(
+        o.searcher.answers[opt]["self"] == o.grid.answers[opt]["self"] for o in outcomes for opt in o.truth
+    )
+    s_err = [e for o in outcomes for e in _lr_error(o, o.searcher)]
+    g_err = [e for o in outcomes for e in _lr_error(o, o.grid)]
+    lines += [
+        f"  answers equal (self)        {agree:>8.3f}",
+        f"  median |ln(best lr / lr*)|  {statistics.median(s_err):>8.3f}{statistics.median(g_err):>10.3f}",
+        f"  trials per problem          {statistics.fmean(o.searcher.trials for o in outcomes):>8.1f}"
+        f"{statistics.fmean(o.grid.trials for o in outcomes):>10.1f}",
+        f"  tokens per problem (M)      {s_tokens / n / 1e6:>8.2f}{g_tokens / n / 1e6:>10.2f}",
+        f"  per-problem token ratio: median {statistics.median(per_problem):.3f}, "
+        f"range [{min(per_problem):.3f}, {max(per_problem):.3f}]",
+        f"wall time {wall_s:.1f} s ({wall_s / n * 1e3:.0f} ms a problem)",
+    ]
+    acc_s, acc_g = _accuracy(outcomes, "searcher", None), _accuracy(outcomes, "grid", None)
+    lines += [
+        f"targets: tokens <= 1/3 of the grid's {'met' if ratio <= 1 / 3 else 'MISSED'}; accuracy (self, both "
+        f"optimizers) >= grid's - 0.02 {'met' if acc_s >= acc_g - 0.02 else 'MISSED'}",
+        f"tokens searcher/grid = {ratio:.2f}, accuracy searcher {acc_s:.2f} vs grid {acc_g:.2f} "
+        f"(target <= 0.33, >= grid - 0.02)",
+    ]
+    return lines
+
+
+def simulate(
+    problems: int,
+    *,
+    base_seed: int = 0,
+    sigma: float = 0.01,
+    tolerance: float = 0.01,
+    trials: int = 6,
+    seeds: int = 2,
+    concurrency: int = 4,
+) -> tuple[list[ProblemOutcome], Any]:
+    spec = make_spec(trials=trials, seeds=seeds, concurrency=concurrency, tolerance=tolerance)
+    outcomes = [
+        run_problem(make_problem(i, base_seed=base_seed, sigma=sigma, tolerance=tolerance), spec)
+        for i in range(problems)
+    ]
+    return outcomes, spec
+
+
+# --------------------------------------------------------------------------------------------------
+# --real: a real sweep against a real grid
+# --------------------------------------------------------------------------------------------------
+
+
+def _real(spec_path: Path, concurrency: int | None, data_dir: Path | None) -> list[str]:
+    """A real sweep (`run_sweep`) and the real dense grid of the same spec (`run_training` per run)."""
+    import os
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_best
+    from sweeps.driver import collect_results, run_sweep
+    from sweeps.runtime import SweepRuntime
+    from sweeps.search import CellSearcher, open_storage
+    from sweeps.spec import SweepSpec
+    from worker.data import prepare_data
+    from worker.launch import init_ray, run_training
+
+    spec = SweepSpec.load(spec_path)
+    # adaptive confirmation ({min, max, step}) adds runs at boundary cells; the grid gets the minimum
+    n_seeds = int(getattr(spec, "seeds_min", spec.seeds))
+    if concurrency is not None:
+        resources = {**spec.resources.model_dump(mode="json"), "max_concurrent_trials": concurrency}
+        spec = SweepSpec.from_mapping({**spec.model_dump(mode="json"), "resources": resources})
+    ray_address = os.environ.get("RAY_ADDRESS") or None
+    init_ray(ray_address)
+    prepare_data(spec.data)  # the token cache is built once, before either clock starts
+    sweep_id = f"{spec.name}-efficiency-{int(time.time())}"  # a new sweep, never the resume of an old one
+
+    with tempfile.TemporaryDirectory(prefix="search-efficiency-") as tmp:
+        # every store in one fresh folder (not $MLFLOW_TRACKING_URI / $SWEEPS_OPTUNA_STORAGE): nothing to resume
+        runtime = SweepRuntime.at(data_dir or tmp, ray_address=ray_address)
+        start = time.perf_counter()
+        outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime)
+        sweep_wall = time.perf_counter() - start
+        # each trial's tokens, as the sweep recorded them (pruned ones: where ASHA stopped them)
+        searched, _ = collect_results(CellSearcher(spec, sweep_id, open_storage(runtime.optuna_storage)))
+    sweep_tokens = sum(t.tokens for t in searched)
+
+    def run(opt: str, b: int, lr: float, seed: int, role: str, number: int | None) -> TrialResult:
+        cfg = spec.train_config(opt, b, lr, seed).model_copy(update={"checkpoint_every_evals": 0})
+        common: dict[str, Any] = dict(optimizer=opt, batch_size=b, lr=lr, seed=seed, role=role, number=number)
+        try:
+            res = run_training(cfg)
+        except Exception as exc:  # training raised (or its worker died): failed, tokens unknown
+            print(f"grid run {opt} bs={b} lr={lr:.2e} seed={seed} failed: {type(exc).__name__}", file=sys.stderr)
+            return TrialResult(**common, status="failed", val_loss=None, tokens=0, steps=0)
+        final = res.final
+        status = str(final.get("status"))
+        val = final.get("val_loss")
+        if status == "completed" and (val is None or not math.isfinite(val)):
+            status = "failed"
+        curve = tuple((int(r["tokens"]), float(r["val_loss"])) for r in res.history if "val_loss" in r)
+        return TrialResult(
+            **common,
+            status=status,
+            val_loss=float(val) if status == "completed" else None,
+            tokens=int(final.get("tokens", 0)),
+            steps=int(final.get("step", 0)),
+            curve=curve,
+        )
+
+    lrs = grid_lrs(spec.lr.min, spec.lr.max)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=spec.resources.max_concurrent_trials) as pool:
+        jobs = [(opt, b, lr, 0, "search", i) for opt, b in spec.cells() for i, lr in enumerate(lrs)]
+        grid = list(pool.map(lambda job: run(*job), jobs))
+        confirm = []
+        for opt, b in spec.cells():
+            best = pick_best([t for t in grid if (t.optimizer, t.batch_size) == (opt, b)], _grid_score)
+            if best is not None:
+                confirm += [(opt, b, best.lr, s, "seed", None) for s in range(1, n_seeds + 1)]
+        grid += list(pool.map(lambda job: run(*job), confirm))
+    grid_wall = time.perf_counter() - start
+    grid_tokens = sum(t.tokens for t in grid)
+    grid_report = build_report(grid, inputs=AnalysisInput.from_spec(spec))
+
+    lines = [
+        f"real sweep {spec.name}: {len(spec.optimizer_names)} optimizers x batch sizes {spec.batch_sizes}, "
+        f"{spec.trained_tokens} tokens a trial, {spec.resources.max_concurrent_trials} trials at a time",
+        f"searcher: {len(searched)} trials, {sweep_tokens} tokens, {sweep_wall:.0f} s (run_sweep)",
+        f"grid:     {len(grid)} trials, {grid_tokens} tokens, {grid_wall:.0f} s "
+        f"({GRID_POINTS} lrs + {n_seeds} seeds per cell, run_training)",
+        "best lr and mean val loss per cell, searcher vs grid:",
+    ]
+    for opt in spec.optimizer_names:
+        s_cells = {c["batch_size"]: c for c in outcome.report["optimizers"][opt]["cells"]}
+        g_cells = {c["batch_size"]: c for c in grid_report["optimizers"][opt]["cells"]}
+        for b in spec.batch_sizes:
+            s, g = s_cells[b], g_cells[b]
+            lines.append(
+                f"  {opt} bs={b}: lr {_fmt(s['best_lr'], '.2e')} vs {_fmt(g['best_lr'], '.2e')}, "
+                f"loss {_fmt(s['val_loss_mean'], '.4f')} vs {_fmt(g['val_loss_mean'], '.4f')}"
+            )
+    s_ans, g_ans = _answers(outcome.report), _answers(grid_report)
+    for opt in spec.optimizer_names:
+        lines.append(f"answer {opt}: searcher {s_ans[opt]} vs grid {g_ans[opt]}")
+    same = sum(s_ans[o][r] == g_ans[o][r] for o in s_ans for r in REFERENCES)
+    lines.append(
+        f"tokens searcher/grid = {sweep_tokens / grid_tokens:.2f}, answers equal {same} of "
+        f"{len(REFERENCES) * len(s_ans)} (target <= 0.33)"
+    )
+    return lines
+
+
+def _fmt(x: float | None, f: str) -> str:
+    return "-" if x is None else format(x, f)
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--problems", type=int, default=200, help="random problems to simulate (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the series of problems")
+    parser.add_argument("--sigma", type=float, default=0.01, help="seed noise sd of a final val loss")
+    parser.add_argument("--tolerance", type=float, default=0.01, help="degradation tolerance (spec default 0.01)")
+    parser.add_argument("--trials", type=int, default=6, help="lr.trials_per_batch_size (spec default 6)")
+    parser.add_argument("--seeds", type=int, default=2, help="confirmation runs per cell (spec default 2)")
+    parser.add_argument("--concurrency", type=int, default=None, help="max_concurrent_trials (simulation: 4)")
+    parser.add_argument("--real", action="store_true", help="run a real sweep and a real grid (needs Ray)")
+    parser.add_argument(
+        "--spec", type=Path, default=Path(__file__).resolve().parent.parent / "sweeps/examples/demo.yaml"
+    )
+    args = parser.parse_args(None if argv is None else list(argv))
+    if args.real:
+        lines = _real(args.spec, args.concurrency, args.data_dir)
+    else:
+        start = time.perf_counter()
+        outcomes, spec = simulate(
+            args.problems,
+            base_seed=args.seed,
+            sigma=args.sigma,
+            tolerance=args.tolerance,
+            trials=args.trials,
+            seeds=args.seeds,
+            concurrency=args.concurrency or 4,
+        )
+        lines = summarize(outcomes, spec, time.perf_counter() - start)
+    for line in lines:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""benchmarks/search_efficiency.py: its simulation on a few problems, without Ray (the project's
+CellSearcher and PerCellASHA driven through Tune's calls by the benchmark's event loop)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+
+def load_bench() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "search_efficiency.py"
+    spec = importlib.util.spec_from_file_location("search_efficiency", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["search_efficiency"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_bench()
+
+
+@pytest.fixture(scope="module")
+def simulated(bench: ModuleType) -> tuple[list[Any], Any]:
+    return bench.simulate(3, base_seed=5)
+
+
+def truth(bench: ModuleType, **kw: float) -> Any:
+    base = dict(lr0=1e-3, alpha=0.5, cliff=3.0, drift=0.0, curvature=0.05, horizon_shift=-0.3)
+    return bench.OptimizerTruth(**{**base, **kw})
+
+
+def test_the_true_answer_of_a_hand_checked_problem(bench: ModuleType) -> None:
+    problem = bench.Problem(
+        seed=1,
+        sigma=0.01,
+        tolerance=0.01,
+        truths={
+            # 3.0 up to bs 32, then 3.0 x 1.04 = 3.12 at 64 > 3.03: 32 against itself (it is the baseline)
+            "adamw": truth(bench, loss0=3.0, b_crit=32, growth=0.04),
+            # 2.95 x (1 + 0.003 log2(B/8)): 2.9766 at 64 <= 2.95 x 1.01 = 2.9795 < 2.9854 at 128: 64 against
+            # itself; against adamw (<= 3.03) 128 passes too, 256 (2.95 x 1.055 = 3.112) does not
+            "merit": truth(bench, loss0=2.95, b_crit=128, growth=0.04, drift=0.003),
+        },
+    )
+    assert problem.loss_min("merit", 64) == pytest.approx(2.95 * 1.009)
+    assert problem.loss_min("merit", 256) == pytest.approx(2.95 * 1.055)
+    assert problem.loss_min("adamw", 64) == pytest.approx(3.12)
+    expected = {"adamw": {"self": 32, "baseline": 32}, "merit": {"self": 64, "baseline": 128}}
+    assert bench.true_answers(problem) == expected
+    assert _answers_of_noiseless_runs(bench, problem) == expected
+
+    # merit worse than 1.01 x adamw already at the smallest batch: no answer against the baseline
+    worse = bench.Problem(
+        seed=1,
+        sigma=0.01,
+        tolerance=0.01,
+        truths={**problem.truths, "merit": truth(bench, loss0=3.05, b_crit=1000, growth=0.04)},
+    )
+    assert bench.true_answers(worse)["merit"] == {"self": 256, "baseline": None}
+    assert _answers_of_noiseless_runs(bench, worse)["merit"] == {"self": 256, "baseline": None}
+
+
+def _answers_of_noiseless_runs(bench: ModuleType, problem: Any) -> dict[str, dict[str, int | None]]:
+    """The analysis itself, fed runs at every cell's optimum lr with the noiseless optimum loss."""
+    from sweeps.analysis import AnalysisInput, TrialResult, build_report
+
+    spec = bench.make_spec()
+    results = []
+    for opt, b in spec.cells():
+        lr, loss = problem.lr_opt(opt, b), problem.loss_min(opt, b)
+        for seed, role in [(0, "search"), *((s, "seed") for s in range(1, spec.seeds + 1))]:
+            results.append(
+                TrialResult(opt, b, lr, seed, role, "completed", loss, spec.trained_tokens, 1, number=0)  # type: ignore[arg-type]
+            )
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    return {o: dict(r["largest_degradation_free_batch_size"]) for o, r in report["optimizers"].items()}
+
+
+def test_the_optimum_is_the_minimum_and_curves_fall_with_tokens(bench: ModuleType) -> None:
+    problem = bench.make_problem(0)
+    for opt in bench.OPTIMIZERS:
+        for b in bench.BATCH_SIZES:
+            best = problem.lr_opt(opt, b)
+            assert 3 * bench.LR_MIN <= best <= bench.LR_MAX / 2  # the optimum lies inside the searched range
+            assert problem.loss(opt, b, best) == pytest.approx(problem.loss_min(opt, b))
+            assert problem.loss(opt, b, best * 1.3) > problem.loss_min(opt, b) < problem.loss(opt, b, best / 1.3)
+            fracs = [0.1, 0.3, 0.6, 0.9, 1.0]
+            losses = [problem.loss(opt, b, best, f) for f in fracs]
+            assert losses == sorted(losses, reverse=True)
+
+
+def test_a_run_reports_as_the_worker_does(bench: ModuleType) -> None:
+    spec = bench.make_spec()
+    problem = bench.make_problem(0)
+    sched = bench.schedules(spec)
+    b = 32
+    cfg = spec.train_config("adamw", b, 1e-3, 0)
+    lr = problem.lr_opt("adamw", b)
+    reports = bench.simulate_run(problem, "adamw", b, lr, 1, sched[b])
+    tokens = [r["tokens"] for r in reports]
+    # an eval every eval_interval_steps steps (worker.loop), the last at the full budget with `done`
+    assert tokens == [
+        s * cfg.tokens_per_step for s in range(cfg.eval_interval_steps, cfg.total_steps + 1, cfg.eval_interval_steps)
+    ]
+    assert tokens[-1] == spec.trained_tokens
+    assert [r["done"] for r in reports] == [False] * (len(reports) - 1) + [True]
+    assert {r["status"] for r in reports[:-1]} == {"running"} and reports[-1]["status"] == "completed"
+    assert reports == bench.simulate_run(problem, "adamw", b, lr, 1, sched[b])  # deterministic: the same run
+
+    far = problem.truths["adamw"].cliff * lr * 3  # well above the instability cliff
+    diverged = bench.simulate_run(problem, "adamw", b, far, 1, sched[b])
+    assert diverged[-1]["status"] == "diverged" and diverged[-1]["done"]
+    assert diverged[-1]["tokens"] < spec.trained_tokens
+    assert not any(r["done"] for r in diverged[:-1])
+
+
+def test_the_searcher_runs_the_spec_s_trials_and_its_tokens_are_counted(
+    bench: ModuleType, simulated: tuple[list[Any], Any]
+) -> None:
+    outcomes, spec = simulated
+    budget = spec.trained_tokens
+    grace = int(spec.pruning.grace_fraction * budget)
+    pruned = 0
+    for o in outcomes:
+        s, g = o.searcher, o.grid
+        # every trial the spec plans, each recorded once (Optuna storage -> collect_results)
+        assert s.trials == spec.total_trials == len(s.results) == 2 * 6 * (6 + 2)
+        assert s.tokens == s.recorded_tokens > 0
+        for opt, b in spec.cells():
+            cell = [t for t in s.results if (t.optimizer, t.batch_size) == (opt, b)]
+            assert sum(t.role == "search" for t in cell) == spec.lr.trials_per_batch_size
+            seeds = [t for t in cell if t.role == "seed"]
+            assert sorted(t.seed for t in seeds) == list(range(1, spec.seeds + 1))
+            assert all(t.status in ("completed", "diverged") for t in seeds)  # confirmation runs are never pruned
+            assert {t.lr for t in seeds} == {s.best_lrs[(opt, b)]}
+        for t in s.results:
+            if t.status == "completed":
+                assert t.tokens == budget
+            elif t.status == "pruned":  # stopped by ASHA at a rung: counted at the tokens it trained
+                pruned += 1
+                assert grace <= t.tokens < budget and t.val_loss is not None
+            else:
+                assert t.status == "diverged" and t.tokens < budget
+        # the grid: 12 lrs to the full budget and the confirmation runs, every cell
+        assert g.trials == len(spec.cells()) * (bench.GRID_POINTS + spec.seeds) == len(g.results)
+        assert g.tokens == g.recorded_tokens
+        assert all(t.tokens == budget for t in g.results if t.status == "completed")
+        assert {t.status for t in g.results} <= {"completed", "diverged"}
+        assert 0 < s.tokens < g.tokens
+        for opt in spec.optimizer_names:
+            for ref in bench.REFERENCES:
+                for answer in (s.answers[opt][ref], g.answers[opt][ref], o.truth[opt][ref]):
+                    assert answer is None or answer in spec.batch_sizes
+    assert pruned > 0  # ASHA's own decisions were exercised
+
+
+def test_the_same_problem_gives_the_same_search(bench: ModuleType, simulated: tuple[list[Any], Any]) -> None:
+    outcomes, spec = simulated
+    again = bench.run_searcher(outcomes[0].problem, spec)
+    assert again.tokens == outcomes[0].searcher.tokens and again.answers == outcomes[0].searcher.answers
+
+
+def test_the_last_line_is_the_ratio(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["--problems", "2", "--seed", "3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    m = re.fullmatch(
+        r"tokens searcher/grid = (\d+\.\d\d), accuracy searcher ([01]\.\d\d) vs grid ([01]\.\d\d) .*", lines[-1]
+    )
+    assert m, lines[-1]
+    outcomes, _ = bench.simulate(2, base_seed=3)
+    ratio = sum(o.searcher.tokens for o in outcomes) / sum(o.grid.tokens for o in outcomes)
+    assert float(m.group(1)) == pytest.approx(ratio, abs=0.005)
+    assert math.isclose(float(m.group(2)), bench._accuracy(outcomes, "searcher", None), abs_tol=0.005)
