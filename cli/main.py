@@ -282,6 +282,7 @@ def submit(
 def _watch(client: Any, sweep_id: str) -> None:
     """Progress bars from the event stream; reconnects if the service restarts meanwhile."""
     import httpx
+    from httpx_sse import connect_sse
 
     final: dict[str, Any] | None = None
     with Progress(
@@ -298,21 +299,19 @@ def _watch(client: Any, sweep_id: str) -> None:
         failures = 0
         while final is None:
             try:
-                with client.stream("GET", f"/sweeps/{sweep_id}/events", timeout=httpx.Timeout(30, read=None)) as resp:
+                # httpx-sse parses the stream (fields, multi-line data, comments) to the SSE spec
+                with connect_sse(
+                    client, "GET", f"/sweeps/{sweep_id}/events", timeout=httpx.Timeout(30, read=None)
+                ) as source:
+                    resp = source.response
                     if resp.status_code != 200:
                         resp.read()
                         _call(client, "GET", f"/sweeps/{sweep_id}")  # prints the error and exits
                     failures = 0
-                    lines: list[str] = []
-                    for line in resp.iter_lines():
-                        if line:
-                            lines.append(line)
-                            continue
-                        event, data = parse_sse(lines)
-                        lines = []
-                        if event not in ("progress", "end"):
-                            continue
-                        s = json.loads(data)
+                    for sse in source.iter_sse():
+                        if sse.event not in ("progress", "end"):
+                            continue  # the `retry:` hint (and nameless events)
+                        s = sse.json()
                         p = s["progress"]
                         bars.update(
                             trials,
@@ -322,7 +321,7 @@ def _watch(client: Any, sweep_id: str) -> None:
                         )
                         bars.update(cells, total=p["cells_total"], completed=p["cells_done"])
                         bars.update(best, description=_leaders(p))
-                        if event == "end":
+                        if sse.event == "end":
                             final = s
                             break
             except httpx.TransportError as exc:
@@ -332,17 +331,6 @@ def _watch(client: Any, sweep_id: str) -> None:
                     raise typer.Exit(3) from None
                 time.sleep(min(10.0, 0.5 * failures))  # the service may be restarting
     _print_final(client, final)
-
-
-def parse_sse(lines: list[str]) -> tuple[str, str]:
-    """(event, data) of one server-sent event's lines (the client side of service/events.py)."""
-    event, data = "message", []
-    for line in lines:
-        if line.startswith("event:"):
-            event = line[len("event:") :].strip()
-        elif line.startswith("data:"):
-            data.append(line[len("data:") :].removeprefix(" "))
-    return event, "\n".join(data)
 
 
 def _print_final(client: Any, s: dict[str, Any]) -> None:

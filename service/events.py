@@ -1,48 +1,48 @@
 """Server-sent events of one sweep's progress, so clients watch instead of polling.
 
+    retry: 2000              first: a client that reconnects waits 2 s
     event: progress          whenever the sweep changed (its revision moved); data: the sweep JSON
     event: end               once, when the sweep is final; data: the sweep JSON; then the stream closes
     : heartbeat              a comment when nothing happened for `sse_heartbeat_s` (keeps proxies open)
 
 Each event carries `id: <revision>`. The stream re-reads the sweep's revision from the store every
 `sse_interval_s` (in a worker thread) and the whole row only when it moved.
+
+The route (service/routes/sweeps.py) yields these `ServerSentEvent`s with
+`response_class=EventSourceResponse`: FastAPI writes the wire format and the no-cache/no-buffering
+headers. Its own `: ping` after 15 s of silence stays as a backstop (a slow store read).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Annotated
 
 import anyio
 import anyio.to_thread
-from fastapi import Request
-from fastapi.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from fastapi import Depends, Request
+from fastapi.sse import ServerSentEvent
 
+from service import manager
+from service.auth import Owner
+from service.deps import LimitsDep, StoreDep
 from service.schemas import SweepSummary
 from service.settings import Settings
 from service.store import Store
 
 log = logging.getLogger(__name__)
 
-SSE_HEADERS = {
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",  # nginx and friends: do not buffer the stream
-}
+RETRY_MS = 2000
+# Ours, not FastAPI's keep-alive: that one's interval is a fixed module-private 15 s; this one is a setting.
+HEARTBEAT = ServerSentEvent(comment="heartbeat")
 
 
-def sse(event: str, data: str, event_id: int | None = None) -> str:
-    lines = [f"event: {event}"]
-    if event_id is not None:
-        lines.append(f"id: {event_id}")
-    lines.extend(f"data: {line}" for line in data.splitlines() or [""])
-    return "\n".join(lines) + "\n\n"
-
-
-async def sweep_events(request: Request, store: Store, settings: Settings, sweep_id: str) -> AsyncIterator[str]:
-    yield "retry: 2000\n\n"  # a client that reconnects waits 2 s
+async def sweep_events(
+    request: Request, store: Store, settings: Settings, sweep_id: str
+) -> AsyncIterator[ServerSentEvent]:
+    yield ServerSentEvent(retry=RETRY_MS)
     seen: int | None = None
     last_sent = time.monotonic()
     while True:
@@ -54,33 +54,34 @@ async def sweep_events(request: Request, store: Store, settings: Settings, sweep
             if row is None:
                 return
             seen = row.revision
-            body = SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id)).model_dump_json()
+            summary = SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
+            event = "end" if row.final else "progress"
+            yield ServerSentEvent(event=event, data=summary, id=str(row.revision))
             if row.final:
-                yield sse("end", body, row.revision)
                 return
-            yield sse("progress", body, row.revision)
             last_sent = time.monotonic()
         elif time.monotonic() - last_sent >= settings.sse_heartbeat_s:
-            yield ": heartbeat\n\n"
+            yield HEARTBEAT
             last_sent = time.monotonic()
         if await request.is_disconnected():
             return
         await anyio.sleep(settings.sse_interval_s)
 
 
-class HeldStream(StreamingResponse):
-    """A streaming response that calls `release` once it ends, however it ends (done, the client gone,
-    cancelled): the per-owner stream count (service/limits.py) follows the streams actually open."""
+async def stream_slot(sweep_id: str, owner: Owner, store: StoreDep, limits: LimitsDep) -> AsyncIterator[None]:
+    """Holds one of `owner`'s event-stream slots (service/limits.py) while the stream is open.
 
-    def __init__(self, content: Any, *, release: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._release = release
+    A dependency with `yield`: FastAPI runs it before the response starts (so a 404 or 429 is a plain
+    error answer) and its `finally` after the response has ended, however it ended (done, the client
+    gone, cancelled), so the per-owner count follows the streams actually open."""
+    await manager.get_row(store, sweep_id, owner)  # 404 before the stream starts
+    release = limits.open_stream(owner)  # 429 beyond the owner's limit
+    try:
+        yield
+    finally:
+        release()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
 
+StreamSlot = Annotated[None, Depends(stream_slot)]
 
-__all__ = ["SSE_HEADERS", "HeldStream", "sse", "sweep_events"]
+__all__ = ["HEARTBEAT", "RETRY_MS", "StreamSlot", "stream_slot", "sweep_events"]

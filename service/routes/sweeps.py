@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from service import manager
 from service.auth import Owner
 from service.deps import LimitsDep, ReaderDep, SettingsDep, StoreDep, SupervisorDep
-from service.events import SSE_HEADERS, HeldStream, sweep_events
+from service.events import StreamSlot, sweep_events
 from service.schemas import (
     DryRunResult,
+    ErrorResponse,
     Status,
     SweepCreated,
     SweepDetail,
@@ -135,21 +138,23 @@ async def cancel_sweep(
     return await manager.cancel(store, settings, supervisor, sweep_id, owner)
 
 
+def json_error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """`error_responses` for a route whose own media type is not JSON: a `model` would be documented
+    under the route's text/event-stream, but the errors are JSON."""
+    schema = {"$ref": f"#/components/schemas/{ErrorResponse.__name__}"}
+    return {code: {"content": {"application/json": {"schema": schema}}} for code in codes}
+
+
 @router.get(
     "/{sweep_id}/events",
-    response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "progress events, then `end`"}}
-    | error_responses(401, 404, 429),
+    # FastAPI's own SSE (fastapi.sse): it encodes the yielded events and sets the streaming headers
+    response_class=EventSourceResponse,
+    responses={200: {"description": "progress events, then `end`"}} | json_error_responses(401, 404, 429),
     summary="Server-sent events of the sweep's progress (at most max_event_streams_per_owner open at once)",
 )
 async def sweep_event_stream(
-    request: Request, sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep, limits: LimitsDep
-) -> StreamingResponse:
-    await manager.get_row(store, sweep_id, owner)  # 404 before the stream starts
-    release = limits.open_stream(owner)  # 429 beyond the owner's limit; released when the stream ends
-    return HeldStream(
-        sweep_events(request, store, settings, sweep_id),
-        release=release,
-        media_type="text/event-stream",
-        headers=SSE_HEADERS,
-    )
+    request: Request, sweep_id: str, settings: SettingsDep, store: StoreDep, _slot: StreamSlot
+) -> AsyncIterator[ServerSentEvent]:
+    # _slot: the 404 check and the owner's stream slot, held until the response has ended
+    async for event in sweep_events(request, store, settings, sweep_id):
+        yield event

@@ -1,5 +1,5 @@
-"""End to end in headless Chromium (Debian's `chromium`, driven over the DevTools protocol): the
-dashboard page of the real tiny sweep, and the MLflow UI's pages of its experiment and summary run.
+"""End to end in headless Chromium (Debian's `chromium`, driven by Playwright): the dashboard page of
+the real tiny sweep, and the MLflow UI's pages of its experiment and summary run.
 Screenshots go to the test's tmp_path, and a copy of each to /tmp/dashboards-shots/."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
-from cdp_browser import Chromium, find_chromium
+from playwright.sync_api import Browser, ConsoleMessage, Page, Response, sync_playwright
 
 from dashboards import build_figures, load_sweep, publish, render_dashboard
 
@@ -31,15 +32,63 @@ BIN = Path(sys.executable).parent
 LOCAL = ("http://127.0.0.1", "data:", "blob:", "about:")
 
 
+CHROMIUM = os.environ.get("BATCHSWEEP_CHROMIUM", "/usr/bin/chromium")
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Chromium]:
-    if find_chromium() is None:
+def browser() -> Iterator[Browser]:
+    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if exe is None:
         pytest.fail(
             "Chromium is missing: the end-to-end test needs Debian's `chromium` package "
             "(installed by `make test`'s setup: apt-get install -y chromium)"
         )
-    with Chromium() as b:
+    # Playwright (its driver ships in the wheel) on Debian's Chromium: its own browser download needs the network
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
         yield b
+        b.close()
+
+
+def new_page(browser: Browser, height: int = 1000) -> tuple[Page, list[str], list[str]]:
+    """A page, and two lists it fills from now on: every URL it requests, and what goes wrong (JS
+    exceptions, console.error calls, Chromium's own error messages, failed requests, answers >= 400)."""
+    page = browser.new_page(viewport={"width": 1400, "height": height})
+    urls: list[str] = []
+    errors: list[str] = []
+
+    def on_console(msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            errors.append(f"console.error: {msg.text} {msg.location.get('url', '')}")
+
+    def on_response(resp: Response) -> None:
+        if resp.status >= 400:
+            errors.append(f"HTTP {resp.status}: {resp.url}")
+
+    page.on("request", lambda req: urls.append(req.url))
+    page.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
+    page.on("console", on_console)
+    page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url} ({req.failure})"))
+    page.on("response", on_response)
+    return page, urls, errors
+
+
+def wait_for(page: Page, expression: str, timeout: float) -> Any:
+    """Poll a JS expression until it is truthy; returns its value."""
+    return page.wait_for_function(expression, timeout=timeout * 1000, polling=250).json_value()
+
+
+def goto(page: Page, url: str, timeout: float = 60.0) -> None:
+    page.goto(url, wait_until="load", timeout=timeout * 1000)
 
 
 def free_port() -> int:
@@ -58,7 +107,7 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
-def test_dashboard_page_renders_without_errors(tiny_sweep, browser: Chromium, tmp_path: Path) -> None:
+def test_dashboard_page_renders_without_errors(tiny_sweep, browser: Browser, tmp_path: Path) -> None:
     outcome, _ = tiny_sweep
     sweep = load_sweep(outcome.tracking_uri, outcome.sweep_id)
     figs = build_figures(sweep)
@@ -67,25 +116,19 @@ def test_dashboard_page_renders_without_errors(tiny_sweep, browser: Chromium, tm
     (site / "index.html").write_text(render_dashboard(sweep, figs), encoding="utf-8")
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    page, urls, errors = new_page(browser)
     try:
-        page = browser.new_page()
-        page.call("Network.enable")
-        page.goto(f"http://127.0.0.1:{server.server_port}/index.html")
+        goto(page, f"http://127.0.0.1:{server.server_port}/index.html")
         # every figure became a plotly plot, and each drew its traces
-        page.wait_for(f"document.querySelectorAll('.js-plotly-plot').length === {len(figs)}", timeout=60)
+        wait_for(page, f"document.querySelectorAll('.js-plotly-plot').length === {len(figs)}", timeout=60)
         traces = page.evaluate(
             "[...document.querySelectorAll('.js-plotly-plot')]"
             ".map(d => d.querySelectorAll('.scatterlayer .trace').length)"
         )
         assert len(traces) == len(figs) and all(n > 0 for n in traces), traces
         # the page is readable without JavaScript errors (and without failed loads)
-        assert page.errors() == []
+        assert errors == []
         # self-contained: nothing was fetched from anywhere but the page's own server
-        urls = [
-            ev["params"]["request"]["url"]
-            for ev in browser.events
-            if ev.get("method") == "Network.requestWillBeSent" and ev.get("sessionId") == page.session
-        ]
         assert urls and all(u.startswith(LOCAL) for u in urls), urls
         # the answer at the top, and the star drawn at the report's batch size
         answer = page.evaluate("document.getElementById('answer').innerText")
@@ -103,9 +146,15 @@ def test_dashboard_page_renders_without_errors(tiny_sweep, browser: Chromium, tm
         top = page.evaluate("document.getElementById('answer').getBoundingClientRect().top")
         first_fig = page.evaluate("document.querySelector('.js-plotly-plot').getBoundingClientRect().top")
         assert top < first_fig  # the answer is above the figures
-        _keep(page.screenshot(tmp_path / "dashboard.png"))
+        _keep(screenshot(page, tmp_path / "dashboard.png"))
     finally:
+        page.close()
         server.shutdown()
+
+
+def screenshot(page: Page, path: Path, *, full_page: bool = True) -> Path:
+    page.screenshot(path=path, full_page=full_page, timeout=60_000)
+    return path
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 180.0) -> None:
@@ -131,7 +180,7 @@ CLICK_TEXT = """(() => {
 })()"""
 
 
-def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Chromium, tmp_path: Path) -> None:
+def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Browser, tmp_path: Path) -> None:
     outcome, _ = tiny_sweep
     publish(outcome.tracking_uri, outcome.sweep_id, tmp_path / "published")
     port = free_port()
@@ -156,12 +205,12 @@ def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Chromium, 
             start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}"
+    page, _, _ = new_page(browser, height=1300)
     try:
         _wait_healthy(f"{base}/health", proc, log)
-        page = browser.new_page(height=1300)
         # MLflow 3's UI opens an experiment on its GenAI overview; the runs table is /runs
-        page.goto(f"{base}/#/experiments/{outcome.experiment_id}/runs")
-        page.wait_for("document.body.innerText.includes('adamw bs=4')", timeout=120)
+        goto(page, f"{base}/#/experiments/{outcome.experiment_id}/runs")
+        wait_for(page, "document.body.innerText.includes('adamw bs=4')", timeout=120)
         # the cell runs are parents: expand them and their trials appear, named by optimizer, batch, lr, seed
         expanded = page.evaluate(
             "(() => { const b = [...document.querySelectorAll("
@@ -169,27 +218,29 @@ def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Chromium, 
             " return b.length; })()"
         )
         assert expanded == 4, "expected one expander per cell run (2 optimizers x 2 batch sizes)"
-        page.wait_for("document.body.innerText.includes('adamw bs=4 lr=')", timeout=60)
+        wait_for(page, "document.body.innerText.includes('adamw bs=4 lr=')", timeout=60)
         text = page.evaluate("document.body.innerText")
         client_names = [r.info.run_name for r in _runs(outcome)]
         missing = [n for n in client_names if n not in text]
         assert not missing, f"run names not shown in the MLflow UI: {missing}"
-        _keep(page.screenshot(tmp_path / "mlflow-experiment.png", full_page=False))
+        _keep(screenshot(page, tmp_path / "mlflow-experiment.png", full_page=False))
 
         # the figures are artifacts of the summary run; the PNG previews in the artifact browser
-        page.goto(f"{base}/#/experiments/{outcome.experiment_id}/runs/{outcome.summary_run_id}/artifacts")
-        page.wait_for("document.body.innerText.includes('report.json')", timeout=60)
+        goto(page, f"{base}/#/experiments/{outcome.experiment_id}/runs/{outcome.summary_run_id}/artifacts")
+        wait_for(page, "document.body.innerText.includes('report.json')", timeout=60)
         assert page.evaluate(CLICK_TEXT % "figures")
-        page.wait_for("document.body.innerText.includes('scaling.png')", timeout=30)
+        wait_for(page, "document.body.innerText.includes('scaling.png')", timeout=30)
         assert page.evaluate(CLICK_TEXT % "scaling.png")
         # the preview is a blob image of the PNG's real size
-        width = page.wait_for(
+        width = wait_for(
+            page,
             "[...document.images].filter(i => i.src.startsWith('blob:') && i.complete).map(i => i.naturalWidth)[0]",
             timeout=30,
         )
         assert width > 500
-        _keep(page.screenshot(tmp_path / "mlflow-artifacts.png", full_page=False))
+        _keep(screenshot(page, tmp_path / "mlflow-artifacts.png", full_page=False))
     finally:
+        page.close()
         os.killpg(proc.pid, signal.SIGTERM)  # the server and its uvicorn worker: the group we started
         try:
             proc.wait(timeout=30)

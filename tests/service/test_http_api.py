@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from httpx_sse import ServerSentEvent, connect_sse
 from svc_helpers import ALICE, BOB, FakeLauncher, auth, tiny_spec, wait_until
 
-from cli.main import parse_sse
 from service.app import create_app
 
 
@@ -332,22 +332,24 @@ def test_launch_failure_fails_the_sweep(client: TestClient, launcher: FakeLaunch
 # ---- events -----------------------------------------------------------------------------------------
 
 
-def read_events(client: TestClient, sweep_id: str, on_first: Any = None) -> list[tuple[str, str]]:
-    events: list[tuple[str, str]] = []
-    with client.stream("GET", f"/sweeps/{sweep_id}/events", headers=auth()) as resp:
-        assert resp.status_code == 200
-        assert resp.headers["content-type"].startswith("text/event-stream")
-        lines: list[str] = []
-        for line in resp.iter_lines():
-            if line:
-                lines.append(line)
-                continue
-            if lines and not lines[0].startswith("retry"):
-                events.append(parse_sse(lines) if not lines[0].startswith(":") else (":", lines[0]))
-                if on_first and len(events) == 1:
-                    on_first()
-            lines = []
+def read_events(client: TestClient, sweep_id: str, on_first: Any = None) -> list[ServerSentEvent]:
+    """The stream's events as httpx-sse parses them (the CLI's parser), all of them: the `retry` hint first."""
+    events: list[ServerSentEvent] = []
+    with connect_sse(client, "GET", f"/sweeps/{sweep_id}/events", headers=auth()) as source:
+        assert source.response.status_code == 200
+        assert source.response.headers["content-type"].startswith("text/event-stream")
+        assert source.response.headers["cache-control"] == "no-cache"
+        for sse in source.iter_sse():
+            events.append(sse)
+            if on_first and sse.event == "progress" and len(named(events)) == 1:
+                on_first()
     return events
+
+
+def named(events: list[ServerSentEvent]) -> list[ServerSentEvent]:
+    # httpx-sse 0.4 also hands out a nameless empty event for a blank line after a comment once an
+    # `id:` was seen (the heartbeats); the stream's own events all have a name
+    return [e for e in events if e.event != "message"]
 
 
 def test_events_stream_progress_then_end(client: TestClient, launcher: FakeLauncher) -> None:
@@ -361,14 +363,17 @@ def test_events_stream_progress_then_end(client: TestClient, launcher: FakeLaunc
         launcher.finish(sweep_id)
 
     events = read_events(client, sweep_id, on_first=advance)
-    kinds = [e for e, _ in events if e != ":"]
+    assert events[0].retry == 2000 and events[0].data == ""  # the reconnect hint comes first, alone
+    kinds = [e.event for e in named(events)]
     assert kinds[0] == "progress" and kinds[-1] == "end"
-    assert kinds.count("end") == 1
-    final = json.loads(events[-1][1])
+    assert kinds.count("end") == 1 and set(kinds) == {"progress", "end"}
+    final = events[-1].json()
+    assert events[-1].event == "end"
     assert final["id"] == sweep_id and final["status"] == "succeeded"
-    # the stream only speaks when the sweep changed: revisions strictly increase
-    revisions = [json.loads(d)["revision"] for e, d in events if e in ("progress", "end")]
+    # the stream only speaks when the sweep changed: revisions strictly increase, each its event's id
+    revisions = [e.json()["revision"] for e in named(events)]
     assert revisions == sorted(set(revisions))
+    assert [e.id for e in named(events)] == [str(r) for r in revisions]
 
 
 def test_events_of_a_finished_sweep_end_at_once(client: TestClient, launcher: FakeLauncher) -> None:
@@ -376,19 +381,39 @@ def test_events_of_a_finished_sweep_end_at_once(client: TestClient, launcher: Fa
     wait_until(lambda: sweep_id in launcher.drivers, 10)
     launcher.finish(sweep_id)
     wait_until(lambda: status_of(client, sweep_id) == "succeeded", 10)
-    assert [e for e, _ in read_events(client, sweep_id)] == ["end"]
+    assert [e.event for e in named(read_events(client, sweep_id))] == ["end"]
+
+
+def test_event_stream_slots_follow_the_streams_open(make_settings: Any, launcher: FakeLauncher) -> None:
+    with TestClient(create_app(make_settings(max_event_streams_per_owner=1), launcher=launcher)) as client:
+        sweep_id = submit(client)
+        wait_until(lambda: status_of(client, sweep_id) == "running", 10)
+        assert_error(client.get("/sweeps/nope/events", headers=auth()), 404, "not_found")
+        with connect_sse(client, "GET", f"/sweeps/{sweep_id}/events", headers=auth()) as source:
+            assert source.response.status_code == 200
+            limits = client.app.state.limits  # type: ignore[attr-defined]
+            assert limits.streams.held("alice") == 1  # a 404 took none; the open stream holds one
+            assert_error(client.get(f"/sweeps/{sweep_id}/events", headers=auth()), 429, "too_many_streams")
+            launcher.finish(sweep_id)
+            assert [e.event for e in named(list(source.iter_sse()))][-1] == "end"
+        # a stream that ended by itself gave its slot back: the owner may open the next one
+        wait_until(lambda: limits.streams.held("alice") == 0, 5, what="slot released at `end`")
+        assert [e.event for e in named(read_events(client, sweep_id))] == ["end"]
 
 
 def test_events_send_heartbeats_while_nothing_changes(client: TestClient, launcher: FakeLauncher) -> None:
     sweep_id = submit(client)
     wait_until(lambda: status_of(client, sweep_id) == "running", 10)
     seen: list[str] = []
+    # the wire itself: an SSE parser (httpx-sse, a browser's EventSource) drops comment lines by design
     with client.stream("GET", f"/sweeps/{sweep_id}/events", headers=auth()) as resp:
+        started = time.monotonic()
         for line in resp.iter_lines():
             seen.append(line)
-            if line == ": heartbeat":
+            if line == ": heartbeat" or time.monotonic() - started > 10:
                 break
-    assert ": heartbeat" in seen  # sse_heartbeat_s is 0.2 s in these tests
+    # sse_heartbeat_s is 0.2 s in these tests: ours comes long before FastAPI's own `: ping` (15 s)
+    assert ": heartbeat" in seen, seen
 
 
 # ---- docs ------------------------------------------------------------------------------------------
