@@ -51,6 +51,9 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("mlflow_tracking_uri", "MLFLOW_TRACKING_URI")
     )
     mlflow_ui_url: str | None = Field(default=None, validation_alias=AliasChoices("mlflow_ui_url", "MLFLOW_UI_URL"))
+    # everything Ray Tune/Train write (trial results, checkpoints): None = <data dir>/ray_results; on a
+    # multi-node cluster a URI every node reaches, e.g. s3://bucket/prefix (pyarrow's URIs)
+    storage_uri: str | None = None
 
     # owner -> token; SecretStr keeps tokens out of reprs and logs
     tokens: Annotated[dict[str, SecretStr], NoDecode] = Field(default_factory=dict)
@@ -132,7 +135,12 @@ class Settings(BaseSettings):
 
     def runtime(self) -> SweepRuntime:
         """Where the sweeps of this service keep their state; handed to every sweep driver as it is."""
-        return SweepRuntime.at(self.data_dir, tracking_uri=self.mlflow_tracking_uri, optuna_storage=self.optuna_storage)
+        return SweepRuntime.at(
+            self.data_dir,
+            tracking_uri=self.mlflow_tracking_uri,
+            optuna_storage=self.optuna_storage,
+            storage_uri=self.storage_uri,
+        )
 
     @property
     def tracking_uri(self) -> str:

@@ -141,7 +141,7 @@ def run_sweep(
         ),
         run_config=tune.RunConfig(
             name=f"{sweep_id}-{int(time.time())}",
-            storage_path=str(runtime.ray_results),
+            storage_path=runtime.trial_storage,
             callbacks=[recorder, _Progress()],
             stop=_Cancel(),
             verbose=0,

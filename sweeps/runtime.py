@@ -20,6 +20,9 @@ class SweepRuntime:
     artifact_root: Path
     optuna_storage: str
     ray_address: str | None = None
+    # where Ray Tune/Train write trial results (and checkpoints): None = <data dir>/ray_results, or any
+    # URI pyarrow understands, e.g. s3://bucket/prefix?endpoint_override=http://host:port
+    storage_uri: str | None = None
 
     @classmethod
     def at(
@@ -29,6 +32,7 @@ class SweepRuntime:
         tracking_uri: str | None = None,
         optuna_storage: str | None = None,
         ray_address: str | None = None,
+        storage_uri: str | None = None,
     ) -> SweepRuntime:
         """The stores of `data_dir`, each defaulting to SQLite (and a local artifact folder) inside it."""
         root = Path(data_dir).expanduser().resolve()
@@ -38,6 +42,7 @@ class SweepRuntime:
             artifact_root=root / "mlartifacts",
             optuna_storage=optuna_storage or f"sqlite:///{root / 'optuna.db'}",
             ray_address=ray_address,
+            storage_uri=storage_uri,
         )
 
     @classmethod
@@ -47,11 +52,22 @@ class SweepRuntime:
             tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None,
             optuna_storage=os.environ.get("SWEEPS_OPTUNA_STORAGE") or None,
             ray_address=os.environ.get("RAY_ADDRESS") or None,
+            storage_uri=os.environ.get("SWEEPS_STORAGE_URI") or None,
         )
 
     @property
     def ray_results(self) -> Path:
         return self.data_dir / "ray_results"
+
+    @property
+    def trial_storage(self) -> str:
+        """What Ray Tune's RunConfig.storage_path gets: the storage URI, else the local folder."""
+        return self.storage_uri or str(self.ray_results)
+
+    @property
+    def storage_is_local(self) -> bool:
+        """A path on this machine only: fine on one node, silently loses results on several."""
+        return self.storage_uri is None or self.storage_uri.startswith(("/", "file:", "local:"))
 
     def ensure(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

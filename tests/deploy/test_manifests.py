@@ -76,10 +76,8 @@ TOOL_ENV = {
     # the worker's token cache (worker/data.py), read by the trials, not a service Setting
     "BATCHSWEEP_CACHE",
 }
-# PENDING: SWEEPS_STORAGE_URI (the s3:// URI of Ray Tune's storage) is in the Secret ahead of the
-# Setting that will read it; once service/settings.py has it, this set is no longer needed (the
-# Settings comparison covers it) and can be emptied.
-PENDING_SETTINGS = {"SWEEPS_STORAGE_URI"}
+# settings in the manifests ahead of the code that reads them (none: SWEEPS_STORAGE_URI is a Setting now)
+PENDING_SETTINGS: set[str] = set()
 
 
 # ---- loading --------------------------------------------------------------------------------------

@@ -75,3 +75,20 @@ def test_mlflow_link_only_when_a_ui_is_configured() -> None:
         == "http://127.0.0.1:5000/#/experiments/3/runs"
     )
     assert Settings(mlflow_ui_url="http://127.0.0.1:5000").mlflow_link(None) is None
+
+
+def test_trial_storage_is_local_by_default_and_refused_on_several_nodes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from service.launcher import StorageNotShared, check_storage
+
+    monkeypatch.setenv("SWEEPS_DATA_DIR", str(tmp_path / "d"))
+    local = Settings().runtime()
+    assert local.trial_storage == str((tmp_path / "d").resolve() / "ray_results") and local.storage_is_local
+    check_storage(local, nodes=1)  # one machine: a local folder is right
+    with pytest.raises(StorageNotShared, match="3 nodes.*SWEEPS_STORAGE_URI"):
+        check_storage(local, nodes=3)
+    monkeypatch.setenv("SWEEPS_STORAGE_URI", "s3://sweeps/results?endpoint_override=http://127.0.0.1:9000")
+    shared = Settings().runtime()
+    assert shared.trial_storage == "s3://sweeps/results?endpoint_override=http://127.0.0.1:9000"
+    check_storage(shared, nodes=3)
