@@ -1,35 +1,50 @@
-"""The figures of a sweep, each drawn twice from the same tidy table: matplotlib (PNG) and plotly (HTML).
+"""The figures of a sweep: ONE renderer-free description per figure, built from the tidy tables of
+`dashboards.data`, and TWO renderers that draw any description: matplotlib (PNG) and plotly (HTML).
 
-Every `*_figure(sweep)` returns a `FigureSpec` whose `data` is the table it was drawn from
-(`dashboards.data`), so tests check the numbers behind a figure, never its pixels. Matplotlib is used
-through `matplotlib.figure.Figure` with an explicit Agg canvas: no pyplot, so no global figure
-registry to leak, no GUI backend looked for on a server, and the process-wide backend of whoever
-imports this module (a notebook) is left alone. Colours: one per optimizer (tab10, spec order) in every figure;
-batch sizes on viridis, layers on plasma.
+Rules
+-----
+- A figure function (`*_figure(sweep)`) reads its table once and builds its `FigureDesc` once; it
+  never touches a renderer. Whatever a figure shows (points, bars, bands, lines, legend entries,
+  labels, notes) is in the description, so the PNG and the HTML cannot disagree: each renderer maps
+  every field and adds no content of its own (only its look: fonts, margins, the plotly template).
+- A description holds only str, int, float, bool, None and tuples of them (frozen dataclasses):
+  tests check the numbers and labels behind a figure on it, and on both renderings, never pixels.
+- `FigureSpec` carries the description with the table it was built from (`data`); the renderings are
+  made on first use and cached (`mpl_fig`, `plotly_fig`).
+- Matplotlib is used through `matplotlib.figure.Figure` with an explicit Agg canvas: no pyplot, so no
+  global figure registry to leak, no GUI backend looked for on a server, and the process-wide backend
+  of whoever imports this module (a notebook) is left alone.
+- The HTML of a figure references plotly.js by the relative path `plotly.min.js` (`PLOTLYJS_FILE`),
+  which `dashboards.publish` writes once per sweep next to the figures: plotly.js is ~4.8 MB, a
+  figure's own HTML a few tens of kB.
+- Colours: one per optimizer (tab10, spec order) in every figure; batch sizes on viridis, layers on plasma.
 
 Units: losses are cross-entropy in nats per token; batch sizes in sequences; "tokens" are tokens
 seen by the optimizer (all workers); steps are optimizer steps; lr is the peak learning rate.
+Lengths in a description (line widths, marker sizes, font sizes, text offsets) are in points
+(1/72 inch, matplotlib's unit); plotly's are CSS pixels, 4/3 of a point (`PX_PER_PT`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import html
 import io
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib
 import plotly.graph_objects as go
 import plotly.io as pio
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis as MplAxis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from plotly.subplots import make_subplots
 
@@ -48,11 +63,20 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "FIGURES",
+    "PLOTLYJS_FILE",
+    "Annotation",
+    "Axis",
+    "FigureDesc",
     "FigureSpec",
+    "Panel",
+    "Series",
+    "Style",
     "attention_figure",
     "best_lr_figure",
     "loss_figure",
     "lr_figure",
+    "render_matplotlib",
+    "render_plotly",
     "scaling_figure",
     "steps_figure",
 ]
@@ -76,32 +100,220 @@ BATCH_LABEL = "batch size (sequences)"
 TOKENS_LABEL = "tokens seen"
 PLOTLY_HEIGHT = 460  # px; the page stacks figures, each a fixed height (the div's 100% would collapse)
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+PLOTLYJS_FILE = "plotly.min.js"  # what a figure's HTML loads, relative to itself (publish writes it once)
+PX_PER_PT = 96 / 72  # CSS pixels per point: a description's lengths in plotly
+GRID_ALPHA = 0.3  # matplotlib grid lines: visible, under the data
+
+
+# --------------------------------------------------------------------------------------------------
+# The description: what a figure shows, for any renderer
+# --------------------------------------------------------------------------------------------------
+
+Kind = Literal["line", "scatter", "errorbar", "band", "hline", "vline"]
+Dash = Literal["solid", "dash", "dot", "dashdot"]
+Symbol = Literal["circle", "star", "diamond", "triangle-up", "x"]
+Scale = Literal["linear", "log", "log2"]
+Ref = Literal["data", "panel"]
+LegendPlace = Literal["outside", "lower left", "best", "none"]
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a series looks. `dash` None: no line (markers only); `symbol` None: no markers. `hollow`:
+    the marker's outline only, in `edge` (None: the series colour). `alpha` is the opacity of the
+    whole series (of a band: its fill). `z`: stacking, higher on top (a renderer that stacks in
+    drawing order, plotly, draws in description order)."""
+
+    color: str
+    dash: Dash | None = "solid"
+    width: float = 1.5  # line width, pt
+    symbol: Symbol | None = None
+    size: float = 6.0  # marker diameter, pt
+    hollow: bool = False
+    edge: str | None = None  # marker outline colour; None: the series colour
+    edge_width: float = 1.0  # marker outline width, pt
+    alpha: float = 1.0
+    z: float = 2.0
+
+
+@dataclass(frozen=True)
+class Series:
+    """One thing drawn in a panel, in data units.
+
+    Kinds: "line" joins x/y in order (markers too when the style has a symbol); "scatter" marks x/y;
+    "errorbar" is a line with a vertical bar from y - err_low to y + err_high at each point; "band"
+    spans y[0]..y[1] across the panel; "hline" is y[0] across the panel; "vline" x[0] up it.
+
+    `name` is the series' legend entry, shown when `legend` (renderers key each panel's or the
+    figure's legend in description order); a series with `legend` and no points is a key: a
+    legend entry only. `group` ties series together (plotly shows and hides a group at once).
+    `text`: per point, what it is (the run it comes from); `hover`: per point, what the HTML shows
+    under the pointer (lines split at "\\n"); both empty or one per point.
+    `top`: for points without a y to place (a diverged trial, a target never reached): they are
+    drawn at that fraction (0..1) of the panel's height where a renderer can pin to the panel
+    (matplotlib), else at `y`, which then holds a data value above every other point (plotly).
+    """
+
+    kind: Kind
+    name: str
+    style: Style
+    x: tuple[float, ...] = ()
+    y: tuple[float, ...] = ()
+    err_low: tuple[float, ...] = ()
+    err_high: tuple[float, ...] = ()
+    legend: bool = False
+    group: str = ""
+    text: tuple[str, ...] = ()
+    hover: tuple[str, ...] = ()
+    top: float | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.x)
+        if self.kind in ("line", "scatter", "errorbar") and len(self.y) != n:
+            raise ValueError(f"{self.kind} {self.name!r}: {n} x but {len(self.y)} y")
+        if self.kind == "errorbar" and not (len(self.err_low) == len(self.err_high) == n):
+            raise ValueError(f"errorbar {self.name!r}: one err_low and err_high per point")
+        need = {"band": (0, 2), "hline": (0, 1), "vline": (1, 0)}.get(self.kind)
+        if need is not None and (len(self.x), len(self.y)) != need:
+            raise ValueError(f"{self.kind} {self.name!r} takes {need[0]} x and {need[1]} y")
+        for field in ("text", "hover"):
+            if getattr(self, field) and len(getattr(self, field)) != n:
+                raise ValueError(f"{self.kind} {self.name!r}: {field} needs one entry per point")
+
+    @property
+    def is_key(self) -> bool:
+        """A legend entry only: nothing drawn in the panel."""
+        return self.kind in ("line", "scatter", "errorbar") and not self.x
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """Text at a point: `x`/`y` in data units, or for `xref`/`yref` "panel" as a fraction (0..1) of
+    the panel; `offset` moves the text right/up from there, in pt. The text starts at the point
+    (`center`: is centred on it) and stands on it (`middle`: is centred on it vertically)."""
+
+    text: str
+    x: float
+    y: float
+    xref: Ref = "data"
+    yref: Ref = "data"
+    offset: tuple[float, float] = (0.0, 0.0)
+    color: str = GREY
+    size: float = 9.0  # pt
+    bold: bool = False
+    center: bool = False
+    middle: bool = False
+
+
+@dataclass(frozen=True)
+class Axis:
+    """`scale` "log2" is logarithmic in base 2 (log2 and log differ only in where a renderer puts
+    its own ticks). `ticks`: the only labelled ticks, labelled `tick_labels` (same length; no minor
+    labels); empty: the renderer's. `limits` in data units; None: fitted to what is drawn. `plain`:
+    log tick labels as plain numbers (4, 10, 20, 0.001), never 10^k: counts and lrs read as such."""
+
+    label: str = ""
+    scale: Scale = "linear"
+    ticks: tuple[float, ...] = ()
+    tick_labels: tuple[str, ...] = ()
+    limits: tuple[float, float] | None = None
+    plain: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.ticks) != len(self.tick_labels):
+            raise ValueError(f"axis {self.label!r}: one label per tick")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One set of axes. `legend`: where the legend of this panel's series goes in the PNG (outside
+    to the right, or inside); the HTML has one legend for the figure with every series that has
+    `legend`, in panel and series order. `grid` "both": minor grid lines too (log axes).
+    `blank`: no ticks or grid at all: the panel has nothing on its axes (its annotations say why)."""
+
+    x: Axis
+    y: Axis
+    series: tuple[Series, ...] = ()
+    annotations: tuple[Annotation, ...] = ()
+    title: str = ""
+    title_size: float = 10.0  # pt
+    legend: LegendPlace = "none"
+    grid: Literal["major", "both"] = "major"
+    blank: bool = False
+
+
+@dataclass(frozen=True)
+class FigureDesc:
+    """A figure: its `title`, its panels side by side (`share_y`: one y axis for all, labelled on the
+    first panel), and the PNG's `size` in inches (the HTML is as wide as its page and
+    PLOTLY_HEIGHT px tall). A single panel without a title of its own carries the figure's title."""
+
+    title: str
+    panels: tuple[Panel, ...]
+    size: tuple[float, float]  # inches
+    share_y: bool = False
+
+    def series(self) -> Iterator[tuple[int, Series]]:
+        """(panel index, series) in description order."""
+        for i, p in enumerate(self.panels):
+            for s in p.series:
+                yield i, s
 
 
 @dataclass
 class FigureSpec:
-    """One figure: `name` (file stem), `title`, `data` (the tidy table drawn), both renderings."""
+    """One figure: `name` (file stem), `data` (the tidy table it was built from), `desc` (what it
+    shows); `mpl_fig` and `plotly_fig` are its two renderings, made from `desc` on first use."""
 
     name: str
-    title: str
     data: Any
-    mpl_fig: Figure
-    plotly_fig: go.Figure
-    _png: dict[int, bytes] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    desc: FigureDesc
+    _cache: dict[Any, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def title(self) -> str:
+        return self.desc.title
+
+    @property
+    def mpl_fig(self) -> Figure:
+        if "mpl" not in self._cache:
+            self._cache["mpl"] = render_matplotlib(self.desc)
+        return self._cache["mpl"]
+
+    @property
+    def plotly_fig(self) -> go.Figure:
+        if "plotly" not in self._cache:
+            self._cache["plotly"] = render_plotly(self.desc)
+        return self._cache["plotly"]
 
     def png_bytes(self, dpi: int = PNG_DPI) -> bytes:
         """The PNG, rendered once per dpi (the file and the page's fallback share it)."""
-        if dpi not in self._png:
+        key = ("png", dpi)
+        if key not in self._cache:
             buf = io.BytesIO()
             self.mpl_fig.savefig(buf, format="png", dpi=dpi)
-            self._png[dpi] = buf.getvalue()
-        return self._png[dpi]
+            self._cache[key] = buf.getvalue()
+        return self._cache[key]
 
     def html(self) -> str:
-        """A standalone page with plotly.js inline (~4.7 MB): it renders offline, also inside the MLflow UI."""
-        return pio.to_html(
-            self.plotly_fig, full_html=True, include_plotlyjs=True, config=PLOTLY_CONFIG, div_id=f"fig-{self.name}"
+        """A standalone page that loads plotly.js from `plotly.min.js` next to it (a few tens of kB,
+        not 4.8 MB). Opened where that file is not beside it (a lone copy; an artifact viewer that
+        shows one file by itself, as MLflow's preview may), it says so in place of a blank page."""
+        page = pio.to_html(
+            self.plotly_fig,
+            full_html=True,
+            include_plotlyjs=PLOTLYJS_FILE,  # a name ending in .js: a <script src> to it, nothing inline
+            config=PLOTLY_CONFIG,
+            div_id=f"fig-{self.name}",
         )
+        missing = (
+            f'<p id="no-plotly" style="font-family: sans-serif; color: {GREY}">This interactive figure needs '
+            f"{PLOTLYJS_FILE} next to it: open it from the sweep's figures/ folder (artifacts of the summary "
+            f"run), where {PLOTLYJS_FILE} is published once for all figures. The same figure: "
+            f"{html.escape(self.name)}.png.</p>"
+        )
+        check = f"<script>if (!window.Plotly) document.body.insertAdjacentHTML('afterbegin', {json.dumps(missing)});</script>"
+        return page.replace("</body>", check + "</body>", 1)
 
     def div(self) -> str:
         """The figure's div and its script, without plotly.js (the page includes it once) and without
@@ -115,6 +327,14 @@ class FigureSpec:
     def data_json(self) -> str:
         """The table behind the figure as strict JSON (NaN/inf as null)."""
         return json.dumps(_jsonable(self.data), indent=1, allow_nan=False)
+
+    def release(self) -> None:
+        """Drop the renderings (the Agg buffers now rather than at garbage collection); the
+        description stays, and a later use renders again."""
+        fig = self._cache.get("mpl")
+        if fig is not None:
+            fig.clear()
+        self._cache.clear()
 
 
 def _jsonable(obj: Any) -> Any:
@@ -130,7 +350,7 @@ def _jsonable(obj: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------------
-# Shared drawing helpers
+# Shared pieces of the descriptions
 # --------------------------------------------------------------------------------------------------
 
 
@@ -148,107 +368,44 @@ def batch_colors(sizes: Sequence[int]) -> dict[int, str]:
     return dict(zip(sorted(sizes), _ramp("viridis", len(sizes)), strict=True))
 
 
-def _mpl(ncols: int = 1, *, width: float = 7.5, height: float = 4.6, sharey: bool = False) -> tuple[Figure, list[Axes]]:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)  # an explicit Agg canvas: savefig never looks for a GUI backend
-    axes = fig.subplots(1, ncols, sharey=sharey, squeeze=False)[0]
-    return fig, list(axes)
-
-
-def _log2_batch_axis(ax: Axes, sizes: Sequence[int]) -> None:
-    """Log-x in base 2, one labelled tick per tested batch size."""
-    ax.set_xscale("log", base=2)
-    if sizes:
-        ax.set_xticks(list(sizes), [str(b) for b in sizes])
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        lo, hi = min(sizes), max(sizes)
-        ax.set_xlim(lo / 1.4, hi * 1.4)  # room for markers and labels at both ends
-    ax.set_xlabel(BATCH_LABEL)
-
-
-def _plain_log_y(ax: Axes) -> None:
-    """Log-y labelled 4, 10, 20 rather than 4x10^0: steps and sequences are counts."""
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-
-    def minor(v: float, _: object) -> str:
-        # within about a decade every minor tick gets a label (else only 10^k would); wider: 2x and 5x only
-        lo, hi = sorted(ax.get_ylim())
-        if v <= 0 or lo <= 0:
-            return ""
-        if math.log10(hi / lo) < 1.2:
-            return f"{v:g}"
-        return f"{v:g}" if round(v / 10 ** math.floor(math.log10(v)), 6) in (2.0, 5.0) else ""
-
-    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
-
-
-def _legend_by_optimizer(ax: Axes, optimizers: Sequence[str]) -> None:
-    """Outside legend with each optimizer's entries together (matplotlib lists error bars last)."""
-    handles, labels = ax.get_legend_handles_labels()
-    rank = {o: i for i, o in enumerate(optimizers)}
-    order = sorted(range(len(labels)), key=lambda i: (rank.get(labels[i].split(" ")[0].rstrip(":"), len(rank)), i))
-    _legend_outside(ax, [handles[i] for i in order], labels=[labels[i] for i in order])
-
-
-def _blank(ax: Axes, text: str) -> None:
-    """An empty panel: no meaningless 0..1 ticks, just the reason."""
-    ax.set_xticks([])
-    ax.set_yticks([])
-    _note(ax, text)
-
-
-def _note(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=GREY, fontsize=9, wrap=True)
-
-
-def _legend_outside(ax: Axes, handles: list[Any] | None = None, **kw: Any) -> None:
-    kwargs: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "frameon": False}
-    kwargs.update(kw)
-    if handles is not None:
-        ax.legend(handles, kwargs.pop("labels", [h.get_label() for h in handles]), **kwargs)
-    else:
-        ax.legend(**kwargs)
-
-
-def _plotly(
-    ncols: int = 1,
-    *,
-    titles: Sequence[str] | None = None,
-    shared_y: bool = False,
-    title: str = "",
-    width: int | None = None,
-) -> go.Figure:
-    if ncols == 1 and not titles:
-        fig = go.Figure()
-    else:
-        fig = make_subplots(
-            rows=1,
-            cols=ncols,
-            shared_yaxes=shared_y,
-            subplot_titles=list(titles or []),
-            horizontal_spacing=0.08 if ncols > 1 else 0.2,
-        )
-    fig.update_layout(
-        title={"text": title, "x": 0.01, "xanchor": "left"},
-        template="plotly_white",
-        height=PLOTLY_HEIGHT,
-        width=width,
-        legend={"font": {"size": 11}},
-        margin={"t": 70, "r": 20, "l": 60, "b": 50},
+def batch_axis(sizes: Sequence[int]) -> Axis:
+    """Log-x in base 2, one labelled tick per tested batch size, with room for markers and labels at
+    both ends (a factor 1.4 beyond the smallest and the largest)."""
+    if not sizes:
+        return Axis(BATCH_LABEL, "log2")
+    return Axis(
+        BATCH_LABEL,
+        "log2",
+        ticks=tuple(float(b) for b in sizes),
+        tick_labels=tuple(str(b) for b in sizes),
+        limits=(min(sizes) / 1.4, max(sizes) * 1.4),
     )
-    return fig
 
 
-def _plotly_batch_axis(fig: go.Figure, sizes: Sequence[int], **where: Any) -> None:
-    fig.update_xaxes(
-        type="log", tickvals=list(sizes), ticktext=[str(b) for b in sizes], title_text=BATCH_LABEL, **where
-    )
+def note(text: str) -> Annotation:
+    """A reason in the middle of a panel (nothing to draw there, or not everything)."""
+    return Annotation(text, 0.5, 0.5, xref="panel", yref="panel", center=True, middle=True)
+
+
+def key(name: str, style: Style, group: str = "") -> Series:
+    """A legend entry that draws nothing: a line when the style has one, else a marker."""
+    return Series("line" if style.dash else "scatter", name, style, legend=True, group=group)
 
 
 def _known(v: float | None) -> float:
     """A value of a row the caller already filtered for having one (for the type checker)."""
     assert v is not None
     return v
+
+
+def _f(values: Sequence[float | None]) -> tuple[float, ...]:
+    """Values the caller already filtered for being there, as a description's tuple."""
+    return tuple(_known(v) for v in values)
+
+
+def _unshared(y: Axis, i: int) -> Axis:
+    """Panels after the first share the first panel's y axis: its label only once."""
+    return y if i == 0 else dataclasses.replace(y, label="")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -260,127 +417,83 @@ def scaling_figure(sweep: SweepData) -> FigureSpec:
     """Final val loss (mean, 95% CI over seeds) vs batch size, one line per optimizer; each optimizer's
     tolerance band; stars at the largest degradation-free batch size (vs itself), open diamonds vs the baseline."""
     t = scaling_points(sweep)
-    sizes = sweep.batch_sizes
     ref_b = sweep.report.reference_batch_size
     title = f"Final val loss vs batch size (mean ± 95% CI over seeds) — sweep {sweep.sweep_id}"
-    fig, (ax,) = _mpl(width=11.5, height=5.0)
-    pfig = _plotly(title=title)
+    series: list[Series] = []
+    notes: list[Annotation] = []
     for opt in sweep.optimizers:
         c = opt_color(sweep, opt)
         for band in (b for b in t.bands if b.optimizer == opt):
             label = f"{opt} tolerance band: ≤ +{t.tolerance:.0%} of its loss at B={band.reference_batch_size}"
             label += " (the baseline reference)" if band.is_baseline else ""
-            ax.axhspan(band.reference, band.upper, color=c, alpha=0.12, lw=0, label=label)
-            pfig.add_hrect(
-                y0=band.reference,
-                y1=band.upper,
-                fillcolor=c,
-                opacity=0.12,
-                line_width=0,
-                name=label,
-                showlegend=True,
-                legendgroup=opt,
+            series.append(
+                Series("band", label, Style(c, alpha=0.12), y=(band.reference, band.upper), legend=True, group=opt)
             )
         pts = [p for p in t.points if p.optimizer == opt and p.val_loss_mean is not None]
         empty = sum(1 for p in t.points if p.optimizer == opt and p.val_loss_mean is None)
         label = f"{opt} (mean, 95% CI over seeds)" + (f"; {empty} cell(s) without a completed run" if empty else "")
-        xs = [p.batch_size for p in pts]
-        ys = [_known(p.val_loss_mean) for p in pts]
-        lo = [_known(p.val_loss_mean) - _known(p.ci_low) for p in pts]  # error bar lengths below/above the mean
-        hi = [_known(p.ci_high) - _known(p.val_loss_mean) for p in pts]
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=c, capsize=4, lw=1.8, ms=5, label=label)
-        pfig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines+markers",
-                name=label,
-                legendgroup=opt,
-                line={"color": c},
-                error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo, "color": c},
-                customdata=[[p.seeds, p.ci_low, p.ci_high] for p in pts],
-                hovertemplate=f"{opt} B=%{{x}}<br>mean %{{y:.4f}}<br>95%% CI [%{{customdata[1]:.4f}}, %{{customdata[2]:.4f}}]"
-                "<br>seeds %{customdata[0]}<extra></extra>",
+        means = _f([p.val_loss_mean for p in pts])
+        series.append(
+            Series(
+                "errorbar",
+                label,
+                Style(c, width=1.8, symbol="circle", size=5),
+                x=tuple(float(p.batch_size) for p in pts),
+                y=means,
+                # error bar lengths below/above the mean: the report's CI, not a recomputed one
+                err_low=tuple(m - _known(p.ci_low) for m, p in zip(means, pts, strict=True)),
+                err_high=tuple(_known(p.ci_high) - m for m, p in zip(means, pts, strict=True)),
+                legend=True,
+                group=opt,
+                hover=tuple(
+                    f"{opt} B={p.batch_size}\nmean {m:.4f}\n95% CI [{_known(p.ci_low):.4f}, {_known(p.ci_high):.4f}]"
+                    f"\nseeds {p.seeds}"
+                    for m, p in zip(means, pts, strict=True)
+                ),
             )
         )
         for m in (m for m in t.marks if m.optimizer == opt):
             if m.reference == "baseline" and opt == t.baseline:
                 continue  # the baseline's "vs baseline" answer is its "vs self" answer
             noise = " (within noise)" if m.within_noise else ""
+            star = Style(c, dash=None, symbol="star", size=17, edge="black", z=5)
+            diamond = Style(c, dash=None, symbol="diamond", size=12, hollow=True, edge_width=1.8, z=5)
             if m.batch_size is None or m.val_loss_mean is None:
                 # no answer to mark: say so in the legend rather than dropping it silently
                 txt = f"{opt}: no degradation-free batch size vs {'itself' if m.reference == 'self' else t.baseline}"
-                ax.plot([], [], ls="none", marker="*" if m.reference == "self" else "D", mfc="none", mec=c, label=txt)
-                pfig.add_trace(
-                    go.Scatter(
-                        x=[None],
-                        y=[None],
-                        mode="markers",
-                        name=txt,
-                        legendgroup=opt,
-                        marker={"color": c, "symbol": "x"},
-                    )
-                )
+                series.append(key(txt, dataclasses.replace(star if m.reference == "self" else diamond, hollow=True)))
                 continue
             if m.reference == "self":
                 txt = f"{opt}: largest degradation-free B = {m.batch_size} (vs itself at B={ref_b}){noise}"
-                ax.plot(
-                    [m.batch_size],
-                    [m.val_loss_mean],
-                    ls="none",
-                    marker="*",
-                    ms=17,
-                    mfc=c,
-                    mec="black",
-                    zorder=5,
-                    label=txt,
+                style = star
+                notes.append(
+                    Annotation(f"B={m.batch_size}", m.batch_size, m.val_loss_mean, offset=(7, 7), color=c, bold=True)
                 )
-                ax.annotate(
-                    f"B={m.batch_size}",
-                    (m.batch_size, m.val_loss_mean),
-                    textcoords="offset points",
-                    xytext=(7, 7),
-                    fontsize=9,
-                    color=c,
-                    weight="bold",
-                )
-                sym, size = "star", 20
             else:
                 txt = f"{opt}: largest degradation-free B = {m.batch_size} vs baseline {t.baseline}{noise}"
-                ax.plot(
-                    [m.batch_size],
-                    [m.val_loss_mean],
-                    ls="none",
-                    marker="D",
-                    ms=12,
-                    mfc="none",
-                    mec=c,
-                    mew=1.8,
-                    zorder=5,
-                    label=txt,
-                )
-                sym, size = "diamond-open", 16
-            pfig.add_trace(
-                go.Scatter(
-                    x=[m.batch_size],
-                    y=[m.val_loss_mean],
-                    mode="markers",
-                    name=txt,
-                    legendgroup=opt,
-                    marker={"symbol": sym, "size": size, "color": c, "line": {"color": "black", "width": 1}},
-                    hovertemplate=f"{txt}<extra></extra>",
+                style = diamond
+            series.append(
+                Series(
+                    "scatter",
+                    txt,
+                    style,
+                    x=(float(m.batch_size),),
+                    y=(m.val_loss_mean,),
+                    legend=True,
+                    group=opt,
+                    hover=(txt,),
                 )
             )
-    _log2_batch_axis(ax, sizes)
-    ax.set_ylabel("final " + LOSS_LABEL)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
     if not any(p.val_loss_mean is not None for p in t.points):
-        _note(ax, "no cell has a completed run")
-    _legend_by_optimizer(ax, sweep.optimizers)
-    _plotly_batch_axis(pfig, sizes)
-    pfig.update_yaxes(title_text="final " + LOSS_LABEL)
-    return FigureSpec("scaling", title, t, fig, pfig)
+        notes.append(note("no cell has a completed run"))
+    panel = Panel(
+        batch_axis(sweep.batch_sizes),
+        Axis("final " + LOSS_LABEL),
+        tuple(series),
+        tuple(notes),
+        legend="outside",
+    )
+    return FigureSpec("scaling", t, FigureDesc(title, (panel,), size=(11.5, 5.0)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -399,144 +512,76 @@ def lr_figure(sweep: SweepData) -> FigureSpec:
     title = f"LR sensitivity: val loss vs peak lr for every trial — sweep {sweep.sweep_id}"
     finite = [p.val_loss for p in t.points if p.val_loss is not None]
     lo_y, hi_y = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    top = hi_y + 0.08 * max(hi_y - lo_y, 0.05)  # where plotly draws the 'x' markers (no axes-fraction y)
-    subtitles = []
-    for opt in opts:
-        n_c, n_p = t.count(opt, "completed"), t.count(opt, "pruned")
-        n_x = t.count(opt, "diverged") + t.count(opt, "failed")
-        subtitles.append(f"{opt}: {n_c} completed, {n_p} pruned, {n_x} diverged/failed")
-    fig, axes = _mpl(len(opts), width=4.6 * len(opts) + 1.8, height=4.4, sharey=True)
-    pfig = _plotly(len(opts), titles=subtitles, shared_y=True, title=title)
-    # legend-only traces: one filled circle per batch size, then the marker kinds in grey
-    for bs in sweep.batch_sizes:
-        pfig.add_trace(
-            go.Scatter(
-                x=[None],
-                y=[None],
-                mode="markers",
-                name=f"B={bs}",
-                legendgroup=f"bs{bs}",
-                marker={"symbol": "circle", "size": 8, "color": colors[bs]},
-            ),
-            row=1,
-            col=1,
-        )
+    span = max(hi_y - lo_y, 0.05)  # nats; a floor so a single loss still gets a readable range
+    top = hi_y + 0.08 * span  # the data y of the 'x' markers where they cannot be pinned (plotly)
+    y_axis = Axis("final " + LOSS_LABEL, limits=(lo_y - 0.05 * span, hi_y + 0.15 * span) if finite else None)
+    lr_lo, lr_hi = t.lr_range
     n_bad = sum(1 for p in t.points if p.val_loss is None)
     n_pruned = sum(1 for p in t.points if p.status == "pruned")
-    for symbol, name in (
-        ("star", "best lr of the cell"),
-        ("circle-open", f"pruned ({n_pruned}): loss when stopped"),
-        ("x", f"diverged/failed ({n_bad}): no final loss, drawn at the top"),
-    ):
-        pfig.add_trace(
-            go.Scatter(
-                x=[None], y=[None], mode="markers", name=name, marker={"symbol": symbol, "size": 10, "color": GREY}
-            ),
-            row=1,
-            col=1,
-        )
-    for i, (opt, ax) in enumerate(zip(opts, axes, strict=True)):
-        col = i + 1
+    # the legend (of the last panel): one filled circle per batch size, then the marker kinds in grey
+    keys = [key(f"B={bs}", Style(colors[bs], dash=None, symbol="circle"), group=f"bs{bs}") for bs in sweep.batch_sizes]
+    keys += [
+        key("best lr of the cell", Style(GREY, dash=None, symbol="star", size=13, edge="black")),
+        key(f"pruned ({n_pruned}): loss when stopped", Style(GREY, dash=None, symbol="circle", hollow=True)),
+        key(f"diverged/failed ({n_bad}): no final loss", Style(GREY, dash=None, symbol="x")),
+        key("searched lr range", Style(GREY, dash="dot", width=1.0)),
+    ]
+    panels = []
+    for i, opt in enumerate(opts):
+        series: list[Series] = []
         for bs in sweep.batch_sizes:
             c = colors[bs]
             mine = [p for p in t.points if p.optimizer == opt and p.batch_size == bs]
-            done = [p for p in mine if p.status == "completed" and not p.is_best]
-            best = [p for p in mine if p.is_best]
-            pruned = [p for p in mine if p.status == "pruned" and p.val_loss is not None]
-            bad = [p for p in mine if p.val_loss is None]
-            label = f"B={bs}" if i == 0 else None
-            ax.scatter([p.lr for p in done], [_known(p.val_loss) for p in done], color=c, s=30, label=label, zorder=3)
-            ax.scatter(
-                [p.lr for p in best],
-                [_known(p.val_loss) for p in best],
-                color=c,
-                marker="*",
-                s=220,
-                edgecolors="black",
-                linewidths=0.8,
-                zorder=4,
-            )
-            ax.scatter(
-                [p.lr for p in pruned],
-                [_known(p.val_loss) for p in pruned],
-                facecolors="none",
-                edgecolors=c,
-                s=30,
-                zorder=3,
-            )
-            # diverged/failed: no loss to place on y, so at the top of the panel (axes fraction 0.96)
-            ax.scatter(
-                [p.lr for p in bad],
-                [0.96] * len(bad),
-                color=c,
-                marker="x",
-                s=40,
-                transform=ax.get_xaxis_transform(),
-                zorder=3,
-                clip_on=False,
-            )
-            for group, symbol, size, kind in (
-                (done, "circle", 8, "completed"),
-                (best, "star", 18, "best lr"),
-                (pruned, "circle-open", 8, "pruned"),
-                (bad, "x", 9, "diverged/failed"),
+            done = Style(c, None, symbol="circle", size=5.5, z=3)
+            best = Style(c, None, symbol="star", size=14.8, edge="black", edge_width=0.8, z=4)
+            pruned = dataclasses.replace(done, hollow=True)
+            bad = Style(c, None, symbol="x", size=6.3, z=3)
+            # marker sizes: diameters in pt (the PNG drew scatter areas of 30, 220 and 40 pt^2 before)
+            for group, style in (
+                ([p for p in mine if p.status == "completed" and not p.is_best], done),
+                ([p for p in mine if p.is_best], best),
+                ([p for p in mine if p.status == "pruned" and p.val_loss is not None], pruned),
+                ([p for p in mine if p.val_loss is None], bad),
             ):
                 if not group:
                     continue
-                pfig.add_trace(
-                    go.Scatter(
-                        x=[p.lr for p in group],
-                        y=[p.val_loss if p.val_loss is not None else top for p in group],
-                        mode="markers",
-                        name=f"B={bs}",
-                        legendgroup=f"bs{bs}",
-                        showlegend=False,
-                        marker={
-                            "symbol": symbol,
-                            "size": size,
-                            "color": c,
-                            "line": {"color": "black" if kind == "best lr" else c, "width": 1},
-                        },
-                        text=[f"{p.run_name} ({p.status})" for p in group],
-                        hovertemplate="%{text}<br>lr %{x:.3g}<br>"
-                        + ("val loss %{y:.4f}" if kind != "diverged/failed" else "no final loss")
-                        + "<extra></extra>",
-                    ),
-                    row=1,
-                    col=col,
+                series.append(
+                    Series(
+                        "scatter",
+                        f"B={bs}",
+                        style,
+                        x=tuple(p.lr for p in group),
+                        # diverged/failed: no loss to place on y, so at the top of the panel
+                        y=tuple(top if p.val_loss is None else p.val_loss for p in group),
+                        group=f"bs{bs}",
+                        text=tuple(f"{p.run_name} ({p.status})" for p in group),
+                        hover=tuple(
+                            f"{p.run_name} ({p.status})\nlr {p.lr:.3g}\n"
+                            + ("no final loss" if p.val_loss is None else f"val loss {p.val_loss:.4f}")
+                            for p in group
+                        ),
+                        top=0.96 if style is bad else None,
+                    )
                 )
-        lr_lo, lr_hi = t.lr_range
-        for x in (lr_lo, lr_hi):
-            ax.axvline(x, color=GREY, ls=":", lw=1)
-        ax.set_xscale("log")
-        ax.set_xlim(lr_lo / 1.5, lr_hi * 1.5)
-        ax.set_xlabel("peak learning rate")
-        ax.set_title(subtitles[i], fontsize=9)
-        ax.grid(alpha=0.3)
-        if not any(p.optimizer == opt for p in t.points):
-            _note(ax, "no finished trials")
-        pfig.update_xaxes(
-            type="log",
-            title_text="peak learning rate",
-            row=1,
-            col=col,
-            range=[math.log10(lr_lo / 1.5), math.log10(lr_hi * 1.5)],
+        series += [
+            Series("vline", "searched lr range", Style(GREY, dash="dot", width=1.0), x=(x,)) for x in (lr_lo, lr_hi)
+        ]
+        last = i == len(opts) - 1
+        n_c, n_p = t.count(opt, "completed"), t.count(opt, "pruned")
+        n_x = t.count(opt, "diverged") + t.count(opt, "failed")
+        panels.append(
+            Panel(
+                Axis("peak learning rate", "log", limits=(lr_lo / 1.5, lr_hi * 1.5)),
+                _unshared(y_axis, i),
+                tuple(series + (keys if last else [])),
+                (note("no finished trials"),) if not any(p.optimizer == opt for p in t.points) else (),
+                title=f"{opt}: {n_c} completed, {n_p} pruned, {n_x} diverged/failed",
+                title_size=9,
+                legend="outside" if last else "none",
+            )
         )
-        for x in (lr_lo, lr_hi):
-            pfig.add_vline(x=x, line_dash="dot", line_color=GREY, line_width=1, row=1, col=col)
-    axes[0].set_ylabel("final " + LOSS_LABEL)
-    if finite:
-        axes[0].set_ylim(lo_y - 0.05 * max(hi_y - lo_y, 0.05), hi_y + 0.15 * max(hi_y - lo_y, 0.05))
-    handles = [Line2D([], [], ls="none", marker="o", color=colors[b], label=f"B={b}") for b in sweep.batch_sizes] + [
-        Line2D([], [], ls="none", marker="*", ms=13, color=GREY, mec="black", label="best lr of the cell"),
-        Line2D([], [], ls="none", marker="o", mfc="none", color=GREY, label=f"pruned ({n_pruned}): loss when stopped"),
-        Line2D([], [], ls="none", marker="x", color=GREY, label=f"diverged/failed ({n_bad}): no final loss"),
-        Line2D([], [], ls=":", color=GREY, label="searched lr range"),
-    ]
-    _legend_outside(axes[-1], handles)
-    fig.suptitle(title, fontsize=10)
-    pfig.update_yaxes(title_text="final " + LOSS_LABEL, row=1, col=1)
-    return FigureSpec("lr_sensitivity", title, t, fig, pfig)
+    desc = FigureDesc(title, tuple(panels), size=(4.6 * len(opts) + 1.8, 4.4), share_y=True)
+    return FigureSpec("lr_sensitivity", t, desc)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -550,82 +595,74 @@ def best_lr_figure(sweep: SweepData) -> FigureSpec:
     t = best_lr_fit(sweep)
     sizes = sweep.batch_sizes
     title = f"Best lr vs batch size (log-log) with fitted power laws — sweep {sweep.sweep_id}"
-    fig, (ax,) = _mpl(width=9.5)
-    pfig = _plotly(title=title)
-    xs_line = [min(sizes) / 1.2, max(sizes) * 1.2] if sizes else []
+    xs_line = (min(sizes) / 1.2, max(sizes) * 1.2) if sizes else ()
+    series: list[Series] = []
     for opt in sweep.optimizers:
         c = opt_color(sweep, opt)
         pts = [p for p in t.points if p.optimizer == opt]
-        inner = [p for p in pts if not p.lr_at_edge]
-        edge = [p for p in pts if p.lr_at_edge]
-        ax.plot([p.batch_size for p in inner], [p.best_lr for p in inner], "o", color=c, ms=7, label=f"{opt} best lr")
-        if edge:
-            ax.plot(
-                [p.batch_size for p in edge],
-                [p.best_lr for p in edge],
-                "o",
-                mfc="none",
-                mec=c,
-                ms=9,
-                mew=1.5,
-                label=f"{opt} best lr at the edge of the searched range",
-            )
-        for group, sym, name in (
-            (inner, "circle", f"{opt} best lr"),
-            (edge, "circle-open", f"{opt} best lr (at range edge)"),
+        for group, name, style in (
+            ([p for p in pts if not p.lr_at_edge], f"{opt} best lr", Style(c, None, symbol="circle", size=7)),
+            (
+                [p for p in pts if p.lr_at_edge],
+                f"{opt} best lr at the edge of the searched range",
+                Style(c, None, symbol="circle", size=9, hollow=True, edge_width=1.5),
+            ),
         ):
             if group:
-                pfig.add_trace(
-                    go.Scatter(
-                        x=[p.batch_size for p in group],
-                        y=[p.best_lr for p in group],
-                        mode="markers",
-                        name=name,
-                        legendgroup=opt,
-                        marker={"symbol": sym, "size": 10, "color": c},
-                        hovertemplate=f"{opt} B=%{{x}}<br>best lr %{{y:.3g}}<extra></extra>",
+                series.append(
+                    Series(
+                        "scatter",
+                        name,
+                        style,
+                        x=tuple(float(p.batch_size) for p in group),
+                        y=tuple(p.best_lr for p in group),
+                        legend=True,
+                        group=opt,
+                        hover=tuple(f"{opt} B={p.batch_size}\nbest lr {p.best_lr:.3g}" for p in group),
                     )
                 )
         fit = next((f.law for f in t.fits if f.optimizer == opt), None)
         if fit is not None:
             r2 = f", R²={fit.r2:.2f}" if fit.r2 is not None else ""
             label = f"{opt} fit: lr = {fit.prefactor:.3g}·B^{fit.exponent:.2f}{r2}"
-            ys = [fit(x) for x in xs_line]
-            ax.plot(xs_line, ys, "-", color=c, lw=1.8, label=label)
-            pfig.add_trace(go.Scatter(x=xs_line, y=ys, mode="lines", name=label, legendgroup=opt, line={"color": c}))
-        for rule in (r for r in t.rules if r.optimizer == opt):
-            dash, mdash = ("--", "dash") if rule.rule == "sqrt" else (":", "dot")
-            label = f"{opt} {rule.rule} rule (lr ∝ B^{rule.exponent:g}) from B={rule.anchor_batch}"
-            ys = [rule(x) for x in xs_line]
-            ax.plot(xs_line, ys, dash, color=c, lw=1.2, alpha=0.6, label=label)
-            pfig.add_trace(
-                go.Scatter(
+            series.append(
+                Series(
+                    "line",
+                    label,
+                    Style(c, width=1.8),
                     x=xs_line,
-                    y=ys,
-                    mode="lines",
-                    name=label,
-                    legendgroup=opt,
-                    opacity=0.6,
-                    line={"color": c, "dash": mdash, "width": 1.5},
+                    y=tuple(fit(x) for x in xs_line),
+                    legend=True,
+                    group=opt,
                 )
             )
+        for rule in (r for r in t.rules if r.optimizer == opt):
+            label = f"{opt} {rule.rule} rule (lr ∝ B^{rule.exponent:g}) from B={rule.anchor_batch}"
+            style = Style(c, dash="dash" if rule.rule == "sqrt" else "dot", width=1.2, alpha=0.6)
+            series.append(
+                Series("line", label, style, x=xs_line, y=tuple(rule(x) for x in xs_line), legend=True, group=opt)
+            )
     lr_lo, lr_hi = sweep.report.lr_range
-    for y in (lr_lo, lr_hi):
-        ax.axhline(y, color=GREY, ls="-.", lw=0.8)
-        pfig.add_hline(y=y, line_dash="dashdot", line_color=GREY, line_width=1)
-    ax.plot([], [], "-.", color=GREY, lw=0.8, label="searched lr range")
-    if not t.points:
-        _note(ax, "no cell has a best lr")
-    _log2_batch_axis(ax, sizes)
-    ax.set_yscale("log")
-    _plain_log_y(ax)
-    ax.set_ylabel("best peak learning rate")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    _legend_by_optimizer(ax, sweep.optimizers)
-    _plotly_batch_axis(pfig, sizes)
-    pfig.update_yaxes(type="log", title_text="best peak learning rate")
-    return FigureSpec("best_lr", title, t, fig, pfig)
+    for y in (lr_lo, lr_hi):  # one legend entry for both edges; they show and hide together
+        series.append(
+            Series(
+                "hline",
+                "searched lr range",
+                Style(GREY, dash="dashdot", width=0.8),
+                y=(y,),
+                legend=y == lr_lo,
+                group="lr range",
+            )
+        )
+    panel = Panel(
+        batch_axis(sizes),
+        Axis("best peak learning rate", "log", plain=True),
+        tuple(series),
+        (note("no cell has a best lr"),) if not t.points else (),
+        legend="outside",
+        grid="both",
+    )
+    return FigureSpec("best_lr", t, FigureDesc(title, (panel,), size=(9.5, 4.6)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -640,49 +677,44 @@ def loss_figure(sweep: SweepData) -> FigureSpec:
     opts = sweep.optimizers
     colors = batch_colors(sweep.batch_sizes)
     title = f"Loss vs tokens of each cell's first confirmation run — sweep {sweep.sweep_id}"
-    fig, axes = _mpl(len(opts), width=4.6 * len(opts) + 1.6, height=4.4, sharey=True)
-    pfig = _plotly(len(opts), titles=opts, shared_y=True, title=title)
-    for i, (opt, ax) in enumerate(zip(opts, axes, strict=True)):
-        any_curve = False
+    keys = [key(f"B={b}", Style(colors[b]), group=f"bs{b}") for b in sweep.batch_sizes] + [
+        key("val loss", Style(GREY, symbol="circle", size=3)),
+        key("train loss (mean since last eval)", Style(GREY, dash="dash", alpha=0.6)),
+    ]
+    panels = []
+    for i, opt in enumerate(opts):
+        series: list[Series] = []
         for bs in sweep.batch_sizes:
-            for metric, ls, dash, alpha in (("val_loss", "-", "solid", 1.0), ("train_loss", "--", "dash", 0.5)):
+            for metric, dash, alpha in (("val_loss", "solid", 1.0), ("train_loss", "dash", 0.5)):
                 pts = [p for p in t if p.optimizer == opt and p.batch_size == bs and p.metric == metric]
                 if not pts:
                     continue
-                any_curve = True
-                xs, ys = [p.tokens for p in pts], [p.value for p in pts]
-                ax.plot(xs, ys, ls, color=colors[bs], alpha=alpha, marker="o" if metric == "val_loss" else None, ms=3)
-                pfig.add_trace(
-                    go.Scatter(
-                        x=xs,
-                        y=ys,
-                        mode="lines+markers" if metric == "val_loss" else "lines",
-                        opacity=alpha,
-                        name=f"B={bs}",
-                        legendgroup=f"bs{bs}",
-                        showlegend=bool(i == 0 and metric == "val_loss"),
-                        line={"color": colors[bs], "dash": dash},
-                        text=[pts[0].run_name] * len(pts),
-                        hovertemplate=f"%{{text}}<br>{metric} %{{y:.4f}} at %{{x}} tokens<extra></extra>",
-                    ),
-                    row=1,
-                    col=i + 1,
+                val = metric == "val_loss"
+                series.append(
+                    Series(
+                        "line",
+                        f"B={bs}",
+                        Style(colors[bs], dash=dash, symbol="circle" if val else None, size=3, alpha=alpha),  # type: ignore[arg-type]
+                        x=tuple(float(p.tokens) for p in pts),
+                        y=tuple(p.value for p in pts),
+                        group=f"bs{bs}",
+                        text=tuple(p.run_name for p in pts),
+                        hover=tuple(f"{p.run_name}\n{metric} {p.value:.4f} at {p.tokens} tokens" for p in pts),
+                    )
                 )
-        if not any_curve:
-            _note(ax, "no completed confirmation run")
-        ax.set_title(opt, fontsize=10)
-        ax.set_xlabel(TOKENS_LABEL)
-        ax.grid(alpha=0.3)
-        pfig.update_xaxes(title_text=TOKENS_LABEL, row=1, col=i + 1)
-    axes[0].set_ylabel("loss (nats/token)")
-    handles = [Line2D([], [], color=colors[b], label=f"B={b}") for b in sweep.batch_sizes] + [
-        Line2D([], [], color=GREY, ls="-", marker="o", ms=3, label="val loss"),
-        Line2D([], [], color=GREY, ls="--", alpha=0.6, label="train loss (mean since last eval)"),
-    ]
-    _legend_outside(axes[-1], handles)
-    fig.suptitle(title, fontsize=10)
-    pfig.update_yaxes(title_text="loss (nats/token)", row=1, col=1)
-    return FigureSpec("loss_curves", title, t, fig, pfig)
+        last = i == len(opts) - 1
+        panels.append(
+            Panel(
+                Axis(TOKENS_LABEL),
+                Axis("loss (nats/token)" if i == 0 else ""),
+                tuple(series + (keys if last else [])),
+                (note("no completed confirmation run"),) if not series else (),
+                title=opt,
+                legend="outside" if last else "none",
+            )
+        )
+    desc = FigureDesc(title, tuple(panels), size=(4.6 * len(opts) + 1.6, 4.4), share_y=True)
+    return FigureSpec("loss_curves", t, desc)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -697,52 +729,44 @@ def attention_figure(sweep: SweepData) -> FigureSpec:
     opts = sweep.optimizers
     layers = sorted({p.layer for p in t.points})
     colors = dict(zip(layers, _ramp("plasma", len(layers)), strict=True))
-    subtitles = []
-    for opt in opts:
+    title = f"Max attention logit per layer vs tokens at the largest batch size — sweep {sweep.sweep_id}"
+    keys = [key(f"layer {k}", Style(colors[k], symbol="circle", size=3), group=f"l{k}") for k in layers]
+    panels = []
+    for i, opt in enumerate(opts):
         if opt in t.runs:
             bs, name, status = t.runs[opt]
-            subtitles.append(f"{opt}, B={bs}: {name}" + ("" if status == "completed" else f" ({status})"))
+            subtitle = f"{opt}, B={bs}: {name}" + ("" if status == "completed" else f" ({status})")
         else:
-            subtitles.append(f"{opt}: no attention probe")
-    title = f"Max attention logit per layer vs tokens at the largest batch size — sweep {sweep.sweep_id}"
-    fig, axes = _mpl(len(opts), width=4.6 * len(opts) + 1.4, height=4.4, sharey=True)
-    pfig = _plotly(len(opts), titles=subtitles, shared_y=True, title=title)
-    for i, (opt, ax) in enumerate(zip(opts, axes, strict=True)):
+            subtitle = f"{opt}: no attention probe"
+        series: list[Series] = []
         for layer in layers:
             pts = [p for p in t.points if p.optimizer == opt and p.layer == layer]
-            if not pts:
-                continue
-            xs, ys = [p.tokens for p in pts], [p.value for p in pts]
-            ax.plot(xs, ys, "-o", ms=3, color=colors[layer])
-            pfig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=ys,
-                    mode="lines+markers",
-                    name=f"layer {layer}",
-                    legendgroup=f"l{layer}",
-                    showlegend=i == 0,
-                    line={"color": colors[layer]},
-                    hovertemplate=f"layer {layer}<br>max logit %{{y:.3f}} at %{{x}} tokens<extra></extra>",
-                ),
-                row=1,
-                col=i + 1,
+            if pts:
+                series.append(
+                    Series(
+                        "line",
+                        f"layer {layer}",
+                        Style(colors[layer], symbol="circle", size=3),
+                        x=tuple(float(p.tokens) for p in pts),
+                        y=tuple(p.value for p in pts),
+                        group=f"l{layer}",
+                        hover=tuple(f"layer {layer}\nmax logit {p.value:.3f} at {p.tokens} tokens" for p in pts),
+                    )
+                )
+        last = i == len(opts) - 1
+        panels.append(
+            Panel(
+                Axis(TOKENS_LABEL),
+                Axis("max attention logit q·k/√d (probe batch)" if i == 0 else ""),
+                tuple(series + (keys if last else [])),
+                (note("no attention probe recorded"),) if opt in t.missing else (),
+                title=subtitle,
+                title_size=8,
+                legend="outside" if last and layers else "none",
             )
-        if opt in t.missing:
-            _note(ax, "no attention probe recorded")
-        ax.set_title(subtitles[i], fontsize=8)
-        ax.set_xlabel(TOKENS_LABEL)
-        ax.grid(alpha=0.3)
-        pfig.update_xaxes(title_text=TOKENS_LABEL, row=1, col=i + 1)
-    axes[0].set_ylabel("max attention logit q·k/√d (probe batch)")
-    if layers:
-        _legend_outside(
-            axes[-1], [Line2D([], [], color=colors[k], marker="o", ms=3, label=f"layer {k}") for k in layers]
         )
-    fig.suptitle(title, fontsize=10)
-    pfig.update_yaxes(title_text="max attention logit q·k/√d", row=1, col=1)
-    pfig.update_annotations(font_size=11)
-    return FigureSpec("attention_logits", title, t, fig, pfig)
+    desc = FigureDesc(title, tuple(panels), size=(4.6 * len(opts) + 1.4, 4.4), share_y=True)
+    return FigureSpec("attention_logits", t, desc)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -775,186 +799,447 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
     sizes = sweep.batch_sizes
     tol = sweep.tolerance
     title = f"Steps to target loss vs batch size, and the gradient noise scale — sweep {sweep.sweep_id}"
-    left = f"steps to (1+{tol:g}) x own loss at B={sweep.report.reference_batch_size}"
-    right = "gradient noise scale B_simple of the confirmation runs"
-    fig, (ax, bx) = _mpl(2, width=13.0, height=4.8)
-    pfig = _plotly(2, titles=[left, right], title=title)
     reached = [p.steps for p in st.points if p.steps]
-    top = max(reached) * 2.0 if reached else 10.0  # plotly: 'not reached' markers above every point
+    top = max(reached) * 2.0 if reached else 10.0  # the data y of 'not reached' where it cannot be pinned
+    left: list[Series] = []
+    left_notes: list[Annotation] = []
+    right: list[Series] = []
+    right_notes: list[Annotation] = []
+    widths = {b: 1.0 + 1.2 * i / max(len(sizes) - 1, 1) for i, b in enumerate(sizes)}  # pt; thicker = larger B
     for opt in sweep.optimizers:
         c = opt_color(sweep, opt)
         pts = [p for p in st.points if p.optimizer == opt and p.steps]
         never = [p for p in st.points if p.optimizer == opt and p.steps is None and p.target_loss is not None]
-        ax.plot([p.batch_size for p in pts], [_known(p.steps) for p in pts], "o-", color=c, label=f"{opt}")
-        for p in pts:  # the count itself: log ticks alone leave most values unreadable
-            ax.annotate(
-                str(p.steps),
-                (p.batch_size, _known(p.steps)),
-                textcoords="offset points",
-                xytext=(5, 4),
-                fontsize=7,
-                color=c,
+        left.append(
+            Series(
+                "line",
+                opt,
+                Style(c, symbol="circle"),
+                x=tuple(float(p.batch_size) for p in pts),
+                y=_f([p.steps for p in pts]),
+                legend=True,
+                group=opt,
+                hover=tuple(f"{opt} B={p.batch_size}\n{p.steps} steps ({p.tokens} tokens)" for p in pts),
             )
-        pfig.add_trace(
-            go.Scatter(
-                x=[p.batch_size for p in pts],
-                y=[p.steps for p in pts],
-                mode="lines+markers",
-                name=opt,
-                legendgroup=opt,
-                line={"color": c},
-                customdata=[p.tokens for p in pts],
-                hovertemplate=f"{opt} B=%{{x}}<br>%{{y}} steps (%{{customdata}} tokens)<extra></extra>",
-            ),
-            row=1,
-            col=1,
         )
+        # the count itself: log ticks alone leave most values unreadable
+        left_notes += [
+            Annotation(str(p.steps), p.batch_size, _known(p.steps), offset=(5, 4), color=c, size=7) for p in pts
+        ]
         if never:
-            ax.scatter(
-                [p.batch_size for p in never],
-                [0.95] * len(never),
-                marker="^",
-                facecolors="none",
-                edgecolors=c,
-                s=60,
-                transform=ax.get_xaxis_transform(),
-                clip_on=False,
-                label=f"{opt}: target not reached",
-            )
-            pfig.add_trace(
-                go.Scatter(
-                    x=[p.batch_size for p in never],
-                    y=[top] * len(never),
-                    mode="markers",
-                    name=f"{opt}: target not reached",
-                    legendgroup=opt,
-                    marker={"symbol": "triangle-up-open", "size": 12, "color": c},
-                ),
-                row=1,
-                col=1,
+            left.append(
+                Series(
+                    "scatter",
+                    f"{opt}: target not reached",
+                    Style(c, None, symbol="triangle-up", size=7.7, hollow=True),
+                    x=tuple(float(p.batch_size) for p in never),
+                    y=(top,) * len(never),
+                    legend=True,
+                    group=opt,
+                    top=0.95,
+                )
             )
         for line in (p for p in st.perfect if p.optimizer == opt):
-            xs = [line.anchor_batch, max(sizes)]
-            ys = [line(x) for x in xs]
-            label = f"{opt} perfect scaling (steps ∝ 1/B from B={line.anchor_batch})"
-            ax.plot(xs, ys, "--", color=c, lw=1.2, alpha=0.7, label=label)
-            pfig.add_trace(
-                go.Scatter(
+            xs = (float(line.anchor_batch), float(max(sizes)))
+            left.append(
+                Series(
+                    "line",
+                    f"{opt} perfect scaling (steps ∝ 1/B from B={line.anchor_batch})",
+                    Style(c, dash="dash", width=1.2, alpha=0.7),
                     x=xs,
-                    y=ys,
-                    mode="lines",
-                    name=label,
-                    legendgroup=opt,
-                    opacity=0.7,
-                    line={"color": c, "dash": "dash"},
-                ),
-                row=1,
-                col=1,
+                    y=tuple(line(x) for x in xs),
+                    legend=True,
+                    group=opt,
+                )
             )
         for crit in (k for k in ns.critical if k.optimizer == opt):
             label = f"{opt} B_crit ≈ {crit.b_crit:.3g} (final B_simple at B={crit.batch_size}, {crit.runs} run(s))"
-            ax.axvline(crit.b_crit, color=c, ls=":", lw=1.4, label=label)
-            bx.axhline(crit.b_crit, color=c, ls="--", lw=1.2)
-            pfig.add_vline(x=crit.b_crit, line_dash="dot", line_color=c, row=1, col=1)
-            pfig.add_hline(y=crit.b_crit, line_dash="dash", line_color=c, row=1, col=2)
-            pfig.add_trace(
-                go.Scatter(
-                    x=[None], y=[None], mode="lines", name=label, legendgroup=opt, line={"color": c, "dash": "dot"}
-                ),
-                row=1,
-                col=1,
+            left.append(
+                Series("vline", label, Style(c, dash="dot", width=1.4), x=(crit.b_crit,), legend=True, group=opt)
+            )
+            right.append(
+                Series("hline", f"{opt} B_crit", Style(c, dash="dash", width=1.2), y=(crit.b_crit,), group=opt)
+            )
+            right_notes.append(
+                Annotation(
+                    f"{opt} B_crit ≈ {crit.b_crit:.3g}", 0.01, crit.b_crit, xref="panel", offset=(2, 3), color=c, size=7
+                )
             )
         runs = sorted({(p.batch_size, p.seed, p.run_name) for p in ns.points if p.optimizer == opt})
-        widths = {b: 1.0 + 1.2 * i / max(len(sizes) - 1, 1) for i, b in enumerate(sizes)}  # thicker = larger B
         lead: dict[int, int] = {}  # batch size -> its lowest seed drawn: the first confirmation run
         for bs, seed, _ in runs:
             lead.setdefault(bs, seed)
         for bs, seed, name in runs:
             pts_n = [p for p in ns.points if p.optimizer == opt and p.run_name == name]
-            first = (bs, seed) == runs[0][:2]
-            xs, ys = [p.tokens for p in pts_n], [p.b_simple for p in pts_n]
             is_lead = seed == lead[bs]
             # the first confirmation run solid and labelled with its batch size at its end; the others faint
-            bx.plot(
-                xs,
-                ys,
-                "-",
-                color=c,
-                lw=widths.get(bs, 1.0),
-                alpha=0.95 if is_lead else 0.35,
-                label=f"{opt} B_simple (label: the run's batch size)" if first else None,
+            right.append(
+                Series(
+                    "line",
+                    f"{opt} B_simple (label: the run's batch size)",
+                    Style(c, width=widths.get(bs, 1.0), alpha=0.95 if is_lead else 0.35),
+                    x=tuple(float(p.tokens) for p in pts_n),
+                    y=tuple(p.b_simple for p in pts_n),
+                    legend=(bs, seed) == runs[0][:2],
+                    group=opt,
+                    text=(name,) * len(pts_n),
+                    hover=tuple(f"{name}\nB_simple {p.b_simple:.3g} sequences at {p.tokens} tokens" for p in pts_n),
+                )
             )
             if is_lead:
-                bx.annotate(
-                    f"B={bs}",
-                    (xs[-1], ys[-1]),
-                    textcoords="offset points",
-                    xytext=(4, 0),
-                    fontsize=7,
-                    color=c,
-                    va="center",
+                right_notes.append(
+                    Annotation(
+                        f"B={bs}", pts_n[-1].tokens, pts_n[-1].b_simple, offset=(4, 0), color=c, size=7, middle=True
+                    )
                 )
-            pfig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=ys,
-                    mode="lines",
-                    name=f"{opt} B_simple",
-                    legendgroup=opt,
-                    showlegend=first,
-                    opacity=0.95 if is_lead else 0.35,
-                    line={"color": c, "width": 1.5 * widths.get(bs, 1.0)},
-                    text=[name] * len(pts_n),
-                    hovertemplate="%{text}<br>B_simple %{y:.3g} sequences at %{x} tokens<extra></extra>",
-                ),
-                row=1,
-                col=2,
-            )
-        for crit in (k for k in ns.critical if k.optimizer == opt):
-            bx.annotate(
-                f"{opt} B_crit ≈ {crit.b_crit:.3g}",
-                (0.01, crit.b_crit),
-                xycoords=("axes fraction", "data"),
-                textcoords="offset points",
-                xytext=(2, 3),
-                fontsize=7,
-                color=c,
-            )
-    _log2_batch_axis(ax, sizes)
-    if reached:
-        ax.set_yscale("log")
-        _plain_log_y(ax)
-    else:  # nothing to place on a log axis (matplotlib refuses an empty one)
-        _note(ax, "no cell reached its target")
-    ax.set_ylabel("optimizer steps to target")
-    ax.set_title(left, fontsize=9)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="lower left", frameon=False)
-    bx.set_xlabel(TOKENS_LABEL)
-    bx.set_ylabel("B_simple (sequences)")
-    bx.set_title(right, fontsize=9)
-    bx.grid(alpha=0.3, which="both")
-    if ns.points:
-        bx.set_yscale("log")
-        _plain_log_y(bx)
-        bx.legend(fontsize=7, frameon=False)
+    if not reached:  # nothing to place on a log axis (matplotlib refuses an empty one)
+        left_notes.append(note("no cell reached its target"))
+    if not ns.points:
+        right_notes.append(note(NO_NOISE))
+    panels = (
+        Panel(
+            batch_axis(sizes),
+            Axis("optimizer steps to target", "log" if reached else "linear", plain=True),
+            tuple(left),
+            tuple(left_notes),
+            title=f"steps to (1+{tol:g}) x own loss at B={sweep.report.reference_batch_size}",
+            title_size=9,
+            legend="lower left",
+            grid="both",
+        ),
+        Panel(
+            Axis(TOKENS_LABEL),
+            Axis("B_simple (sequences)", "log" if ns.points else "linear", plain=True),
+            tuple(right),
+            tuple(right_notes),
+            title="gradient noise scale B_simple of the confirmation runs",
+            title_size=9,
+            legend="best" if ns.points else "none",
+            grid="both",
+            blank=not ns.points,
+        ),
+    )
+    return FigureSpec("steps_to_target", StepsAndNoise(st, ns), FigureDesc(title, panels, size=(13.0, 4.8)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Renderer 1: matplotlib (PNG)
+# --------------------------------------------------------------------------------------------------
+
+_MPL_DASH = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-."}
+_MPL_SYMBOL = {"circle": "o", "star": "*", "diamond": "D", "triangle-up": "^", "x": "x"}
+_ERR_CAP = 4.0  # pt: the half-width of an error bar's caps
+
+
+def render_matplotlib(desc: FigureDesc) -> Figure:
+    """The description as a matplotlib figure (Agg canvas; `FigureSpec.png_bytes` saves it)."""
+    fig = Figure(figsize=desc.size, layout="constrained")
+    FigureCanvasAgg(fig)  # an explicit Agg canvas: savefig never looks for a GUI backend
+    axes = list(fig.subplots(1, len(desc.panels), sharey=desc.share_y, squeeze=False)[0])
+    for panel, ax in zip(desc.panels, axes, strict=True):
+        _mpl_panel(ax, panel)
+    if len(desc.panels) == 1 and not desc.panels[0].title:
+        axes[0].set_title(desc.title, fontsize=10)
     else:
-        _blank(bx, NO_NOISE)
-        pfig.add_annotation(
-            text=NO_NOISE.replace("\n", "<br>"),
-            xref="x2 domain",
-            yref="y2 domain",
-            x=0.5,
-            y=0.5,
-            showarrow=False,
-            font={"color": GREY},
+        fig.suptitle(desc.title, fontsize=10)
+    return fig
+
+
+def _mpl_panel(ax: Axes, panel: Panel) -> None:
+    keyed: list[tuple[Any, str]] = []  # (handle, label): the legend in description order
+    for s in panel.series:
+        handle = _mpl_series(ax, s)
+        if s.legend:
+            keyed.append((handle, s.name))
+    for a in panel.annotations:
+        _mpl_annotation(ax, a)
+    _mpl_axis(ax.xaxis, panel.x, ax.set_xscale, ax.set_xlim)
+    _mpl_axis(ax.yaxis, panel.y, ax.set_yscale, ax.set_ylim)
+    ax.set_xlabel(panel.x.label)
+    ax.set_ylabel(panel.y.label)
+    if panel.title:
+        ax.set_title(panel.title, fontsize=panel.title_size)
+    if panel.blank:  # an empty panel: no meaningless 0..1 ticks, just the reason
+        ax.set_xticks([])
+        ax.set_yticks([])
+    else:
+        ax.grid(alpha=GRID_ALPHA, which=panel.grid)
+    if keyed and panel.legend != "none":
+        handles, labels = [h for h, _ in keyed], [label for _, label in keyed]
+        if panel.legend == "outside":
+            ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+        else:  # inside the axes it covers data: smaller
+            ax.legend(handles, labels, loc=panel.legend, fontsize=7, frameon=False)
+
+
+def _mpl_series(ax: Axes, s: Series) -> Any:
+    """Draw one series; returns the artist its legend entry shows."""
+    st = s.style
+    ls = _MPL_DASH[st.dash] if st.dash else "none"
+    # every artist carries the series' name: the legend is keyed explicitly, tests find artists by it
+    common: dict[str, Any] = {"color": st.color, "alpha": st.alpha, "zorder": st.z, "label": s.name}
+    if s.kind == "band":
+        return ax.axhspan(s.y[0], s.y[1], lw=0, **common)
+    if s.kind == "hline":
+        return ax.axhline(s.y[0], ls=ls, lw=st.width, **common)
+    if s.kind == "vline":
+        return ax.axvline(s.x[0], ls=ls, lw=st.width, **common)
+    marker: dict[str, Any] = {"marker": "None"}
+    if st.symbol:
+        marker = {
+            "marker": _MPL_SYMBOL[st.symbol],
+            "ms": st.size,
+            "mfc": "none" if st.hollow else st.color,
+            "mec": st.edge or st.color,
+            "mew": st.edge_width,
+        }
+    if s.kind == "errorbar":
+        return ax.errorbar(
+            list(s.x),
+            list(s.y),
+            yerr=[list(s.err_low), list(s.err_high)],
+            ls=ls,
+            lw=st.width,
+            capsize=_ERR_CAP,
+            **marker,
+            **common,
         )
-    fig.suptitle(title, fontsize=10)
-    _plotly_batch_axis(pfig, sizes, row=1, col=1)
-    pfig.update_yaxes(type="log" if reached else "linear", title_text="optimizer steps to target", row=1, col=1)
-    pfig.update_xaxes(title_text=TOKENS_LABEL, row=1, col=2)
-    pfig.update_yaxes(type="log" if ns.points else "linear", title_text="B_simple (sequences)", row=1, col=2)
-    return FigureSpec("steps_to_target", title, StepsAndNoise(st, ns), fig, pfig)
+    if s.top is not None:  # pinned at a height of the panel: x in data, y as a fraction of the axes
+        (line,) = ax.plot(
+            list(s.x),
+            [s.top] * len(s.x),
+            ls=ls,
+            lw=st.width,
+            transform=ax.get_xaxis_transform(),
+            clip_on=False,
+            **marker,
+            **common,
+        )
+        return line
+    (line,) = ax.plot(list(s.x), list(s.y), ls=ls, lw=st.width, **marker, **common)
+    return line
+
+
+def _mpl_annotation(ax: Axes, a: Annotation) -> None:
+    where = ("axes fraction" if a.xref == "panel" else "data", "axes fraction" if a.yref == "panel" else "data")
+    ax.annotate(
+        a.text,
+        (a.x, a.y),
+        xycoords=where,
+        textcoords="offset points",
+        xytext=a.offset,
+        fontsize=a.size,
+        color=a.color,
+        weight="bold" if a.bold else "normal",
+        ha="center" if a.center else "left",
+        va="center" if a.middle else "baseline",
+        wrap=a.center,  # a centred note may be longer than a narrow panel is wide
+    )
+
+
+def _mpl_axis(axis: MplAxis, spec: Axis, set_scale: Callable[..., Any], set_lim: Callable[..., Any]) -> None:
+    if spec.scale == "log2":
+        set_scale("log", base=2)
+    elif spec.scale == "log":
+        set_scale("log")
+    if spec.ticks:
+        axis.set_ticks(list(spec.ticks), list(spec.tick_labels))
+        axis.set_minor_formatter(NullFormatter())
+    elif spec.plain and spec.scale != "linear":
+        _plain_log(axis)
+    if spec.limits is not None:
+        set_lim(*spec.limits)
+
+
+def _plain_log(axis: MplAxis) -> None:
+    """Log ticks labelled 4, 10, 20 rather than 4x10^0: steps and sequences are counts."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+    def minor(v: float, _: object) -> str:
+        # within about a decade every minor tick gets a label (else only 10^k would); wider: 2x and 5x only
+        lo, hi = sorted(axis.get_view_interval())
+        if v <= 0 or lo <= 0:
+            return ""
+        if math.log10(hi / lo) < 1.2:
+            return f"{v:g}"
+        return f"{v:g}" if round(v / 10 ** math.floor(math.log10(v)), 6) in (2.0, 5.0) else ""
+
+    axis.set_minor_formatter(FuncFormatter(minor))
+
+
+# --------------------------------------------------------------------------------------------------
+# Renderer 2: plotly (HTML)
+# --------------------------------------------------------------------------------------------------
+
+_PLOTLY_DASH = {"solid": "solid", "dash": "dash", "dot": "dot", "dashdot": "dashdot"}
+_TRACES = ("line", "scatter", "errorbar")  # kinds drawn as traces; the others are layout shapes
+
+
+def _px(pt: float) -> float:
+    return round(pt * PX_PER_PT, 2)
+
+
+def _text(s: str) -> str:
+    """Plotly reads its strings as a small subset of HTML: escape what a sweep may hold (&, <, >),
+    and "\\n" becomes a line break."""
+    return html.escape(s, quote=False).replace("\n", "<br>")
+
+
+def render_plotly(desc: FigureDesc) -> go.Figure:
+    """The description as a plotly figure: one legend for the whole figure, in description order
+    (`legendrank`), traces for line/scatter/errorbar, shapes for band/hline/vline."""
+    n = len(desc.panels)
+    titles = [p.title for p in desc.panels]
+    sub = n > 1 or any(titles)
+    if sub:
+        fig = make_subplots(
+            rows=1,
+            cols=n,
+            shared_yaxes=desc.share_y,
+            subplot_titles=[_text(t) for t in titles],
+            horizontal_spacing=0.08 if n > 1 else 0.2,
+        )
+        # make_subplots adds one annotation per non-empty title, in panel order
+        sizes = [p.title_size for p in desc.panels if p.title]
+        for ann, size in zip(fig.layout.annotations, sizes, strict=True):
+            ann.font.size = _px(size)
+    else:
+        fig = go.Figure()
+    fig.update_layout(
+        title={"text": _text(desc.title), "x": 0.01, "xanchor": "left"},
+        template="plotly_white",
+        height=PLOTLY_HEIGHT,
+        legend={"font": {"size": 11}},
+        margin={"t": 70, "r": 20, "l": 60, "b": 50},
+    )
+    rank = 0
+    for i, panel in enumerate(desc.panels):
+        where: dict[str, Any] = {"row": 1, "col": i + 1} if sub else {}
+        for s in panel.series:
+            rank += 1
+            if s.kind in _TRACES:
+                fig.add_trace(_plotly_trace(s, rank), **where)
+            else:
+                _plotly_shape(fig, s, rank, where)
+        suffix = "" if i == 0 else str(i + 1)
+        for a in panel.annotations:
+            fig.add_annotation(_plotly_annotation(a, panel, suffix))
+        fig.update_xaxes(**_plotly_axis(panel.x, panel, shared=False), **where)
+        fig.update_yaxes(**_plotly_axis(panel.y, panel, shared=desc.share_y and i > 0), **where)
+    return fig
+
+
+def _plotly_trace(s: Series, rank: int) -> go.Scatter:
+    st = s.style
+    if s.kind == "scatter" or st.dash is None:
+        mode = "markers"
+    else:
+        mode = "lines+markers" if st.symbol else "lines"
+    kw: dict[str, Any] = {
+        # a key draws nothing: a point at (None, None) gives plotly a legend entry without a mark
+        "x": list(s.x) if s.x else [None],
+        "y": list(s.y) if s.y else [None],
+        "mode": mode,
+        "name": _text(s.name),
+        "showlegend": s.legend,
+        "legendrank": rank,
+        "opacity": st.alpha,
+    }
+    if s.group:
+        kw["legendgroup"] = s.group
+    if st.dash:
+        kw["line"] = {"color": st.color, "dash": _PLOTLY_DASH[st.dash], "width": _px(st.width)}
+    if st.symbol:
+        # an open symbol is drawn by its outline in the marker colour
+        kw["marker"] = {
+            "symbol": st.symbol + ("-open" if st.hollow and st.symbol != "x" else ""),
+            "size": _px(st.size),
+            "color": (st.edge or st.color) if st.hollow else st.color,
+            "line": {"color": st.edge or st.color, "width": _px(st.edge_width)},
+        }
+    if s.kind == "errorbar":
+        kw["error_y"] = {
+            "type": "data",
+            "symmetric": False,
+            "array": list(s.err_high),
+            "arrayminus": list(s.err_low),
+            "color": st.color,
+            "width": _px(_ERR_CAP),
+        }
+    if s.text:
+        kw["text"] = list(s.text)
+    if s.hover:
+        kw["hovertext"] = [_text(h) for h in s.hover]
+        kw["hoverinfo"] = "text"
+    elif s.is_key:
+        kw["hoverinfo"] = "skip"
+    return go.Scatter(**kw)
+
+
+def _plotly_shape(fig: go.Figure, s: Series, rank: int, where: dict[str, Any]) -> None:
+    st = s.style
+    kw: dict[str, Any] = {
+        "name": _text(s.name),
+        "showlegend": s.legend,
+        "legendrank": rank,
+        "opacity": st.alpha,
+        "exclude_empty_subplots": False,  # a panel with no trace still gets its lines
+        **where,
+    }
+    if s.group:
+        kw["legendgroup"] = s.group
+    line = {"line_dash": _PLOTLY_DASH[st.dash or "solid"], "line_color": st.color, "line_width": _px(st.width)}
+    if s.kind == "band":
+        fig.add_hrect(y0=s.y[0], y1=s.y[1], fillcolor=st.color, line_width=0, layer="below", **kw)
+    elif s.kind == "hline":
+        fig.add_hline(y=s.y[0], **line, **kw)
+    else:
+        fig.add_vline(x=s.x[0], **line, **kw)
+
+
+def _plotly_annotation(a: Annotation, panel: Panel, suffix: str) -> dict[str, Any]:
+    def place(v: float, ref: Ref, axis: Axis, letter: str) -> tuple[float, str]:
+        if ref == "panel":
+            return v, f"{letter}{suffix} domain"
+        # plotly places annotations on a log axis by the exponent (shapes and traces by the value)
+        return (math.log10(v) if axis.scale != "linear" else v), f"{letter}{suffix}"
+
+    x, xref = place(a.x, a.xref, panel.x, "x")
+    y, yref = place(a.y, a.yref, panel.y, "y")
+    text = _text(a.text)
+    return {
+        "text": f"<b>{text}</b>" if a.bold else text,
+        "x": x,
+        "y": y,
+        "xref": xref,
+        "yref": yref,
+        "showarrow": False,
+        "xanchor": "center" if a.center else "left",
+        "yanchor": "middle" if a.middle else "bottom",
+        "xshift": _px(a.offset[0]),
+        "yshift": _px(a.offset[1]),
+        "font": {"color": a.color, "size": _px(a.size)},
+    }
+
+
+def _plotly_axis(spec: Axis, panel: Panel, *, shared: bool) -> dict[str, Any]:
+    log = spec.scale != "linear"
+    kw: dict[str, Any] = {"title_text": _text(spec.label), "type": "log" if log else "linear"}
+    if spec.ticks:
+        kw["tickvals"] = list(spec.ticks)
+        kw["ticktext"] = [_text(t) for t in spec.tick_labels]
+    if spec.limits is not None:  # plotly's range of a log axis is in exponents
+        lo, hi = spec.limits
+        kw["range"] = [math.log10(lo), math.log10(hi)] if log else [lo, hi]
+    if log and spec.plain:
+        kw["exponentformat"] = "none"
+    if log and panel.grid == "both" and not spec.ticks:  # labelled ticks only: no minor lines between them
+        kw["minor"] = {"showgrid": True}
+    if panel.blank:
+        kw.update(showticklabels=False, showgrid=False, zeroline=False)
+    elif shared:
+        kw["showticklabels"] = False  # the first panel's labels are the shared axis'
+    return kw
 
 
 # in the order the page shows them

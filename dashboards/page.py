@@ -1,7 +1,13 @@
-"""One self-contained HTML page per sweep: the answer at the top, the figures below.
+"""One HTML page per sweep: the answer at the top, the figures below.
 
-Self-contained: plotly.js is inlined once in the head (the machines serving it have no internet), each
-figure is a plotly div, with its PNG in a <noscript> so the page is readable without JavaScript too.
+plotly.js comes once per page, never from a CDN (the machines serving it have no internet):
+- `plotlyjs="inline"` (the default; what `GET /sweeps/{id}/dashboard` serves): inlined in the head,
+  the page is self-contained (~0.8 MB of page and PNGs, plus 4.8 MB of plotly.js). Inline because the
+  service authenticates by bearer token, which a browser does not send with a <script src> request.
+- `plotlyjs="relative"` (the published artifact figures/dashboard.html): a <script src="plotly.min.js">
+  to the file published once per sweep next to it, so plotly.js is stored once per sweep, not in
+  the page and in every figure. `inline_plotlyjs` turns such a page into the inline one.
+Each figure is a plotly div, with its PNG in a <noscript> so the page is readable without JavaScript too.
 Every piece of text that comes from a sweep (ids, optimizer names, warnings) goes through html.escape;
 plotly escapes what it embeds in its JSON.
 """
@@ -11,13 +17,17 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Sequence
+from typing import Literal
 
 from plotly.offline import get_plotlyjs
 
 from dashboards.data import SweepData
-from dashboards.figures import FigureSpec
+from dashboards.figures import PLOTLYJS_FILE, FigureSpec
 
-__all__ = ["render_dashboard"]
+__all__ = ["PLOTLYJS_TAG", "inline_plotlyjs", "render_dashboard"]
+
+# the page's reference to plotly.js next to it: written exactly so, so that `inline_plotlyjs` finds it
+PLOTLYJS_TAG = f'<script charset="utf-8" src="{PLOTLYJS_FILE}"></script>'
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 0 auto;
@@ -141,11 +151,32 @@ def _figure(spec: FigureSpec, *, png_fallback: bool) -> str:
     return f'<section class="figure" id="{_e(spec.name)}"><h2>{_e(spec.title)}</h2>{spec.div()}{fallback}</section>'
 
 
-def render_dashboard(sweep: SweepData, figures: Sequence[FigureSpec], *, png_fallback: bool = True) -> str:
-    """The dashboard page (a complete HTML document, ~5 MB with plotly.js inline).
+def _inline(js: str) -> str:
+    return f'<script type="text/javascript">{js}</script>'
+
+
+def inline_plotlyjs(page: str, js: str | None = None) -> str:
+    """A page rendered with `plotlyjs="relative"`, with plotly.js `js` (default: this plotly's) inlined
+    in place of its reference. A page without the reference (inline already) is returned as it is."""
+    if PLOTLYJS_TAG not in page:
+        return page
+    return page.replace(PLOTLYJS_TAG, _inline(get_plotlyjs() if js is None else js), 1)
+
+
+def render_dashboard(
+    sweep: SweepData,
+    figures: Sequence[FigureSpec],
+    *,
+    png_fallback: bool = True,
+    plotlyjs: Literal["inline", "relative"] = "inline",
+) -> str:
+    """The dashboard page, a complete HTML document (~0.8 MB with the PNG fallbacks, plus plotly.js
+    when `plotlyjs` is "inline"; "relative": it loads `plotly.min.js` next to it, module docstring).
 
     `png_fallback` embeds each figure's PNG in a <noscript> for readers without JavaScript.
     """
+    if plotlyjs not in ("inline", "relative"):
+        raise ValueError(f"plotlyjs must be 'inline' or 'relative', not {plotlyjs!r}")
     status = f", status {sweep.status}" if sweep.status else ""
     figs = "".join(_figure(f, png_fallback=png_fallback) for f in figures)
     nav = " · ".join(f'<a href="#{_e(f.name)}">{_e(f.title.split(" — ")[0])}</a>' for f in figures)
@@ -156,8 +187,9 @@ def render_dashboard(sweep: SweepData, figures: Sequence[FigureSpec], *, png_fal
         # which a page served from MLflow's artifacts or a test's file server answers with a 404
         '<link rel="icon" href="data:,">'
         f"<title>Sweep {_e(sweep.sweep_id)}: batch-size scaling</title><style>{_CSS}</style>"
-        # plotly.js once, inline: no network needed; figures' scripts below call Plotly.newPlot
-        f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>'
+        # plotly.js once, inline or next to the page: no network needed; figures' scripts below call Plotly.newPlot
+        + (_inline(get_plotlyjs()) if plotlyjs == "inline" else PLOTLYJS_TAG)
+        + "</head><body>"
         f"<h1>Sweep {_e(sweep.sweep_id)}: how large can the batch get?</h1>"
         f'<p class="meta">baseline {_e(sweep.report.baseline)}, tolerance {sweep.report.tolerance:g}, '
         f"reference batch size {sweep.report.reference_batch_size}, seq_len {sweep.report.seq_len}{_e(status)}"

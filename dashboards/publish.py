@@ -2,7 +2,13 @@
 
 `publish(tracking_uri, sweep_id)` is what the driver (when a sweep finishes), the CLI (`sweeps plots
 ID`) and the service call. It is idempotent: a second call rewrites the same files and overwrites the
-same artifact paths (`figures/<name>.png|.html|.json`, `figures/dashboard.html`).
+same artifact paths (`figures/<name>.png|.html|.json`, `figures/dashboard.html`, `figures/plotly.min.js`).
+
+plotly.js (~4.8 MB) is published once per sweep, as `figures/plotly.min.js`; the figures' HTML and
+dashboard.html load it by that relative path (so they work opened from a download of `figures/`,
+without network). The page served at `GET /sweeps/{id}/dashboard` (`dashboard_page`) has it inlined.
+Per sweep: ~1 MB of figures and page plus plotly.js once, where each figure and the page inlined it
+before (~35 MB).
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from plotly.offline import get_plotlyjs
+
 from dashboards.data import SweepData, load_sweep
-from dashboards.figures import FIGURES, FigureSpec
-from dashboards.page import render_dashboard
+from dashboards.figures import FIGURES, PLOTLYJS_FILE, FigureSpec
+from dashboards.page import PLOTLYJS_TAG, inline_plotlyjs, render_dashboard
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +45,8 @@ def build_figures(sweep: SweepData) -> list[FigureSpec]:
 
 
 def write_figures(sweep: SweepData, figures: list[FigureSpec], out_dir: Path) -> list[Path]:
-    """<out_dir>/figures/<name>.png, .html (plotly.js inline), .json (the data) and dashboard.html."""
+    """<out_dir>/figures/<name>.png, .html, .json (the data), dashboard.html and plotly.min.js, the one
+    copy of plotly.js that every HTML there loads by relative path."""
     fig_dir = Path(out_dir) / ARTIFACT_DIR
     fig_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
@@ -51,8 +60,11 @@ def write_figures(sweep: SweepData, figures: list[FigureSpec], out_dir: Path) ->
             path.write_bytes(content)
             paths.append(path)
     page = fig_dir / DASHBOARD
-    page.write_text(render_dashboard(sweep, figures), encoding="utf-8")
+    page.write_text(render_dashboard(sweep, figures, plotlyjs="relative"), encoding="utf-8")
     paths.append(page)
+    js = fig_dir / PLOTLYJS_FILE
+    js.write_text(get_plotlyjs(), encoding="utf-8")  # the version the figures' JSON was written for
+    paths.append(js)
     return paths
 
 
@@ -74,7 +86,7 @@ def publish(tracking_uri: str, sweep_id: str, out_dir: str | Path | None = None)
     assert sweep.summary_run_id is not None  # load_sweep always finds one (it raises otherwise)
     client.log_artifacts(sweep.summary_run_id, str(out / ARTIFACT_DIR), artifact_path=ARTIFACT_DIR)
     for f in figures:
-        f.mpl_fig.clear()  # free the Agg buffers now rather than at garbage collection
+        f.release()  # free the Agg buffers now rather than at garbage collection
     log.info(
         "published %d figures of sweep %s to run %s in %.1f s",
         len(figures),
@@ -89,9 +101,10 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False) -> 
     """The dashboard page of a sweep, for `GET /sweeps/{id}/dashboard`.
 
     The published one (artifact figures/dashboard.html of the summary run) when there is one and
-    `fresh` is false: serving it costs a download, not a rendering (several CPU-seconds). Otherwise
-    it is rendered now from MLflow, without logging anything. Raises `SweepDataError` when the sweep
-    has no summary run or report yet.
+    `fresh` is false, with the published figures/plotly.min.js inlined in place of its reference
+    (the page served needs nothing else, and no network); serving it costs two downloads, not a
+    rendering (several CPU-seconds). Otherwise it is rendered now from MLflow, plotly.js inline,
+    without logging anything. Raises `SweepDataError` when the sweep has no summary run or report yet.
     """
     from mlflow.tracking import MlflowClient
 
@@ -105,13 +118,21 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False) -> 
         )
         if summaries:
             run_id = summaries[0].info.run_id
-            if any(a.path == f"{ARTIFACT_DIR}/{DASHBOARD}" for a in client.list_artifacts(run_id, ARTIFACT_DIR)):
+            listed = {a.path for a in client.list_artifacts(run_id, ARTIFACT_DIR)}
+            if f"{ARTIFACT_DIR}/{DASHBOARD}" in listed:
                 with tempfile.TemporaryDirectory() as d:
-                    path = client.download_artifacts(run_id, f"{ARTIFACT_DIR}/{DASHBOARD}", d)
-                    return Path(path).read_text(encoding="utf-8")
+                    page = Path(client.download_artifacts(run_id, f"{ARTIFACT_DIR}/{DASHBOARD}", d)).read_text("utf-8")
+                    if PLOTLYJS_TAG not in page:
+                        return page  # published before plotly.js had a file of its own: inline already
+                    js_path = f"{ARTIFACT_DIR}/{PLOTLYJS_FILE}"
+                    if js_path not in listed:  # a partial upload: this plotly's copy is the next best
+                        log.warning("sweep %s: %s missing next to its page; inlining this plotly's", sweep_id, js_path)
+                        return inline_plotlyjs(page)
+                    js = Path(client.download_artifacts(run_id, js_path, d)).read_text("utf-8")
+                    return inline_plotlyjs(page, js)
     sweep = load_sweep(tracking_uri, sweep_id, client=client)
     figures = build_figures(sweep)
     page = render_dashboard(sweep, figures)
     for f in figures:
-        f.mpl_fig.clear()
+        f.release()
     return page

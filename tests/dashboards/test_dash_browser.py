@@ -14,13 +14,12 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Response, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Response
 
 from dashboards import build_figures, load_sweep, publish, render_dashboard
 
@@ -30,33 +29,6 @@ SHOTS = Path("/tmp/dashboards-shots")
 BIN = Path(sys.executable).parent
 # URLs a self-contained page may load: itself, and what it makes in memory
 LOCAL = ("http://127.0.0.1", "data:", "blob:", "about:")
-
-
-CHROMIUM = os.environ.get("BATCHSWEEP_CHROMIUM", "/usr/bin/chromium")
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
-    if exe is None:
-        pytest.fail(
-            "Chromium is missing: the end-to-end test needs Debian's `chromium` package "
-            "(installed by `make test`'s setup: apt-get install -y chromium)"
-        )
-    # Playwright (its driver ships in the wheel) on Debian's Chromium: its own browser download needs the network
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
-        yield b
-        b.close()
 
 
 def new_page(browser: Browser, height: int = 1000) -> tuple[Page, list[str], list[str]]:

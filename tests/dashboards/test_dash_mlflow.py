@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from dashboards import SweepDataError, dashboard_page, load_sweep, publish
 from dashboards.data import best_runs, sample_runs
+from dashboards.page import inline_plotlyjs
 
 FIGURE_NAMES = ["scaling", "lr_sensitivity", "best_lr", "loss_curves", "attention_logits", "steps_to_target"]
 
@@ -78,7 +79,9 @@ def test_load_sweep_refuses_what_it_cannot_draw(recorded: tuple, tmp_path: Path)
 def test_publish_logs_every_figure_to_the_summary_run_and_is_idempotent(recorded: tuple, tmp_path: Path) -> None:
     uri, _, _, summary_id = recorded
     paths = publish(uri, "recorded", tmp_path / "out")
-    expected = sorted([f"{n}{ext}" for n in FIGURE_NAMES for ext in (".png", ".html", ".json")] + ["dashboard.html"])
+    expected = sorted(
+        [f"{n}{ext}" for n in FIGURE_NAMES for ext in (".png", ".html", ".json")] + ["dashboard.html", "plotly.min.js"]
+    )
     assert sorted(p.name for p in paths) == expected
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     client = MlflowClient(uri)
@@ -96,7 +99,7 @@ def test_publish_logs_every_figure_to_the_summary_run_and_is_idempotent(recorded
 
 def test_publish_without_out_dir_writes_to_a_fresh_folder(recorded: tuple) -> None:
     paths = publish(recorded[0], "recorded")
-    assert len(paths) == 19 and all(p.is_file() for p in paths)
+    assert len(paths) == 20 and all(p.is_file() for p in paths)  # 6 x png/html/json, the page, plotly.min.js
     assert len({p.parent for p in paths}) == 1 and paths[0].parent.name == "figures"
 
 
@@ -111,10 +114,11 @@ def test_dashboard_page_serves_the_published_page_or_renders_one(recorded: tuple
         [client.get_experiment_by_name("unpublished").experiment_id], "tags.`batchsweep.role` = 'summary'"
     )[0].info.run_id
     assert client.list_artifacts(summary, "figures") == []
-    # once published, the page is the published artifact itself
+    # once published, the page is the published artifact itself, with the published plotly.js inlined
     paths = publish(uri, "unpublished", tmp_path / "out")
     published = next(p for p in paths if p.name == "dashboard.html").read_text(encoding="utf-8")
-    assert dashboard_page(uri, "unpublished") == published
+    js = next(p for p in paths if p.name == "plotly.min.js").read_text(encoding="utf-8")
+    assert dashboard_page(uri, "unpublished") == inline_plotlyjs(published, js) != published
     with pytest.raises(SweepDataError):
         dashboard_page(uri, "nope")
 

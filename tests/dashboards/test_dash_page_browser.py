@@ -12,43 +12,16 @@ Playwright's own browser download does not work offline, and its Python wheel ca
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 from dash_helpers import rich_sweep
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response
 
 from dashboards import build_figures, render_dashboard
-
-CHROMIUM = os.environ.get("BATCHSWEEP_CHROMIUM", "/usr/bin/chromium")
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
-    if exe is None:
-        pytest.fail("Chromium is missing: these tests need Debian's `chromium` package (apt-get install -y chromium)")
-    # Playwright, not our own DevTools-protocol client: the browser's events come typed and tested upstream
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
-        yield b
-        b.close()
 
 
 def record_errors(page: Page) -> list[str]:

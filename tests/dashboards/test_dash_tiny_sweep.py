@@ -149,6 +149,8 @@ def test_publish_logs_the_figures_to_the_summary_run(tiny, tmp_path: Path) -> No
     outcome, _, _ = tiny
     paths = publish(outcome.tracking_uri, outcome.sweep_id, tmp_path)
     names = sorted(p.name for p in paths)
-    assert names == sorted([f"{n}{e}" for n in NAMES for e in (".png", ".html", ".json")] + ["dashboard.html"])
+    assert names == sorted(
+        [f"{n}{e}" for n in NAMES for e in (".png", ".html", ".json")] + ["dashboard.html", "plotly.min.js"]
+    )
     client = MlflowClient(outcome.tracking_uri)
     assert sorted(Path(a.path).name for a in client.list_artifacts(outcome.summary_run_id, "figures")) == names
