@@ -5,7 +5,8 @@
 Every optimizer is timed in alternation with AdamW(foreach=True) over the same parameters, so its ratio
 to AdamW is measured under the same machine load (this matters on shared CPUs). Each row reports the
 median step time; the ratio is median(optimizer) / median(AdamW steps interleaved with it). Before
-timing, our MERIT and the authors' per-parameter MERIT take one step from identical states and must agree
+timing, our MERIT and the authors' per-parameter MERIT (`worker.optim._merit_reference.AuthorsMERIT`, the one
+transcription, which tests/worker/test_optim.py also uses) take one step from identical states and must agree
 (allclose, rtol 1e-5 / atol 1e-7).
 
 Parameters are grouped as `worker.optim.build_optimizer` does: weight decay 0.1 on matrices, none on
@@ -19,7 +20,7 @@ import gc
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pytorch_optimizer
@@ -27,6 +28,7 @@ import torch
 
 from worker.names import MODEL_PRESETS
 from worker.optim import MERIT, SophiaG
+from worker.optim._merit_reference import AuthorsMERIT  # the authors' per-parameter update, the reference
 
 VOCAB = 50257  # GPT-2's BPE vocabulary
 N_POSITIONS = 1024  # GPT-2's context length
@@ -54,65 +56,6 @@ def gpt2_shapes(preset: str) -> list[tuple[str, tuple[int, ...]]]:
         ]
     out += [("ln_f.w", (d,)), ("ln_f.b", (d,))]
     return out
-
-
-class AuthorsMERIT(torch.optim.Optimizer):
-    """The authors' public MERIT (ICML 2025), per parameter, transcribed: the baseline ours must match."""
-
-    def __init__(
-        self,
-        params: Iterable[Any],
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-    ) -> None:
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                state["step"] += 1
-                exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                adam_step = exp_avg / exp_avg_sq.sqrt().add(group["eps"])
-                if group["weight_decay"] != 0:
-                    adam_step.add_(p, alpha=group["weight_decay"])
-                if grad.dim() >= 2:
-                    weight_abs = p.abs()
-                    adam_abs = adam_step.abs()
-                    weight_ratio = weight_abs.max() / adam_abs.max()
-                    row_weight_norm = weight_abs.amax(dim=1, keepdim=True).expand_as(grad)
-                    col_weight_norm = weight_abs.amax(dim=0, keepdim=True).expand_as(grad)
-                    row_adam_norm = adam_abs.amax(dim=1, keepdim=True).expand_as(grad)
-                    col_adam_norm = adam_abs.amax(dim=0, keepdim=True).expand_as(grad)
-                    row_trust_ratio = row_weight_norm / row_adam_norm
-                    col_trust_ratio = col_weight_norm / col_adam_norm
-                    idx = (row_weight_norm == 0) | (row_adam_norm == 0) | (col_weight_norm == 0) | (col_adam_norm == 0)
-                    trust_ratio = torch.max(col_trust_ratio, row_trust_ratio)
-                    trust_ratio = trust_ratio.clamp(min=weight_ratio)
-                    trust_ratio[idx] = 1
-                    adam_step.mul_(trust_ratio)
-                    adam_step = adam_step.sign() * adam_step.abs().clamp(None, 1)
-                    p.add_(adam_step, alpha=-group["lr"])
-                else:
-                    weight_max = p.abs().max()
-                    adam_max = adam_step.abs().max()
-                    trust = 1 if (weight_max == 0 or adam_max == 0) else weight_max / adam_max
-                    adam_step.mul_(trust)
-                    adam_step = adam_step.sign() * adam_step.abs().clamp(None, 1)
-                    p.add_(adam_step, alpha=-group["lr"])
 
 
 def make_params(preset: str, device: torch.device, seed: int) -> list[torch.nn.Parameter]:

@@ -11,13 +11,17 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from worker.config import TrainConfig
+
+if TYPE_CHECKING:
+    from ray.train.torch import TorchTrainer
 
 log = logging.getLogger(__name__)
 
@@ -87,23 +91,43 @@ def run_training(
         out = ray.get(task.remote(cfg.model_dump(mode="json")))
         return RunResult(final=out["final"], history=out["history"])
 
+    trainer = torch_trainer(cfg, name=name, storage_path=storage_path, max_failures=max_failures)
+    out = trainer.fit().return_value  # raises TrainingFailedError once max_failures are spent
+    return RunResult(final=out["final"], history=out["history"])
+
+
+def torch_trainer(
+    cfg: TrainConfig,
+    *,
+    name: str | None,
+    storage_path: str | None,
+    max_failures: int,
+    callbacks: Sequence[Any] = (),
+) -> TorchTrainer:
+    """The one Ray Train `TorchTrainer` of a run (`run_training`'s multi-worker path and a sweep's
+    multi-worker trial): `cfg.num_workers` DDP workers of `cfg.threads_per_worker` CPUs (and a GPU each
+    with `cfg.use_gpu`) running `train_loop_per_worker`; a failed worker group is restarted from the last
+    reported checkpoint up to `max_failures` times, and only that checkpoint is kept. `storage_path`
+    defaults to $TMPDIR/batchsweep-train; `callbacks` are Ray Train callbacks (Tune's
+    `TuneReportCallback` inside a trial)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from worker.loop import train_loop_per_worker
 
-    trainer = TorchTrainer(
+    return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=cfg.model_dump(mode="json"),
         scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker={"CPU": cpus}
+            num_workers=cfg.num_workers,
+            use_gpu=cfg.use_gpu,
+            resources_per_worker={"CPU": cfg.threads_per_worker or 1},
         ),
         run_config=RunConfig(
             name=name,
             storage_path=storage_path or str(Path(tempfile.gettempdir()) / "batchsweep-train"),
+            callbacks=list(callbacks),
             failure_config=FailureConfig(max_failures=max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=1),
         ),
     )
-    out = trainer.fit().return_value  # raises TrainingFailedError once max_failures are spent
-    return RunResult(final=out["final"], history=out["history"])

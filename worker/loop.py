@@ -1,14 +1,18 @@
-"""One GPT-2 training run, top to bottom: setup, data, model, optimizer, loop (lr, accumulate, step,
-eval, report). The same function runs on every path: a Ray Train worker (`train_loop_per_worker`),
-a Tune function trainable (the light single-worker path) and plain Python (tests, `make demo`).
+"""One GPT-2 training run, top to bottom: setup, data, model, optimizer, loop (lr, `train_step`,
+`evaluate`, report, `save_checkpoint`). The same `train` runs on every path: a Ray Train worker
+(`train_loop_per_worker`), a Tune function trainable (the light single-worker path) and plain Python
+(tests, `make demo`).
 
 Metrics are reported every `eval_interval_steps` with `tokens` (tokens seen, all workers) as the
 step axis, so curves at different batch sizes line up. A NaN/inf or exploding loss ends the run
-with status "diverged" and the last good metrics: a result, not an exception.
+with status "diverged" and the last good metrics: a result, not an exception. Every report and the
+final result are built by `report_metrics`.
 
 A run is a function of its config: every random draw comes from a stream keyed on `cfg.seed`
 (worker/seeds.py), and the held-out set is `cfg.eval_tokens` tokens whatever the resources (micro-batch
 size, workers) are.
+
+Shapes: B = sequences, T = `cfg.model.seq_len` tokens, V = vocabulary. Losses are in nats per token.
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -39,6 +46,57 @@ CHECKPOINT_FILE = "state.pt"
 PROBE_WINDOWS = 8  # the max-attention-logit probe runs on the first 8 held-out sequences
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where this rank runs and how it splits the global batch: cfg.batch_size = micro x accum x world_size."""
+
+    device: torch.device
+    rank: int
+    world_size: int
+    micro: int  # sequences per forward pass
+    accum: int  # micro-batches per optimizer step, on each rank
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+@dataclass
+class RunState:
+    """Where a run stands: what a checkpoint restores besides the model, the optimizer and the data order."""
+
+    step: int = 0  # optimizer steps taken
+    tokens: int = 0  # tokens seen, all workers (tokens, not steps)
+    initial_loss: float | None = None  # the first step's train loss (nats per token): the divergence yardstick
+    noise: NoiseScaleEMA = field(default_factory=NoiseScaleEMA)  # gradient noise scale B_simple, smoothed
+    last: Metrics = field(default_factory=dict)  # the last eval's metrics: what a diverged run still reports
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """What one optimizer step measured."""
+
+    train_loss: float  # mean over the global batch, nats per token
+    grad_norm: float  # L2 norm of the global gradient before clipping; nan when the step diverged
+    diverged: bool  # NaN/inf or exploding loss: the optimizer did not step
+
+
+@dataclass
+class Window:
+    """The steps since the last report: their mean train loss and their throughput."""
+
+    steps: int = 0
+    tokens: int = 0  # tokens, all workers
+    seconds: float = 0.0  # wall time of the steps only, evals excluded
+    loss_sum: float = 0.0  # sum of the steps' train losses, nats per token
+
+    def add(self, step: StepMetrics, *, tokens: int, seconds: float) -> None:
+        self.steps += 1
+        self.tokens += tokens
+        self.seconds += seconds
+        self.loss_sum += step.train_loss
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     """Entry point for Ray Train's `TorchTrainer` (one call per worker; DDP over the group).
 
@@ -55,19 +113,8 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     started = time.perf_counter()
     if cfg.threads_per_worker:
         torch.set_num_threads(cfg.threads_per_worker)
-    distributed = session.world_size > 1
-    if cfg.use_gpu and torch.cuda.is_available():
-        device = torch.device("cuda", session.local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-
-    def autocast() -> contextlib.AbstractContextManager[Any]:
-        return (
-            torch.autocast(device.type, dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
-        )
-
     micro, accum = split_batch(cfg.batch_size, session.world_size, cfg.max_micro_batch)
+    layout = Layout(_device(cfg, session.local_rank), session.world_rank, session.world_size, micro, accum)
     total_steps, eval_every = cfg.total_steps, cfg.eval_interval_steps
     warmup = warmup_steps(total_steps, cfg.warmup_fraction)
     seq_len = cfg.model.seq_len
@@ -75,19 +122,11 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     # --- data ------------------------------------------------------------------------------------
     data: TokenData = prepare_data(cfg.data)
     batches = TrainBatches(
-        data,
-        seq_len=seq_len,
-        micro_batch=micro,
-        rank=session.world_rank,
-        world_size=session.world_size,
-        seed=cfg.seed,
+        data, seq_len=seq_len, micro_batch=micro, rank=layout.rank, world_size=layout.world_size, seed=cfg.seed
     )
-    # the fixed held-out set, in windows of seq_len + 1 tokens; each rank scores every world_size-th one
-    # and the sums are all-reduced, so every rank reports the loss over the whole set
-    held_out = val_windows(data, seq_len=seq_len, tokens=cfg.eval_tokens)  # (n,) window indices
-    my_held_out = held_out[session.world_rank :: session.world_size]
+    held_out = val_windows(data, seq_len=seq_len, tokens=cfg.eval_tokens)  # (n,) window indices into val
     epochs_needed = cfg.token_budget / max(1, train_sequences_available(data, seq_len) * seq_len)
-    if epochs_needed > 1 and session.world_rank == 0:
+    if epochs_needed > 1 and layout.rank == 0:
         log.warning(
             "token_budget=%d needs %.2f epochs of %s: repeated data favours small batches",
             cfg.token_budget,
@@ -96,211 +135,316 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
         )
 
     # --- model and optimizer --------------------------------------------------------------------
-    model = build_model(cfg.model, vocab_size=data.vocab_size, seed=cfg.seed).to(device)
-    raw_model = model
-    if distributed:
+    raw_model = build_model(cfg.model, vocab_size=data.vocab_size, seed=cfg.seed).to(layout.device)
+    model: torch.nn.Module = raw_model
+    if layout.distributed:
         model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
+            raw_model, device_ids=[layout.device.index] if layout.device.type == "cuda" else None
         )
-    entry = OPTIMIZERS[cfg.optimizer.name]
     optimizer = build_optimizer(cfg.optimizer, raw_model, tokens_per_step=cfg.tokens_per_step)
     params = [p for p in raw_model.parameters() if p.requires_grad]
-    noise = NoiseScaleEMA(decay=cfg.noise_scale_ema)
 
-    step, tokens, initial_loss = 0, 0, None
-    last: Metrics = {}
+    state = RunState(noise=NoiseScaleEMA(decay=cfg.noise_scale_ema))
     with session.restored_checkpoint() as ckpt:
         if ckpt is not None:
-            state = torch.load(ckpt / CHECKPOINT_FILE, map_location=device, weights_only=False)
-            raw_model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            batches.load_state_dict(state["batches"])
-            step, tokens, initial_loss = state["step"], state["tokens"], state["initial_loss"]
-            noise.g2, noise.trace = state["noise"]
-            last = state["last"]
-            log.info("resumed at step %d (%d tokens)", step, tokens)
-
-    def evaluate() -> dict[str, float]:
-        # mean loss per scored token of the held-out set; micro-batches of max_micro_batch bound memory only
-        raw_model.eval()
-        with torch.no_grad(), autocast():
-            loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # nats, summed over this rank's tokens
-            for x, y in val_batches(data, my_held_out, seq_len=seq_len, micro_batch=cfg.max_micro_batch):
-                logits = raw_model(x.to(device)).logits  # (b, seq_len, vocab)
-                per_token = F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="none")
-                loss_sum += per_token.double().sum()
-            if distributed:
-                dist.all_reduce(loss_sum)
-            out = {"val_loss": loss_sum.item() / (len(held_out) * seq_len)}
-            if cfg.probe_attention:
-                # fixed probe: the first PROBE_WINDOWS held-out sequences, on every rank (the max is per layer
-                # over all of them, so the micro-batching does not change it)
-                with attention_logit_probe() as per_layer:
-                    for x, _ in val_batches(
-                        data, held_out[:PROBE_WINDOWS], seq_len=seq_len, micro_batch=cfg.max_micro_batch
-                    ):
-                        raw_model(x.to(device))
-                out |= {f"attn_logit_max/layer_{i}": v for i, v in sorted(per_layer.items())}
-                out["attn_logit_max"] = max(per_layer.values())
-        raw_model.train()
-        return out
+            state = load_checkpoint(
+                ckpt, model=raw_model, optimizer=optimizer, batches=batches, device=layout.device, noise=state.noise
+            )
+            log.info("resumed at step %d (%d tokens)", state.step, state.tokens)
 
     # --- loop ------------------------------------------------------------------------------------
     model.train()
-    status = "completed"
-    window_tokens, window_time, window_loss, window_steps = 0, 0.0, 0.0, 0
-    grad_norm = float("nan")
-    labels_rng = torch.Generator(device=device)  # Sophia's label sampling, re-seeded at each Hessian pass
-    while step < total_steps:
+    window = Window()
+    report: Metrics = {}
+    diverged = False
+    while state.step < total_steps:
         t0 = time.perf_counter()
-        # dropout masks (the global RNG) from (seed, rank, step): not from whatever ran before in this process,
-        # and a resumed run draws what the uninterrupted one would
-        torch.manual_seed(derived_seed(cfg.seed, DROPOUT, session.world_rank, step))
         lr = lr_at(
-            step, peak_lr=cfg.optimizer.lr, total_steps=total_steps, warmup=warmup, min_lr_ratio=cfg.min_lr_ratio
+            state.step,
+            peak_lr=cfg.optimizer.lr,
+            total_steps=total_steps,
+            warmup=warmup,
+            min_lr_ratio=cfg.min_lr_ratio,
         )
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-
-        loss_sum = torch.zeros((), device=device)
-        g_small_sq: float | None = None
-        for micro_step in range(accum):
-            x, y = (t.to(device, non_blocking=True) for t in next(batches))  # (micro, seq_len)
-            # DDP all-reduces only on the last micro-step of the accumulation
-            sync = contextlib.nullcontext() if (not distributed or micro_step == accum - 1) else model.no_sync()
-            with sync:
-                with autocast():
-                    logits = model(x).logits  # (micro, seq_len, vocab)
-                    loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
-                (loss / accum).backward()
-            loss_sum += loss.detach()
-            if micro_step == 0 and accum > 1:
-                # grads now hold one local micro-batch (no all-reduce yet): the small-batch estimate.
-                # With accum == 1 the only gradient is the global one and B_simple is not measured.
-                g_small_sq = _grad_sq_norm(params) * accum**2
-
-        train_loss = loss_sum.item() / accum
-        if distributed:
-            t = torch.tensor([train_loss], device=device)
-            dist.all_reduce(t)
-            train_loss = t.item() / session.world_size
-        if initial_loss is None:
-            initial_loss = train_loss
-        if not math.isfinite(train_loss) or train_loss > cfg.divergence_factor * initial_loss:
-            status = "diverged"
+        result = train_step(
+            model,
+            optimizer,
+            batches,
+            params,
+            cfg=cfg,
+            layout=layout,
+            step=state.step,
+            lr=lr,
+            initial_loss=state.initial_loss,
+            noise=state.noise,
+        )
+        if state.initial_loss is None:
+            state.initial_loss = result.train_loss
+        if result.diverged:
+            diverged = True
             break
-
-        if cfg.grad_clip is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip).item()
-        else:
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]).item()
-        if g_small_sq is not None:
-            # sequences: a micro-batch on one worker vs the global batch
-            noise.update(g_small_sq, grad_norm**2, micro, cfg.batch_size)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-        if entry.needs_hessian and step % entry.hessian_interval == entry.hessian_interval - 1:
-            # Sophia-G's Gauss-Newton-Bartlett estimate, as the authors' train_sophiag.py runs it: the gradient
-            # of the loss on labels sampled from the model's own softmax, over the whole global batch (every
-            # micro-batch, each loss / accum, all-reduced at the last), so h is the estimate for the bs tokens
-            # that `rho * bs * h` assumes; clipped like a training gradient before update_hessian(), as theirs.
-            # The inputs are the next step's batch, fetched after this step, as theirs; they throw that batch
-            # away, here the next step trains on it, so every optimizer trains on the same windows at the same
-            # tokens (the pass never sees the data's labels, only the model's samples).
-            labels_rng.manual_seed(derived_seed(cfg.seed, SOPHIA_LABELS, step))
-            # one uniform per position of the global batch; this rank's sequences are every world_size-th
-            # (TrainBatches deals windows round-robin), so the labels do not depend on the resources
-            uniforms = torch.rand(cfg.batch_size, seq_len, generator=labels_rng, device=device)
-            uniforms = uniforms[session.world_rank :: session.world_size]  # (micro * accum, seq_len)
-            for micro_step, (x, _) in enumerate(batches.peek(accum)):
-                x = x.to(device, non_blocking=True)  # (micro, seq_len)
-                sync = contextlib.nullcontext() if (not distributed or micro_step == accum - 1) else model.no_sync()
-                with sync:
-                    with autocast():
-                        logits = model(x).logits  # (micro, seq_len, vocab)
-                    sampled = sampled_labels(logits, uniforms[micro_step * micro : (micro_step + 1) * micro])
-                    (F.cross_entropy(logits.flatten(0, 1).float(), sampled.flatten()) / accum).backward()
-            if cfg.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            optimizer.update_hessian()  # type: ignore[attr-defined]
-            optimizer.zero_grad(set_to_none=True)
-
-        step += 1
-        tokens += cfg.tokens_per_step
-        if device.type == "cuda":
+        state.step += 1
+        state.tokens += cfg.tokens_per_step
+        if layout.device.type == "cuda":
             torch.cuda.synchronize()
-        window_time += time.perf_counter() - t0
-        window_tokens += cfg.tokens_per_step
-        window_loss += train_loss
-        window_steps += 1
+        window.add(result, tokens=cfg.tokens_per_step, seconds=time.perf_counter() - t0)
 
         # --- eval and report -------------------------------------------------------------------
-        if step % eval_every == 0 or step == total_steps:
-            evals = evaluate()
-            if not math.isfinite(evals["val_loss"]):
-                status = "diverged"
-                break
-            tokens_per_s = window_tokens / window_time
-            last = {
-                "tokens": tokens,
-                "step": step,
-                "train_loss": window_loss / window_steps,
-                "lr": lr,
-                "grad_norm": grad_norm,
-                "tokens_per_s": tokens_per_s,
-                "epoch": batches.epoch,
-                "train_time_s": time.perf_counter() - started,  # wall time of this run so far, setup included
-                **evals,
-            }
-            if noise.value is not None:
-                last["noise_scale"] = noise.value  # B_simple, sequences
-            peak = _peak_flops(device)
-            if peak:
-                last["mfu"] = tokens_per_s * flops_per_token(raw_model, seq_len) / peak
-            window_tokens, window_time, window_loss, window_steps = 0, 0.0, 0.0, 0
-            done = step == total_steps
-            metrics = {**last, "status": "completed" if done else "running", "done": done}
-            every = cfg.checkpoint_every_evals
-            if every and (step // eval_every) % every == 0 and not done:
-                with scratch_dir() as d:
-                    if session.world_rank == 0:
-                        torch.save(
-                            {
-                                "model": raw_model.state_dict(),
-                                "optimizer": optimizer.state_dict(),
-                                "batches": batches.state_dict(),
-                                "step": step,
-                                "tokens": tokens,
-                                "initial_loss": initial_loss,
-                                "noise": (noise.g2, noise.trace),
-                                "last": last,
-                            },
-                            d / CHECKPOINT_FILE,
-                        )
-                    session.report(metrics, checkpoint_dir=d if session.world_rank == 0 else None)
-            else:
-                session.report(metrics)
-
-    if status == "diverged":
-        final = {
-            **last,
-            "tokens": tokens,
-            "step": step,
-            "status": "diverged",
-            "done": True,
-            "train_time_s": time.perf_counter() - started,
+        done = state.step == total_steps
+        if state.step % eval_every != 0 and not done:
+            continue
+        evals = evaluate(raw_model, data, held_out, cfg=cfg, layout=layout)
+        if not math.isfinite(evals["val_loss"]):
+            diverged = True
+            break
+        tokens_per_s = window.tokens / window.seconds  # all workers, per second of training steps
+        state.last = {
+            "tokens": state.tokens,
+            "step": state.step,
+            "train_loss": window.loss_sum / window.steps,  # mean over the window's steps
+            "lr": lr,  # of the last step
+            "grad_norm": result.grad_norm,  # of the last step
+            "tokens_per_s": tokens_per_s,
+            "epoch": batches.epoch,
+            **evals,
         }
-        log.info("diverged at step %d (lr=%.3g)", step, cfg.optimizer.lr)
-        session.report(final)
-        return final
-    final = {**last, "status": "completed", "done": True}
-    if distributed:
-        final["ranks_in_sync"] = _ranks_in_sync(params)
-    return final
+        if state.noise.value is not None:
+            state.last["noise_scale"] = state.noise.value  # B_simple, sequences
+        peak = _peak_flops(layout.device)
+        if peak:
+            state.last["mfu"] = tokens_per_s * flops_per_token(raw_model, seq_len) / peak
+        window = Window()
+        report = report_metrics(state, status="completed" if done else "running", started=started)
+        every = cfg.checkpoint_every_evals
+        if every and (state.step // eval_every) % every == 0 and not done:
+            with scratch_dir() as d:
+                if layout.rank == 0:
+                    save_checkpoint(d, model=raw_model, optimizer=optimizer, batches=batches, state=state)
+                session.report(report, checkpoint_dir=d if layout.rank == 0 else None)
+        else:
+            session.report(report)
+
+    if diverged:
+        log.info("diverged at step %d (lr=%.3g)", state.step, cfg.optimizer.lr)
+        report = report_metrics(state, status="diverged", started=started)
+        session.report(report)
+    elif layout.distributed:
+        report = {**report, "ranks_in_sync": _ranks_in_sync(params)}
+    return report
 
 
-def _ranks_in_sync(params: list[torch.Tensor]) -> bool:
+def report_metrics(state: RunState, *, status: str, started: float) -> Metrics:
+    """Every report and the final result, built one way: the last eval's metrics, where the run stands
+    now (a diverged run stops between evals), and its status. `done` unless the run is still running."""
+    return {
+        **state.last,
+        "tokens": state.tokens,
+        "step": state.step,
+        "train_time_s": time.perf_counter() - started,  # wall time of this run so far, setup included
+        "status": status,
+        "done": status != "running",
+    }
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: TrainBatches,
+    params: list[torch.nn.Parameter],
+    *,
+    cfg: TrainConfig,
+    layout: Layout,
+    step: int,
+    lr: float,
+    initial_loss: float | None,
+    noise: NoiseScaleEMA,
+) -> StepMetrics:
+    """Optimizer step `step` (0-based) at `lr`: accumulate `layout.accum` micro-batches (DDP all-reduces at
+    the last), clip, step, and for Sophia-G refresh the Hessian. Updates `noise` when there is
+    accumulation. A diverged loss (NaN/inf, or above cfg.divergence_factor x `initial_loss`; the first
+    step is its own yardstick) returns before the optimizer steps."""
+    # dropout masks (the global RNG) from (seed, rank, step): not from whatever ran before in this process,
+    # and a resumed run draws what the uninterrupted one would
+    torch.manual_seed(derived_seed(cfg.seed, DROPOUT, layout.rank, step))
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+    loss_sum = torch.zeros((), device=layout.device)  # nats per token, summed over micro-batches
+    g_small_sq: float | None = None
+    for micro_step in range(layout.accum):
+        x, y = (t.to(layout.device, non_blocking=True) for t in next(batches))  # (micro, T) token ids
+        with _grad_sync(model, layout, micro_step):
+            with _autocast(layout.device, cfg.precision):
+                logits = model(x).logits  # (micro, T, V)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+            (loss / layout.accum).backward()
+        loss_sum += loss.detach()
+        if micro_step == 0 and layout.accum > 1:
+            # grads now hold one local micro-batch (no all-reduce yet): the small-batch estimate.
+            # With accum == 1 the only gradient is the global one and B_simple is not measured.
+            g_small_sq = _grad_sq_norm(params) * layout.accum**2
+
+    train_loss = loss_sum.item() / layout.accum
+    if layout.distributed:
+        t = torch.tensor([train_loss], device=layout.device)
+        dist.all_reduce(t)
+        train_loss = t.item() / layout.world_size
+    reference = train_loss if initial_loss is None else initial_loss
+    if not math.isfinite(train_loss) or train_loss > cfg.divergence_factor * reference:
+        return StepMetrics(train_loss=train_loss, grad_norm=math.nan, diverged=True)
+
+    if cfg.grad_clip is not None:
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip).item()
+    else:
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]).item()
+    if g_small_sq is not None:
+        # sequences: a micro-batch on one worker vs the global batch
+        noise.update(g_small_sq, grad_norm**2, layout.micro, cfg.batch_size)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+    entry = OPTIMIZERS[cfg.optimizer.name]
+    if entry.needs_hessian and step % entry.hessian_interval == entry.hessian_interval - 1:
+        _sophia_hessian_update(model, optimizer, batches, params, cfg=cfg, layout=layout, step=step)
+    return StepMetrics(train_loss=train_loss, grad_norm=grad_norm, diverged=False)
+
+
+def _sophia_hessian_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: TrainBatches,
+    params: list[torch.nn.Parameter],
+    *,
+    cfg: TrainConfig,
+    layout: Layout,
+    step: int,
+) -> None:
+    """Sophia-G's Gauss-Newton-Bartlett estimate, as the authors' train_sophiag.py runs it: the gradient of
+    the loss on labels sampled from the model's own softmax, over the whole global batch (every micro-batch,
+    each loss / accum, all-reduced at the last), so h is the estimate for the bs tokens that `rho * bs * h`
+    assumes; clipped like a training gradient before update_hessian(), as theirs.
+
+    The inputs are the next step's batch, fetched after this step, as theirs; they throw that batch away,
+    here the next step trains on it, so every optimizer trains on the same windows at the same tokens (the
+    pass never sees the data's labels, only the model's samples)."""
+    labels_rng = torch.Generator(device=layout.device).manual_seed(derived_seed(cfg.seed, SOPHIA_LABELS, step))
+    # one uniform per position of the global batch; this rank's sequences are every world_size-th
+    # (TrainBatches deals windows round-robin), so the labels do not depend on the resources
+    uniforms = torch.rand(cfg.batch_size, cfg.model.seq_len, generator=labels_rng, device=layout.device)  # (B, T)
+    uniforms = uniforms[layout.rank :: layout.world_size]  # (micro * accum, T)
+    for micro_step, (x, _) in enumerate(batches.peek(layout.accum)):
+        x = x.to(layout.device, non_blocking=True)  # (micro, T)
+        with _grad_sync(model, layout, micro_step):
+            with _autocast(layout.device, cfg.precision):
+                logits = model(x).logits  # (micro, T, V)
+            sampled = sampled_labels(logits, uniforms[micro_step * layout.micro : (micro_step + 1) * layout.micro])
+            (F.cross_entropy(logits.flatten(0, 1).float(), sampled.flatten()) / layout.accum).backward()
+    if cfg.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    optimizer.update_hessian()  # type: ignore[attr-defined]
+    optimizer.zero_grad(set_to_none=True)
+
+
+def evaluate(
+    model: torch.nn.Module, data: TokenData, held_out: np.ndarray, *, cfg: TrainConfig, layout: Layout
+) -> dict[str, float]:
+    """The held-out loss (`val_loss`, mean nats per scored token of the whole `held_out` set) and, with
+    cfg.probe_attention, the max attention logit per layer on the fixed probe batch.
+
+    Each rank scores every world_size-th window and the sums are all-reduced, so every rank reports the
+    loss over the whole set; micro-batches of cfg.max_micro_batch bound memory only. `held_out`: (n,) window
+    indices into val (`val_windows`). `model`: the unwrapped model, not the DDP wrapper (no gradient sync)."""
+    seq_len = cfg.model.seq_len
+    model.eval()
+    with torch.no_grad(), _autocast(layout.device, cfg.precision):
+        loss_sum = torch.zeros((), dtype=torch.float64, device=layout.device)  # nats, summed over this rank's tokens
+        mine = held_out[layout.rank :: layout.world_size]
+        for x, y in val_batches(data, mine, seq_len=seq_len, micro_batch=cfg.max_micro_batch):
+            logits = model(x.to(layout.device)).logits  # (b, T, V)
+            per_token = F.cross_entropy(logits.flatten(0, 1).float(), y.to(layout.device).flatten(), reduction="none")
+            loss_sum += per_token.double().sum()
+        if layout.distributed:
+            dist.all_reduce(loss_sum)
+        out = {"val_loss": loss_sum.item() / (len(held_out) * seq_len)}
+        if cfg.probe_attention:
+            # fixed probe: the first PROBE_WINDOWS held-out sequences, on every rank (the max is per layer
+            # over all of them, so the micro-batching does not change it)
+            with attention_logit_probe() as per_layer:
+                for x, _ in val_batches(
+                    data, held_out[:PROBE_WINDOWS], seq_len=seq_len, micro_batch=cfg.max_micro_batch
+                ):
+                    model(x.to(layout.device))
+            out |= {f"attn_logit_max/layer_{i}": v for i, v in sorted(per_layer.items())}
+            out["attn_logit_max"] = max(per_layer.values())
+    model.train()
+    return out
+
+
+def save_checkpoint(
+    directory: Path,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: TrainBatches,
+    state: RunState,
+) -> None:
+    """Everything a resumed run needs to continue as the uninterrupted one would, in directory/state.pt."""
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "batches": batches.state_dict(),
+            "step": state.step,
+            "tokens": state.tokens,
+            "initial_loss": state.initial_loss,
+            "noise": (state.noise.g2, state.noise.trace),
+            "last": state.last,
+        },
+        directory / CHECKPOINT_FILE,
+    )
+
+
+def load_checkpoint(
+    directory: Path,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: TrainBatches,
+    device: torch.device,
+    noise: NoiseScaleEMA,
+) -> RunState:
+    """Restore model, optimizer and data order in place from `save_checkpoint`'s file; returns the run's
+    state, whose noise-scale EMA is `noise` (its decay is the config's) holding the saved estimates."""
+    saved = torch.load(directory / CHECKPOINT_FILE, map_location=device, weights_only=False)
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    batches.load_state_dict(saved["batches"])
+    noise.g2, noise.trace = saved["noise"]
+    return RunState(
+        step=saved["step"], tokens=saved["tokens"], initial_loss=saved["initial_loss"], noise=noise, last=saved["last"]
+    )
+
+
+def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
+    if cfg.use_gpu and torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
+def _grad_sync(model: torch.nn.Module, layout: Layout, micro_step: int) -> contextlib.AbstractContextManager[Any]:
+    """DDP all-reduces the gradients only on the last micro-batch of an accumulation."""
+    if not layout.distributed or micro_step == layout.accum - 1:
+        return contextlib.nullcontext()
+    return model.no_sync()  # type: ignore[operator]
+
+
+def _ranks_in_sync(params: list[torch.nn.Parameter]) -> bool:
     """DDP's promise, checked: every rank ends with the same weights (sum and sum of squares)."""
     with torch.no_grad():
         local = torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).flatten()
@@ -309,7 +453,7 @@ def _ranks_in_sync(params: list[torch.Tensor]) -> bool:
     return all(torch.equal(gathered[0], g) for g in gathered[1:])
 
 
-def _grad_sq_norm(params: list[torch.Tensor]) -> float:
+def _grad_sq_norm(params: list[torch.nn.Parameter]) -> float:
     grads = [p.grad for p in params if p.grad is not None]
     return float(sum(n.item() ** 2 for n in torch._foreach_norm(grads)))
 

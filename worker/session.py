@@ -76,16 +76,10 @@ class RayTrainSession:
         checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
         ray.train.report(metrics, checkpoint=checkpoint)
 
-    @contextlib.contextmanager
-    def restored_checkpoint(self) -> Iterator[Path | None]:
+    def restored_checkpoint(self) -> contextlib.AbstractContextManager[Path | None]:
         import ray.train
 
-        checkpoint = ray.train.get_checkpoint()
-        if checkpoint is None:
-            yield None
-            return
-        with checkpoint.as_directory() as path:
-            yield Path(path)
+        return _restored(ray.train.get_checkpoint)
 
 
 class TuneSession:
@@ -100,16 +94,22 @@ class TuneSession:
         checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
         tune.report(metrics, checkpoint=checkpoint)
 
-    @contextlib.contextmanager
-    def restored_checkpoint(self) -> Iterator[Path | None]:
+    def restored_checkpoint(self) -> contextlib.AbstractContextManager[Path | None]:
         from ray import tune
 
-        checkpoint = tune.get_checkpoint()
-        if checkpoint is None:
-            yield None
-            return
-        with checkpoint.as_directory() as path:
-            yield Path(path)
+        return _restored(tune.get_checkpoint)
+
+
+@contextlib.contextmanager
+def _restored(get_checkpoint: Callable[[], Any]) -> Iterator[Path | None]:
+    """The checkpoint `get_checkpoint()` returns (a Ray `Checkpoint`, or None on a fresh start) as a local
+    directory for the block, or None. Ray Train and Tune differ only in which `get_checkpoint` they call."""
+    checkpoint = get_checkpoint()
+    if checkpoint is None:
+        yield None
+        return
+    with checkpoint.as_directory() as path:
+        yield Path(path)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,65 @@
+"""worker.session: the Ray Train and Tune sessions restore a checkpoint the same way (one implementation,
+`worker.session._restored`, fed each one's `get_checkpoint`). No Ray cluster: `get_checkpoint` is faked."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from worker.session import LocalSession, RayTrainSession, TuneSession
+
+
+class FakeCheckpoint:
+    """What the sessions use of a Ray `Checkpoint`: `as_directory()`, a context manager giving a path."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.open = False
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        self.open = True
+        try:
+            yield str(self.path)
+        finally:
+            self.open = False
+
+
+@pytest.mark.parametrize("kind", ["train", "tune"])
+def test_ray_sessions_restore_the_checkpoint_their_library_gives(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray.train
+    from ray import tune
+
+    module, cls = (ray.train, RayTrainSession) if kind == "train" else (tune, TuneSession)
+    session = object.__new__(cls)  # restoring needs no Ray context
+    calls: list[FakeCheckpoint | None] = []
+
+    def get_checkpoint(value: FakeCheckpoint | None) -> FakeCheckpoint | None:
+        calls.append(value)
+        return value
+
+    checkpoint = FakeCheckpoint(tmp_path)
+    monkeypatch.setattr(module, "get_checkpoint", lambda: get_checkpoint(checkpoint))
+    restoring = session.restored_checkpoint()
+    assert calls == []  # asked for only when the block is entered
+    with restoring as path:
+        assert path == tmp_path and isinstance(path, Path)
+        assert checkpoint.open  # the directory stays materialised while the loop reads it
+    assert not checkpoint.open and calls == [checkpoint]
+
+    monkeypatch.setattr(module, "get_checkpoint", lambda: get_checkpoint(None))
+    with session.restored_checkpoint() as path:
+        assert path is None  # a fresh start
+    assert calls == [checkpoint, None]
+
+
+def test_local_session_resumes_from_the_directory_it_was_given(tmp_path: Path) -> None:
+    with LocalSession(resume_from=tmp_path).restored_checkpoint() as path:
+        assert path == tmp_path
+    with LocalSession().restored_checkpoint() as path:
+        assert path is None
