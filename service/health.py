@@ -82,7 +82,9 @@ class HealthChecker:
         except TimeoutError:
             error = f"no answer within {CHECK_TIMEOUT_S} s"
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            # /healthz needs no token: the exception's text (paths, addresses, URLs) goes to the log only
+            log.warning("health check %s failed: %s: %s", name, type(exc).__name__, exc)
+            error = f"{name} check failed ({type(exc).__name__}); see the service log"
         if error:
             log.warning("health check %s failed: %s", name, error)
         results[name] = CheckResult(ok=error is None, error=error, latency_ms=(time.perf_counter() - started) * 1e3)
