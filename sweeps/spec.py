@@ -303,6 +303,20 @@ class SweepSpec(_Strict):
             raise _problem("", f"name must be 1..64 characters of [a-z0-9-], got name={excerpt(v)}", v)
         return v
 
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_form(cls, v: Any) -> Any:
+        """A whole number, or {min, max, step}: one readable refusal instead of one per union branch."""
+        if isinstance(v, dict):
+            try:
+                return AdaptiveSeeds.model_validate(v)
+            except ValidationError as exc:
+                problems = "; ".join(f"seeds.{p['field']}: {p['message']}" for p in format_validation_error(exc))
+                raise ValueError(problems) from None
+        if isinstance(v, bool) or not isinstance(v, int | AdaptiveSeeds):
+            raise ValueError(f"seeds must be a whole number or {{min, max, step}}, got seeds={excerpt(v)}")
+        return v
+
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, v: int | AdaptiveSeeds) -> int | AdaptiveSeeds:

@@ -135,7 +135,7 @@ def test_live_health_and_refusals(live: ServiceProcess, alice: httpx.Client) -> 
     assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "seeds"
 
     r = alice.post("/sweeps", params={"dry_run": "true"}, json=tiny_spec())
-    assert r.status_code == 200 and r.json()["total_trials"] == 4
+    assert r.status_code == 200 and r.json()["total_trials"] == 6  # 2 cells x (2 search + 1 confirmation)
     assert alice.get("/sweeps").json()["total"] == 0  # a dry run stores nothing
 
 

@@ -483,3 +483,18 @@ def test_every_cell_trains_on_exactly_the_same_tokens():
     demo = SweepSpec.load(DEMO)
     steps = {b: demo.train_config("adamw", b, 1e-3, 0) for b in demo.batch_sizes}
     assert {c.total_steps * c.tokens_per_step for c in steps.values()} == {demo.trained_tokens} == {81_920}
+
+
+def test_seeds_is_a_number_or_an_adaptive_range_with_one_readable_refusal():
+    spec = SweepSpec.model_validate(spec_data(seeds={"min": 2, "max": 6}))
+    assert (spec.seeds_min, spec.seeds_max, spec.seeds_step, spec.noise_looks) == (2, 6, 2, 3)
+    # the stored form rebuilds the same spec (the driver reads it back)
+    assert SweepSpec.from_stored(spec.model_dump(mode="json")) == spec
+    # min == max is the plain number
+    assert SweepSpec.model_validate(spec_data(seeds={"min": 3, "max": 3})).seeds == 3
+    err = only(refusal(spec_data(seeds={"min": 1, "max": 4})), "seeds")
+    assert err["message"] == "seeds.min: Input should be greater than or equal to 2"
+    err = only(refusal(spec_data(seeds={"min": 4, "max": 2})), "seeds")
+    assert "seeds.max must be >= seeds.min, got min=4, max=2" in err["message"]
+    err = only(refusal(spec_data(seeds="many")), "seeds")
+    assert err["message"] == "seeds must be a whole number or {min, max, step}, got seeds='many'"
