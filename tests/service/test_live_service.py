@@ -170,13 +170,15 @@ def test_live_submit_watch_to_success_and_report(live: ServiceProcess, alice: ht
     events = watch(alice, sweep_id, timeout_s=480)
     kinds = [k for k, _ in events]
     assert kinds[-1] == "end" and "progress" in kinds
-    # events come when the sweep changed, not on every poll (a 4-trial sweep changes a dozen times)
+    # events come when the sweep changed, not on every poll (a 6-trial sweep changes under two dozen times)
     assert len(events) <= 30, kinds
     final = events[-1][1]
     assert final["status"] == "succeeded", f"{json.dumps(final)[:3000]}\n{live.tail()}"
     p = final["progress"]
-    assert p["trials_done"] == p["trials_total"] == 4 and p["cells_done"] == 2
-    assert all(c["best_val_loss"] is not None and c["best_val_loss"] > 0 for c in p["cells"])
+    # 2 cells x (2 search trials + 1 confirmation run)
+    assert p["trials_done"] == p["trials_total"] == 6 and p["cells_done"] == 2
+    assert all(c["search_best_val_loss"] is not None and c["search_best_val_loss"] > 0 for c in p["cells"])
+    assert all(c["confirmed_val_loss_mean"] is not None and c["seeds_done"] == 1 for c in p["cells"])
     assert final["started_at"] and final["finished_at"] and final["experiment_id"]
 
     report = alice.get(f"/sweeps/{sweep_id}/report")
