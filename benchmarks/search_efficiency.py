@@ -1,7 +1,7 @@
 """Does the per-cell search find the grid's answer for much less compute?
 
     python benchmarks/search_efficiency.py [--problems 200] [--concurrency 4] [--sigma 0.01] [--seed 0]
-    python benchmarks/search_efficiency.py --real [--spec sweeps/examples/demo.yaml]
+    python benchmarks/search_efficiency.py --real [--spec benchmarks/specs/real_tiny.yaml]
 
 Target (issue: sweeps): the search (TPE + ASHA + warm start + confirmation seeds) spends <= 1/3 of the
 tokens of a dense grid and finds the true answer at least as often as the grid, minus 2 points.
@@ -46,10 +46,12 @@ runs at the grid's best lr (`sweeps.analysis.pick_best`) and the same `build_rep
 tokens each trial trained: pruned trials to the rung where ASHA stopped them, diverged ones to the
 step where they diverged. The last line is the ratio against the grid, measured in the same run.
 
-`--real` runs a real sweep (default: the demo spec, gpt2-nano on the built-in corpus) through
-`sweeps.driver.run_sweep` on a local Ray cluster (or $RAY_ADDRESS), then the dense grid of the same
-spec through `worker.launch.run_training` (`max_concurrent_trials` runs at a time), and prints both
-answers and the token ratio (minutes to an hour on a 2-core machine).
+`--real` runs a real sweep (default: benchmarks/specs/real_tiny.yaml, gpt2-nano on the built-in
+corpus, 2 optimizers x 2 batch sizes) through `sweeps.driver.run_sweep` on a local Ray cluster (or
+$RAY_ADDRESS), then the same dense grid as the simulation (12 lrs x the seeds) through
+`worker.launch.run_training` (`max_concurrent_trials` runs at a time), and prints both answers and
+the token ratio (~3 minutes on a 2-core machine; measured: 0.22 of the grid's tokens, the same 4
+answers).
 """
 
 from __future__ import annotations
@@ -316,20 +318,15 @@ def _best_lrs(report: dict[str, Any]) -> dict[tuple[str, int], float | None]:
 def run_searcher(problem: Problem, spec: Any, *, sweep_id: str = "bench") -> MethodOutcome:
     """The project's search on `problem`: CellSearcher + PerCellASHA in a simulated Tune loop."""
     import optuna
-    from ray.tune.schedulers import TrialScheduler
+    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
     from ray.tune.search import Searcher
 
     from sweeps.analysis import AnalysisInput, build_report
     from sweeps.driver import collect_results
-    from sweeps.search import CellSearcher, PerCellASHA
+    from sweeps.search import CellSearcher, make_scheduler
 
     searcher = CellSearcher(spec, sweep_id, optuna.storages.InMemoryStorage(), seed=problem.seed)
-    # as sweeps.driver.run_sweep builds it
-    scheduler = PerCellASHA(
-        max_t=spec.trained_tokens,
-        grace_period=max(1, int(spec.pruning.grace_fraction * spec.trained_tokens)),
-        reduction_factor=spec.pruning.reduction_factor,
-    )
+    scheduler = make_scheduler(spec) or FIFOScheduler()  # as sweeps.driver.run_sweep builds it
     sched = schedules(spec)
     speed = np.random.default_rng([problem.seed, 99])  # tokens per unit of time of each trial
     slots = spec.resources.max_concurrent_trials
@@ -410,7 +407,61 @@ def _grid_score(t: Any) -> tuple[float, float, int] | None:
 
 
 def run_grid(problem: Problem, spec: Any) -> MethodOutcome:
-    """Every cell: GRID_POINTS lrs to the full budget, then `seeds` confirmation runs at the best one."""
+    """The dense grid with the searcher's number of seeds: every cell trains GRID_POINTS lrs, each with
+    seeds 1..`seeds` to the full budget (diverged runs stop where they diverge). The best lr is the one
+    with the lowest mean over its seeds, all completed (`sweeps.analysis.pick_best` over those means);
+    its runs are the cell's samples."""
+    from sweeps.analysis import AnalysisInput, build_report, pick_best
+
+    sched = schedules(spec)
+    lrs = grid_lrs(spec.lr.min, spec.lr.max)
+    results, runs = [], 0
+    tokens = 0
+    for opt, b in spec.cells():
+        by_lr = []
+        for lr in lrs:
+            seeds = [
+                _trial_result(opt, b, lr, seed, "seed", simulate_run(problem, opt, b, lr, seed, sched[b]), None)
+                for seed in range(1, spec.seeds_min + 1)
+            ]
+            tokens += sum(t.tokens for t in seeds)
+            runs += len(seeds)
+            by_lr.append(seeds)
+        means = [
+            _mean_result(opt, b, lr, number, seeds) for number, (lr, seeds) in enumerate(zip(lrs, by_lr, strict=True))
+        ]
+        best = pick_best(means, _grid_score)
+        # the report: one "search" entry per lr (its seed mean), the best lr's runs as the samples
+        results += means
+        if best is not None:
+            results += by_lr[lrs.index(best.lr)]
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    return MethodOutcome(_answers(report), tokens, runs, results, report, _best_lrs(report))
+
+
+def _mean_result(opt: str, b: int, lr: float, number: int, seeds: list[Any]) -> Any:
+    """One lr of the grid as a search entry: the mean over its seeds when all completed."""
+    from sweeps.analysis import TrialResult
+
+    done = [t.val_loss for t in seeds if t.status == "completed" and t.val_loss is not None]
+    status = "completed" if len(done) == len(seeds) else next(t.status for t in seeds if t.status != "completed")
+    return TrialResult(
+        optimizer=opt,
+        batch_size=b,
+        lr=lr,
+        seed=0,
+        role="search",
+        status=status,
+        val_loss=statistics.fmean(done) if status == "completed" else None,
+        tokens=sum(t.tokens for t in seeds),  # every run at this lr (the best lr's runs appear again as samples)
+        steps=0,
+        number=number,
+    )
+
+
+def run_grid_once(problem: Problem, spec: Any) -> MethodOutcome:
+    """A cheaper grid, for comparison: GRID_POINTS lrs once each (seed 0) to the full budget, then
+    `seeds` confirmation runs at the best (`sweeps.analysis.pick_best`)."""
     from sweeps.analysis import AnalysisInput, build_report, pick_best
 
     sched = schedules(spec)
@@ -422,7 +473,7 @@ def run_grid(problem: Problem, spec: Any) -> MethodOutcome:
             cell.append(_trial_result(opt, b, lr, 0, "search", simulate_run(problem, opt, b, lr, 0, sched[b]), number))
         best = pick_best(cell, _grid_score)
         if best is not None:
-            for seed in range(1, spec.seeds + 1):
+            for seed in range(1, spec.seeds_min + 1):
                 reports = simulate_run(problem, opt, b, best.lr, seed, sched[b])
                 cell.append(_trial_result(opt, b, best.lr, seed, "seed", reports, None))
         tokens += sum(t.tokens for t in cell)
@@ -441,12 +492,17 @@ class ProblemOutcome:
     problem: Problem
     truth: dict[str, dict[str, int | None]]
     searcher: MethodOutcome
-    grid: MethodOutcome
+    grid: MethodOutcome  # GRID_POINTS lrs x `seeds` seeds (the benchmark's baseline)
+    grid_once: MethodOutcome  # GRID_POINTS lrs once + `seeds` confirmation runs (a cheaper baseline)
 
 
 def run_problem(problem: Problem, spec: Any) -> ProblemOutcome:
     return ProblemOutcome(
-        problem, true_answers(problem, spec.optimizer_names), run_searcher(problem, spec), run_grid(problem, spec)
+        problem,
+        true_answers(problem, spec.optimizer_names),
+        run_searcher(problem, spec),
+        run_grid(problem, spec),
+        run_grid_once(problem, spec),
     )
 
 
@@ -465,41 +521,49 @@ def _accuracy(outcomes: Sequence[ProblemOutcome], method: str, opt: str | None, 
     return sum(hits) / len(hits)
 
 
+METHODS = ("searcher", "grid", "grid_once")
+
+
 def summarize(outcomes: Sequence[ProblemOutcome], spec: Any, wall_s: float) -> list[str]:
-    """The printed lines; the last one is the ratio line."""
+    """The printed lines; the last one is the ratio line (the searcher against the grid)."""
     n = len(outcomes)
-    s_tokens = sum(o.searcher.tokens for o in outcomes)
-    g_tokens = sum(o.grid.tokens for o in outcomes)
-    ratio = s_tokens / g_tokens
+    tokens = {m: sum(getattr(o, m).tokens for o in outcomes) for m in METHODS}
+    ratio = tokens["searcher"] / tokens["grid"]
     per_problem = [o.searcher.tokens / o.grid.tokens for o in outcomes]
     lines = [
         f"{n} problems, {len(spec.optimizer_names)} optimizers x batch sizes {spec.batch_sizes}; "
         f"lr in [{spec.lr.min:g}, {spec.lr.max:g}], tolerance {spec.degradation.tolerance:g}, "
         f"seed noise sd {outcomes[0].problem.sigma:g}, {spec.resources.max_concurrent_trials} trials at a time",
-        f"searcher: {spec.lr.trials_per_batch_size} search trials per cell (TPE, ASHA grace "
-        f"{spec.pruning.grace_fraction:g} rf {spec.pruning.reduction_factor}, warm start) + {spec.seeds} seeds; "
-        f"grid: {GRID_POINTS} lrs per cell to the full budget + {spec.seeds} seeds",
-        f"{'':28s}{'searcher':>10s}{'grid':>10s}",
+        f"searcher: up to {spec.lr.trials_per_batch_size} search trials per cell (coarse start or warm-start "
+        f"bracket, parabola steps, TPE + ASHA grace {spec.pruning.grace_fraction:g} rf "
+        f"{spec.pruning.reduction_factor} where those do not locate a minimum) + {spec.seeds_min} seeds",
+        f"grid: {GRID_POINTS} lrs x {spec.seeds_min} seeds per cell; grid once: {GRID_POINTS} lrs once + "
+        f"{spec.seeds_min} confirmation seeds",
+        f"{'':28s}{'searcher':>10s}{'grid':>10s}{'grid once':>11s}",
     ]
     for ref in REFERENCES:
         for opt in spec.optimizer_names:
             lines.append(
-                f"  accuracy {opt:>6s} ({ref:>8s}) {_accuracy(outcomes, 'searcher', opt, ref):>8.3f}"
-                f"{_accuracy(outcomes, 'grid', opt, ref):>10.3f}"
+                f"  accuracy {opt:>6s} ({ref:>8s}) "
+                + "".join(f"{_accuracy(outcomes, m, opt, ref):>{8 if m == 'searcher' else 10}.3f}" for m in METHODS)
             )
     agree = statistics.fmean(
         o.searcher.answers[opt]["self"] == o.grid.answers[opt]["self"] for o in outcomes for opt in o.truth
     )
-    s_err = [e for o in outcomes for e in _lr_error(o, o.searcher)]
-    g_err = [e for o in outcomes for e in _lr_error(o, o.grid)]
+    err = {m: statistics.median(e for o in outcomes for e in _lr_error(o, getattr(o, m))) for m in METHODS}
     lines += [
-        f"  answers equal (self)        {agree:>8.3f}",
-        f"  median |ln(best lr / lr*)|  {statistics.median(s_err):>8.3f}{statistics.median(g_err):>10.3f}",
-        f"  trials per problem          {statistics.fmean(o.searcher.trials for o in outcomes):>8.1f}"
-        f"{statistics.fmean(o.grid.trials for o in outcomes):>10.1f}",
-        f"  tokens per problem (M)      {s_tokens / n / 1e6:>8.2f}{g_tokens / n / 1e6:>10.2f}",
-        f"  per-problem token ratio: median {statistics.median(per_problem):.3f}, "
-        f"range [{min(per_problem):.3f}, {max(per_problem):.3f}]",
+        f"  answers equal searcher/grid {agree:>8.3f}",
+        f"  median |ln(best lr / lr*)|  {err['searcher']:>8.3f}{err['grid']:>10.3f}{err['grid_once']:>10.3f}",
+        "  trials per problem          "
+        + "".join(
+            f"{statistics.fmean(getattr(o, m).trials for o in outcomes):>{8 if m == 'searcher' else 10}.1f}"
+            for m in METHODS
+        ),
+        "  tokens per problem (M)      "
+        + "".join(f"{tokens[m] / n / 1e6:>{8 if m == 'searcher' else 10}.2f}" for m in METHODS),
+        f"  per-problem token ratio searcher/grid: median {statistics.median(per_problem):.3f}, "
+        f"range [{min(per_problem):.3f}, {max(per_problem):.3f}]; searcher/grid once "
+        f"{tokens['searcher'] / tokens['grid_once']:.2f}",
         f"wall time {wall_s:.1f} s ({wall_s / n * 1e3:.0f} ms a problem)",
     ]
     acc_s, acc_g = _accuracy(outcomes, "searcher", None), _accuracy(outcomes, "grid", None)
@@ -595,25 +659,26 @@ def _real(spec_path: Path, concurrency: int | None, data_dir: Path | None) -> li
 
     lrs = grid_lrs(spec.lr.min, spec.lr.max)
     start = time.perf_counter()
+    # the simulation's grid (`run_grid`): every lr with seeds 1..n, judged by its seed mean
     with ThreadPoolExecutor(max_workers=spec.resources.max_concurrent_trials) as pool:
-        jobs = [(opt, b, lr, 0, "search", i) for opt, b in spec.cells() for i, lr in enumerate(lrs)]
-        grid = list(pool.map(lambda job: run(*job), jobs))
-        confirm = []
-        for opt, b in spec.cells():
-            best = pick_best([t for t in grid if (t.optimizer, t.batch_size) == (opt, b)], _grid_score)
-            if best is not None:
-                confirm += [(opt, b, best.lr, s, "seed", None) for s in range(1, n_seeds + 1)]
-        grid += list(pool.map(lambda job: run(*job), confirm))
+        jobs = [(opt, b, lr, s, "seed", None) for opt, b in spec.cells() for lr in lrs for s in range(1, n_seeds + 1)]
+        runs = list(pool.map(lambda job: run(*job), jobs))
     grid_wall = time.perf_counter() - start
-    grid_tokens = sum(t.tokens for t in grid)
+    grid_tokens = sum(t.tokens for t in runs)
+    grid: list[TrialResult] = []
+    for opt, b in spec.cells():
+        by_lr = [[t for t in runs if (t.optimizer, t.batch_size, t.lr) == (opt, b, lr)] for lr in lrs]
+        means = [_mean_result(opt, b, lr, i, seeds) for i, (lr, seeds) in enumerate(zip(lrs, by_lr, strict=True))]
+        best = pick_best(means, _grid_score)
+        grid += means + (by_lr[lrs.index(best.lr)] if best is not None else [])
     grid_report = build_report(grid, inputs=AnalysisInput.from_spec(spec))
 
     lines = [
         f"real sweep {spec.name}: {len(spec.optimizer_names)} optimizers x batch sizes {spec.batch_sizes}, "
         f"{spec.trained_tokens} tokens a trial, {spec.resources.max_concurrent_trials} trials at a time",
         f"searcher: {len(searched)} trials, {sweep_tokens} tokens, {sweep_wall:.0f} s (run_sweep)",
-        f"grid:     {len(grid)} trials, {grid_tokens} tokens, {grid_wall:.0f} s "
-        f"({GRID_POINTS} lrs + {n_seeds} seeds per cell, run_training)",
+        f"grid:     {len(runs)} trials, {grid_tokens} tokens, {grid_wall:.0f} s "
+        f"({GRID_POINTS} lrs x {n_seeds} seeds per cell, run_training)",
         "best lr and mean val loss per cell, searcher vs grid:",
     ]
     for opt in spec.optimizer_names:
@@ -651,8 +716,9 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=None, help="max_concurrent_trials (simulation: 4)")
     parser.add_argument("--real", action="store_true", help="run a real sweep and a real grid (needs Ray)")
     parser.add_argument(
-        "--spec", type=Path, default=Path(__file__).resolve().parent.parent / "sweeps/examples/demo.yaml"
+        "--data-dir", type=Path, default=None, help="--real: keep the stores here (default: a temp dir)"
     )
+    parser.add_argument("--spec", type=Path, default=Path(__file__).resolve().parent / "specs/real_tiny.yaml")
     args = parser.parse_args(None if argv is None else list(argv))
     if args.real:
         lines = _real(args.spec, args.concurrency, args.data_dir)

@@ -14,11 +14,14 @@ than the search seed, which alone give the cell's loss. `trials` counts all of t
 that is not a multiple of lcm(batch sizes) x seq_len); `tokens_trained` reports it per cell.
 
 Best lr. `pick_best` decides the best trial of a cell, for the search (which lr gets the
-confirmation runs) and for this analysis alike: the completed search trial with the lowest final
-val loss; ties go to the smaller lr, then the earlier trial (its Optuna number; the seed without
-one), so the input order does not matter. Pruned, diverged and failed trials never give the best lr.
-Its loss is reported as `search_best_val_loss`, and stays out of every statistic: it is the minimum
-of several noisy trials, biased low (about -0.85 sigma for 3 trials under independent noise).
+confirmation runs) and for this analysis alike, among the completed search trials: the one with the
+lowest final val loss, unless a parabola in ln lr through it and its 3 nearest neighbours
+(`sweeps.plan.parabola_vertex`) has its minimum nearer another of those trials; then that one (a
+single run made low by seed noise does not pull the lr away from where its neighbours put the
+optimum). Ties go to the lower loss, the smaller lr, then the earlier trial (its Optuna number; the
+seed without one), so the input order does not matter. Pruned, diverged and failed trials never give
+the best lr. Its loss is reported as `search_best_val_loss`, and stays out of every statistic: it was
+selected from several noisy trials, so it is biased low.
 
 Cell loss. The cell's samples are the final val losses of its completed confirmation runs at the
 best lr (relative tolerance 1e-9). `seeds` is their number, `val_losses` the samples (by seed),
@@ -95,6 +98,7 @@ from typing import Any, Generic, Literal, TypeVar
 import scipy.stats
 from pydantic import BaseModel, ConfigDict
 
+from sweeps.plan import neighbourhood, parabola_vertex
 from sweeps.status import RESULT_STATUSES
 
 __all__ = [
@@ -294,10 +298,24 @@ X = TypeVar("X")
 def pick_best(candidates: Iterable[X], score: Callable[[X], tuple[float, float, int] | None]) -> X | None:
     """The best trial of a cell; the one rule, used by the search (which lr gets the confirmation runs)
     and by the analysis (which lr is reported). `score(trial)` is (final val loss, lr, trial number)
-    for a completed trial, None for any other. Lowest loss wins; ties go to the smaller lr, then the
-    earlier trial. Non-finite losses never win."""
-    scored = [(key, c) for c in candidates if (key := score(c)) is not None and math.isfinite(key[0])]
-    return min(scored, key=lambda pair: pair[0])[1] if scored else None
+    for a completed trial, None for any other; non-finite losses never count.
+
+    The lowest loss and its nearest neighbours in ln lr (`sweeps.plan.neighbourhood`) are fitted with a
+    parabola (`parabola_vertex`); where it has a minimum, the trial nearest that vertex wins, so that
+    one run made low by seed noise does not pull the lr away from where its neighbours put the minimum.
+    Without a fit (fewer than 3 distinct lrs, not convex) the lowest loss wins. Ties go to the lower
+    loss, then the smaller lr, then the earlier trial."""
+    scored = {key: c for c in candidates if (key := score(c)) is not None and math.isfinite(key[0])}
+    if not scored:
+        return None
+    points: dict[tuple[float, float], tuple[float, float, int]] = {}  # (lr, loss) -> the earliest trial's key
+    for key in sorted(scored):
+        points.setdefault((key[1], key[0]), key)
+    vertex = parabola_vertex(list(points), reach=0.0)
+    if vertex is None:
+        return scored[min(scored)]
+    near = [points[p] for p in neighbourhood(list(points))]
+    return scored[min(near, key=lambda key: (abs(math.log(key[1] / vertex)), key))]
 
 
 def _score(t: TrialResult) -> tuple[float, float, int] | None:

@@ -14,15 +14,15 @@ from typing import Any
 
 from sweeps.analysis import AnalysisInput, build_report
 from sweeps.plan import DriverOnly
-from sweeps.runtime import SweepRuntime
+from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
 from sweeps.search import (
     METRIC,
     MODE,
     TRIAL_RETRIES,
     CellSearcher,
-    PerCellASHA,
     close_sweep_trials,
     collect_results,
+    make_scheduler,
     open_storage,
     run_trial,
 )
@@ -85,6 +85,7 @@ def run_sweep(
         log.warning(warnings[-1])
 
     init_ray(runtime.ray_address)
+    check_storage(runtime, nodes=alive_nodes())
     storage = open_storage(runtime.optuna_storage)
     searcher = CellSearcher(spec, sweep_id, storage)
     recorder = SweepRecorder(
@@ -106,6 +107,15 @@ def run_sweep(
             if on_progress:
                 on_progress(searcher.progress())
 
+    class _DropCheckpoints(DriverOnly, tune.Callback):
+        """While a trial runs Tune keeps its last checkpoint (num_to_keep=1), for a restart after a lost
+        worker or node; once it has ended (or is given up, to be run again whole) they are deleted."""
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            drop_checkpoints(trial)
+
+        on_trial_error = on_trial_complete
+
     class _Cancel(DriverOnly, tune.Stopper):
         def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
             return False
@@ -117,13 +127,7 @@ def run_sweep(
             return stop
 
     res = spec.resources
-    scheduler: Any = None
-    if spec.pruning.enabled:
-        scheduler = PerCellASHA(
-            max_t=spec.trained_tokens,
-            grace_period=max(1, int(spec.pruning.grace_fraction * spec.trained_tokens)),
-            reduction_factor=spec.pruning.reduction_factor,
-        )
+    scheduler = make_scheduler(spec)
     if res.workers_per_trial == 1:
         resources: dict[str, float] = {"cpu": res.cpus_per_worker, "gpu": res.gpus_per_worker}
     else:  # the trial function only drives a TorchTrainer, whose workers ask for the real resources
@@ -142,12 +146,13 @@ def run_sweep(
         run_config=tune.RunConfig(
             name=f"{sweep_id}-{int(time.time())}",
             storage_path=runtime.trial_storage,
-            callbacks=[recorder, _Progress()],
+            callbacks=[recorder, _Progress(), _DropCheckpoints()],
             stop=_Cancel(),
             verbose=0,
             # a trial whose worker died is restarted; training errors are results (`run_trial`)
             failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
-            checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
+            # the trial function reports its checkpoints (spec.checkpoint_every_tokens); only the last is kept
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_at_end=False),
         ),
     )
     if on_progress:
@@ -176,6 +181,23 @@ def run_sweep(
         trial_train_time_s=train_times,
         warnings=report["warnings"],
     )
+
+
+def drop_checkpoints(trial: Any) -> int:
+    """Delete the checkpoints of a Tune trial from the trial storage (local or s3://); the count deleted."""
+    from pyarrow.fs import FileSelector, FileType
+
+    storage = trial.storage
+    fs = storage.storage_filesystem
+    deleted = 0
+    try:
+        for info in fs.get_file_info(FileSelector(storage.trial_fs_path, allow_not_found=True)):
+            if info.type == FileType.Directory and info.base_name.startswith("checkpoint_"):
+                fs.delete_dir(info.path)
+                deleted += 1
+    except OSError:  # the storage is unreachable: the checkpoints stay (space, not correctness)
+        log.warning("could not delete the checkpoints of trial %s", trial.trial_id, exc_info=True)
+    return deleted
 
 
 def close_leftovers(sweep_id: str, runtime: SweepRuntime) -> tuple[int, int]:

@@ -20,22 +20,124 @@ def cell_order(optimizers: list[str], batch_sizes: list[int]) -> list[tuple[str,
     return [(opt, bs) for bs in sorted(batch_sizes) for opt in optimizers]
 
 
+# ln-lr spacing of a warm-started cell's first three trials (the dense grid of 12 lrs over
+# [1e-4, 3e-2] is spaced 0.52): close enough that a parabola through them locates the optimum,
+# wide enough that seed noise does not swamp the differences between them
+BRACKET_STEP = 0.5
+
+
 def warm_start_lrs(
     prev_best_lr: float, prev_batch_size: int, batch_size: int, *, lr_min: float, lr_max: float
 ) -> list[float]:
-    """First lrs of a cell: the smaller batch's best lr, unscaled and sqrt-scaled by the batch ratio
-    (the square-root rule for Adam-type optimizers), clipped to the searched range, duplicates dropped."""
+    """First lrs of a cell: a bracket around the smaller batch's best lr sqrt-scaled by the batch ratio
+    (the square-root rule for Adam-type optimizers), at that lr and BRACKET_STEP either side in ln lr;
+    clipped to the searched range, duplicates dropped."""
     if not (prev_batch_size > 0 and batch_size > 0 and prev_best_lr > 0):
         raise ValueError(
             f"need positive batch sizes and lr, got prev_batch_size={prev_batch_size}, "
             f"batch_size={batch_size}, prev_best_lr={prev_best_lr}"
         )
+    centre = prev_best_lr * math.sqrt(batch_size / prev_batch_size)
     out: list[float] = []
-    for lr in (prev_best_lr, prev_best_lr * math.sqrt(batch_size / prev_batch_size)):
+    for lr in (centre, centre * math.exp(-BRACKET_STEP), centre * math.exp(BRACKET_STEP)):
         lr = min(max(lr, lr_min), lr_max)
         if all(not math.isclose(lr, seen, rel_tol=1e-9) for seen in out):
             out.append(lr)
     return out
+
+
+def coarse_lrs(lr_min: float, lr_max: float, points: int = 3) -> list[float]:
+    """First lrs of a cell with nothing to start from (the smallest batch size): `points` lrs at the
+    centres of equal slices of [lr_min, lr_max] in ln lr, so a parabola can be fitted through them."""
+    if not (0 < lr_min < lr_max) or points < 1:
+        raise ValueError(f"need 0 < lr_min < lr_max and points >= 1, got {lr_min=}, {lr_max=}, {points=}")
+    lo, span = math.log(lr_min), math.log(lr_max / lr_min)
+    return [math.exp(lo + span * (i + 0.5) / points) for i in range(points)]
+
+
+# a fitted optimum closer than this (in ln lr) to a tried lr is that lr: the search of the cell has
+# converged (a quarter of the dense grid's 0.52 spacing)
+VERTEX_MIN_GAP = 0.15
+
+
+def neighbourhood(points: list[tuple[float, float]], k: int = 4) -> list[tuple[float, float]]:
+    """The lowest of `points` ((lr, loss)) and its nearest neighbours in ln lr, `k` in all: where a
+    parabola describes the loss (a bowl is only quadratic near its minimum)."""
+    centre = math.log(min(points, key=lambda p: p[1])[0])
+    return sorted(points, key=lambda p: (abs(math.log(p[0]) - centre), p[0]))[:k]
+
+
+def parabola_vertex(
+    points: list[tuple[float, float]],
+    *,
+    lr_min: float | None = None,
+    lr_max: float | None = None,
+    k: int = 4,
+    reach: float = 0.7,
+) -> float | None:
+    """The lr where a quadratic in ln(lr), fitted by least squares to the `neighbourhood` of the lowest
+    of `points` ((lr, final val loss) of a cell's completed trials), has its minimum; None with fewer
+    than 3 distinct lrs there or a fit that is not convex (no minimum to step to). The vertex is clipped
+    to the fitted lrs' span widened by `reach` on each side (a step out, not a leap) and to
+    [lr_min, lr_max] where given."""
+    import numpy as np
+
+    if not points:
+        return None
+    near = neighbourhood(points, k)
+    x = np.log([lr for lr, _ in near])
+    if len(np.unique(np.round(x, 9))) < 3:
+        return None
+    a, b, _ = np.polyfit(x, [loss for _, loss in near], 2)
+    if not a > 0:
+        return None
+    lo, hi = float(x.min()) - reach, float(x.max()) + reach
+    if lr_min is not None:
+        lo = max(lo, math.log(lr_min))
+    if lr_max is not None:
+        hi = min(hi, math.log(lr_max))
+    return math.exp(min(max(-b / (2 * a), lo), hi))
+
+
+def next_search_lr(
+    done: list[tuple[float, float]], diverged: list[float], tried: list[float], *, lr_min: float, lr_max: float
+) -> tuple[str, float | None]:
+    """The next lr of a cell's line search in ln lr, from its completed trials `done` ((lr, final val
+    loss)), the lrs that `diverged` and every lr `tried` (running ones included):
+
+    - ("vertex", lr): the best completed lr has completed neighbours on both sides: step to the vertex
+      of the parabola through the best of them (`parabola_vertex`);
+    - ("step", lr): it lacks one on one side: step out past it by 2 x BRACKET_STEP; where a run diverged
+      above it, halve (in ln lr) the wider of the gaps to that lr and to its completed neighbour below;
+    - ("converged", None): that step lands within VERTEX_MIN_GAP of a tried lr (the optimum is there);
+    - ("explore", None): nothing completed, or no convex fit: the sampler (TPE) proposes.
+    """
+    if not done:
+        return ("explore", None)
+    best_lr = min(done, key=lambda p: p[1])[0]
+    below = any(lr < best_lr for lr, _ in done)
+    above = any(lr > best_lr for lr, _ in done)
+    if below and above:
+        lr = parabola_vertex(done, lr_min=lr_min, lr_max=lr_max)
+        if lr is None:
+            return ("explore", None)
+        kind = "vertex"
+    elif not above:
+        cliff = min((d for d in diverged if d > best_lr), default=None)
+        lower = max((lr for lr, _ in done if lr < best_lr), default=None)
+        if cliff is None:
+            lr = best_lr * math.exp(2 * BRACKET_STEP)
+        elif lower is not None and best_lr / lower >= cliff / best_lr:
+            lr = math.sqrt(lower * best_lr)  # the wider gap first, the lower one on a tie (no divergence)
+        else:
+            lr = math.sqrt(best_lr * cliff)
+        kind = "step"
+    else:
+        lr, kind = best_lr * math.exp(-2 * BRACKET_STEP), "step"
+    lr = min(max(lr, lr_min), lr_max)
+    if min(abs(math.log(lr / t)) for t in tried) < VERTEX_MIN_GAP:
+        return ("converged", None)
+    return (kind, lr)
 
 
 def run_name(optimizer: str, batch_size: int, lr: float | None = None, seed: int | None = None) -> str:

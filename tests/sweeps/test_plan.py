@@ -2,23 +2,95 @@ import math
 
 import pytest
 
-from sweeps.plan import cell_key, cell_order, run_name, study_name, warm_start_lrs
+from sweeps.plan import (
+    BRACKET_STEP,
+    VERTEX_MIN_GAP,
+    cell_key,
+    cell_order,
+    coarse_lrs,
+    neighbourhood,
+    next_search_lr,
+    parabola_vertex,
+    run_name,
+    study_name,
+    warm_start_lrs,
+)
 
 
 def test_cell_order_puts_small_batches_first_and_interleaves_optimizers() -> None:
     assert cell_order(["adamw", "merit"], [16, 32]) == [("adamw", 16), ("merit", 16), ("adamw", 32), ("merit", 32)]
 
 
-def test_warm_start_is_unscaled_and_sqrt_scaled() -> None:
-    # bs 16 -> 64: ratio 4, sqrt rule doubles the lr
-    assert warm_start_lrs(1e-3, 16, 64, lr_min=1e-4, lr_max=1e-1) == [1e-3, 2e-3]
+def test_warm_start_is_a_bracket_around_the_sqrt_scaled_lr() -> None:
+    # bs 16 -> 64: ratio 4, the sqrt rule doubles the lr; then BRACKET_STEP either side in ln lr
+    lrs = warm_start_lrs(1e-3, 16, 64, lr_min=1e-4, lr_max=1e-1)
+    assert lrs == pytest.approx([2e-3, 2e-3 * math.exp(-0.5), 2e-3 * math.exp(0.5)], rel=1e-12)
+    assert BRACKET_STEP == 0.5
 
 
 def test_warm_start_clips_to_range_and_drops_duplicates() -> None:
-    # both candidates clip to lr_max: one point, not two copies
-    assert warm_start_lrs(0.05, 8, 32, lr_min=1e-4, lr_max=0.05) == [0.05]
-    lrs = warm_start_lrs(0.04, 8, 32, lr_min=1e-4, lr_max=0.05)
-    assert lrs == [0.04, 0.05]
+    # the centre (0.06) and the upper point clip to lr_max: two points, not three
+    assert warm_start_lrs(0.03, 8, 32, lr_min=1e-4, lr_max=0.05) == pytest.approx([0.05, 0.06 * math.exp(-0.5)])
+    # all three clip to lr_min: one point
+    assert warm_start_lrs(1e-6, 8, 32, lr_min=1e-4, lr_max=0.05) == [1e-4]
+
+
+def test_coarse_lrs_are_slice_centres_in_log_space() -> None:
+    lrs = coarse_lrs(1e-4, 1e-1, 3)  # ln-range of 3 decades in 3 slices: centres at 10^-3.5, -2.5, -1.5
+    assert lrs == pytest.approx([10**-3.5, 10**-2.5, 10**-1.5], rel=1e-12)
+    with pytest.raises(ValueError, match="lr_min=0.1"):
+        coarse_lrs(0.1, 0.01)
+
+
+def bowl(lr: float, centre: float = 1e-3, k: float = 0.05) -> float:
+    return 3.0 + k * math.log(lr / centre) ** 2
+
+
+def test_the_parabola_vertex_of_an_exact_bowl_is_its_centre() -> None:
+    points = [(lr, bowl(lr)) for lr in (2e-4, 6e-4, 3e-3, 1e-2)]
+    assert parabola_vertex(points) == pytest.approx(1e-3, rel=1e-9)
+    # only the lowest point and its 3 nearest neighbours are fitted: a far point off the bowl is ignored
+    assert parabola_vertex([*points, (1e-6, 0.0 + 9.0)]) == pytest.approx(1e-3, rel=1e-9)
+    # the lowest (6e-4), then by distance in ln lr: 2e-4 (1.10 away), 3e-3 (1.61)
+    assert neighbourhood(points, 3) == [(6e-4, bowl(6e-4)), (2e-4, bowl(2e-4)), (3e-3, bowl(3e-3))]
+
+
+def test_the_parabola_vertex_steps_out_but_not_far_and_needs_a_minimum() -> None:
+    # the three points lie below the centre: the vertex (1e-3) is beyond reach 0.2 of the span's top
+    points = [(lr, bowl(lr)) for lr in (1e-4, 2e-4, 4e-4)]
+    assert parabola_vertex(points, reach=0.2) == pytest.approx(4e-4 * math.exp(0.2), rel=1e-9)
+    assert parabola_vertex(points, reach=0.2, lr_max=4.5e-4) == pytest.approx(4.5e-4, rel=1e-9)
+    assert parabola_vertex(points[:2]) is None  # two lrs: no parabola
+    concave = [(lr, 3.0 - 0.05 * math.log(lr / 1e-3) ** 2) for lr in (1e-4, 1e-3, 1e-2)]
+    assert parabola_vertex(concave) is None
+
+
+def test_the_line_search_steps_to_the_vertex_when_the_best_is_bracketed() -> None:
+    done = [(lr, bowl(lr, centre=1.3e-3)) for lr in (5e-4, 1e-3, 2e-3)]
+    kind, lr = next_search_lr(done, [], [p[0] for p in done], lr_min=1e-4, lr_max=3e-2)
+    assert kind == "vertex" and lr == pytest.approx(1.3e-3, rel=1e-9)
+    # the vertex within VERTEX_MIN_GAP of a tried lr: converged
+    tried = [p[0] for p in done] + [1.3e-3 * math.exp(VERTEX_MIN_GAP / 2)]
+    assert next_search_lr(done, [], tried, lr_min=1e-4, lr_max=3e-2) == ("converged", None)
+
+
+def test_the_line_search_steps_out_or_halves_the_gap_below_a_divergence() -> None:
+    lo, hi = 1e-4, 3e-2
+    # the best is the highest completed lr and nothing diverged: step out by 2 x BRACKET_STEP
+    done = [(1e-4, 3.5), (3e-4, 3.4)]
+    assert next_search_lr(done, [], [1e-4, 3e-4], lr_min=lo, lr_max=hi) == ("step", pytest.approx(3e-4 * math.e))
+    # a divergence above, nearer than the completed neighbour below: halve the wider gap, the one below
+    done = [(1e-4, 3.5), (1e-3, 3.4)]
+    kind, lr = next_search_lr(done, [2e-3], [1e-4, 1e-3, 2e-3], lr_min=lo, lr_max=hi)
+    assert kind == "step" and lr == pytest.approx(math.sqrt(1e-4 * 1e-3))
+    # the divergence is farther: halve the gap towards it
+    kind, lr = next_search_lr(done, [1e-1], [1e-4, 1e-3, 1e-1], lr_min=lo, lr_max=hi)
+    assert kind == "step" and lr == pytest.approx(math.sqrt(1e-3 * 1e-1))
+    # the best is the lowest completed lr: step down, clipped to the range; on a tried lr: converged
+    done = [(2e-4, 3.4), (1e-3, 3.5)]
+    assert next_search_lr(done, [], [2e-4, 1e-3], lr_min=lo, lr_max=hi) == ("step", pytest.approx(lo))
+    assert next_search_lr(done, [], [1e-4, 2e-4, 1e-3], lr_min=lo, lr_max=hi) == ("converged", None)
+    assert next_search_lr([], [1e-2], [1e-2], lr_min=lo, lr_max=hi) == ("explore", None)
 
 
 def test_warm_start_refuses_nonsense() -> None:
@@ -32,3 +104,23 @@ def test_names_are_readable_and_stable() -> None:
     assert run_name("merit", 64, 3.1e-3, 1) == "merit bs=64 lr=3.1e-03 seed=1"
     assert run_name("merit", 64) == "merit bs=64"
     assert math.isclose(float(run_name("adamw", 8, 0.0123, 0).split("lr=")[1].split()[0]), 0.012)
+
+
+def test_pick_best_trusts_the_parabola_of_the_neighbours_over_one_low_run() -> None:
+    from sweeps.analysis import pick_best
+
+    def key(t: tuple[float, float, int]) -> tuple[float, float, int]:
+        return t
+
+    # (loss, lr, number): a bowl centred at 1e-3, sampled 0.5 apart in ln lr; the run at 1.65e-3 is
+    # 0.02 below its bowl (seed noise) and the lowest, but the parabola through it and its 3 nearest
+    # neighbours has its minimum at 1.105e-3, nearest the run at 1e-3
+    trials = [(bowl(lr), lr, i) for i, lr in enumerate((3.68e-4, 6.07e-4, 1e-3, 2.72e-3))]
+    trials.append((bowl(1.65e-3) - 0.02, 1.65e-3, 4))
+    assert min(trials)[1] == 1.65e-3
+    assert pick_best(trials, key)[1] == 1e-3
+    # two trials: no parabola, the lowest loss; an exact tie goes to the smaller lr, then the earlier trial
+    assert pick_best([(3.5, 2e-3, 0), (3.4, 1e-3, 1)], key) == (3.4, 1e-3, 1)
+    assert pick_best([(3.5, 2e-3, 0), (3.5, 1e-3, 1)], key) == (3.5, 1e-3, 1)
+    assert pick_best([(3.5, 1e-3, 2), (3.5, 1e-3, 1)], key) == (3.5, 1e-3, 1)
+    assert pick_best([(math.inf, 1e-3, 0)], key) is None

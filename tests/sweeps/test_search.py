@@ -57,14 +57,18 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     confirm = [s.suggest("t4"), s.suggest("t5")]
     assert [(c["role"], c["seed"], c["cell"]) for c in confirm] == [("seed", 1, "adamw/bs4"), ("seed", 2, "adamw/bs4")]
     assert all(c["lr"] == pytest.approx(best_lr) for c in confirm)
-    # warm start: bs16's first lrs are bs4's final best, unscaled and sqrt(16/4)=2x scaled
+    # warm start: bs16's first lrs bracket bs4's final best sqrt(16/4)=2x scaled, 0.5 either side in ln lr
     b = s.suggest("t6")
-    assert b["cell"] == "adamw/bs16" and b["lr"] == pytest.approx(best_lr)
+    centre = min(2 * best_lr, 0.1)
+    assert b["cell"] == "adamw/bs16" and b["lr"] == pytest.approx(centre)
     c = s.suggest("t7")
-    assert c["cell"] == "adamw/bs16" and c["lr"] == pytest.approx(min(2 * best_lr, 0.1))
-    # the train config of a trial is the spec's, at this cell and lr, without per-trial checkpoints
+    assert c["cell"] == "adamw/bs16" and c["lr"] == pytest.approx(centre * math.exp(-0.5))
+    # the bracket is the search's design: trained to the end, never stopped by ASHA
+    assert b["prunable"] is False and c["prunable"] is False
+    # the train config of a trial is the spec's, at this cell and lr, with checkpoints at every evaluation
+    # (at most one per 300 s of training: the spec's default)
     assert c["train"]["batch_size"] == 16 and c["train"]["optimizer"]["lr"] == c["lr"]
-    assert c["train"]["checkpoint_every_evals"] == 0
+    assert c["train"]["checkpoint_every_evals"] == 1 and c["train"]["checkpoint_min_interval_s"] == 300
     # a diverged trial is a result: a bad lr (inf) that TPE learns from, not an error
     diverged = study4.trials[2]
     assert diverged.state == TrialState.COMPLETE and math.isinf(diverged.value)
@@ -113,19 +117,46 @@ def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: o
     assert report["optimizers"]["adamw"]["cells"][0]["best_lr"] == pytest.approx(tied[0])
 
 
-def test_a_resumed_sweep_repeats_no_lr(storage: optuna.storages.BaseStorage) -> None:
+def test_a_resumed_sweep_runs_its_lost_design_point_again_and_repeats_no_finished_lr(
+    storage: optuna.storages.BaseStorage,
+) -> None:
     spec = SweepSpec.from_yaml(SPEC)
     s = CellSearcher(spec, "unit", storage)
-    s.suggest("t1")
-    s.suggest("t2")  # in flight when the driver dies: interrupted, replaced on resume
+    coarse = [s.suggest("t1")["lr"], s.suggest("t2")["lr"]]  # t2 in flight when the driver dies
     s.on_trial_complete("t1", done(4.0))
     resumed = CellSearcher(spec, "unit", storage)
-    resumed.suggest("r1")
-    resumed.suggest("r2")
-    lrs = [t.params["lr"] for t in resumed.cells[0].study.trials]
-    assert len(lrs) == 4
-    # TPE re-created with the same seed would draw trial 0's lr again as its first random start-up point
-    assert len({round(math.log(lr), 9) for lr in lrs}) == 4, lrs
+    again = [resumed.suggest("r1")["lr"], resumed.suggest("r2")["lr"]]
+    # the third coarse point (still queued), then t2's lr: the design needs that point, lost to the crash
+    assert again[1] == pytest.approx(coarse[1]) and again[0] not in coarse
+    assert resumed.suggest("r3") is None  # the line search waits for its design points
+    resumed.on_trial_complete("r1", done(3.9))
+    resumed.on_trial_complete("r2", done(3.8))
+    # three completed lrs: the search is over (3 trials a cell) and no finished lr was run twice
+    finished = [t.params["lr"] for t in resumed.cells[0].trials("search")]
+    assert len(finished) == len({round(math.log(lr), 9) for lr in finished}) == 3
+
+
+def test_a_line_search_step_follows_its_bracket_and_converges_early(storage: optuna.storages.BaseStorage) -> None:
+    spec = SweepSpec.from_yaml(SPEC.replace("trials_per_batch_size: 3", "trials_per_batch_size: 6"))
+    s = CellSearcher(spec, "unit", storage)
+    lrs = [s.suggest(f"t{i}")["lr"] for i in (1, 2, 3)]  # the coarse start: three lrs over [1e-3, 1e-1]
+    assert lrs == pytest.approx([1e-3 * 100 ** (f / 6) for f in (1, 3, 5)])
+    assert s.suggest("t4") is None  # the next step waits for them
+    optimum = 1e-2 * math.exp(0.3)
+
+    def loss(lr: float) -> float:
+        return 3.0 + 0.05 * math.log(lr / optimum) ** 2
+
+    for i, lr in zip((1, 2, 3), lrs, strict=True):
+        s.on_trial_complete(f"t{i}", done(loss(lr)))
+    step = s.suggest("t4")  # the parabola's vertex: an exact bowl puts it at the optimum
+    assert step["role"] == "search" and step["lr"] == pytest.approx(optimum) and step["prunable"] is False
+    s.on_trial_complete("t4", done(loss(step["lr"])))
+    # the next vertex lands on a tried lr: converged after 4 of 6 trials, confirmation runs follow
+    confirm = s.suggest("t5")
+    assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(optimum)
+    cell = s.progress()["cells"][0]
+    assert cell["search_done"] == cell["search_total"] == 4
 
 
 def test_resume_counts_finished_trials_and_replaces_interrupted_ones(storage: optuna.storages.BaseStorage) -> None:
