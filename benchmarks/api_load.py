@@ -44,9 +44,11 @@ from urllib.parse import urlencode
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test harness (tests/harness.py)
+
+from harness import RayHead, ServiceProcess  # noqa: E402
 
 from service.auth import generate_token  # noqa: E402
-from service.testing import RayHead, ServiceProcess  # noqa: E402
 
 log = logging.getLogger("api_load")
 

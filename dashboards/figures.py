@@ -392,6 +392,11 @@ def key(name: str, style: Style, group: str = "") -> Series:
     return Series("line" if style.dash else "scatter", name, style, legend=True, group=group)
 
 
+def curve(name: str, style: Style, xs: tuple[float, ...], f: Callable[[float], float], group: str) -> Series:
+    """The line of y = f(x) through `xs` (a fit, a rule, a reference line), in the legend."""
+    return Series("line", name, style, x=xs, y=tuple(f(x) for x in xs), legend=True, group=group)
+
+
 def _known(v: float | None) -> float:
     """A value of a row the caller already filtered for having one (for the type checker)."""
     assert v is not None
@@ -625,23 +630,11 @@ def best_lr_figure(sweep: SweepData) -> FigureSpec:
         if fit is not None:
             r2 = f", R²={fit.r2:.2f}" if fit.r2 is not None else ""
             label = f"{opt} fit: lr = {fit.prefactor:.3g}·B^{fit.exponent:.2f}{r2}"
-            series.append(
-                Series(
-                    "line",
-                    label,
-                    Style(c, width=1.8),
-                    x=xs_line,
-                    y=tuple(fit(x) for x in xs_line),
-                    legend=True,
-                    group=opt,
-                )
-            )
+            series.append(curve(label, Style(c, width=1.8), xs_line, fit, opt))
         for rule in (r for r in t.rules if r.optimizer == opt):
             label = f"{opt} {rule.rule} rule (lr ∝ B^{rule.exponent:g}) from B={rule.anchor_batch}"
             style = Style(c, dash="dash" if rule.rule == "sqrt" else "dot", width=1.2, alpha=0.6)
-            series.append(
-                Series("line", label, style, x=xs_line, y=tuple(rule(x) for x in xs_line), legend=True, group=opt)
-            )
+            series.append(curve(label, style, xs_line, rule, opt))
     lr_lo, lr_hi = sweep.report.lr_range
     for y in (lr_lo, lr_hi):  # one legend entry for both edges; they show and hide together
         series.append(
@@ -665,6 +658,34 @@ def best_lr_figure(sweep: SweepData) -> FigureSpec:
     return FigureSpec("best_lr", t, FigureDesc(title, (panel,), size=(9.5, 4.6)))
 
 
+def _over_tokens(
+    title: str,
+    y_label: str,
+    panels: list[tuple[str, list[Series], tuple[Annotation, ...]]],
+    keys: list[Series],
+    *,
+    legend_width: float,
+    title_size: float = Panel.title_size,
+) -> FigureDesc:
+    """Panels (title, series, annotations) side by side over tokens, one y axis for all (labelled on the
+    first); the last panel carries the legend `keys` outside to its right, `legend_width` inches wide."""
+    out = []
+    for i, (panel_title, series, notes) in enumerate(panels):
+        last = i == len(panels) - 1
+        out.append(
+            Panel(
+                Axis(TOKENS_LABEL),
+                Axis(y_label if i == 0 else ""),
+                tuple(series + (keys if last else [])),
+                notes,
+                title=panel_title,
+                title_size=title_size,
+                legend="outside" if last and keys else "none",
+            )
+        )
+    return FigureDesc(title, tuple(out), size=(4.6 * len(panels) + legend_width, 4.4), share_y=True)
+
+
 # --------------------------------------------------------------------------------------------------
 # 4. Loss vs tokens
 # --------------------------------------------------------------------------------------------------
@@ -681,8 +702,8 @@ def loss_figure(sweep: SweepData) -> FigureSpec:
         key("val loss", Style(GREY, symbol="circle", size=3)),
         key("train loss (mean since last eval)", Style(GREY, dash="dash", alpha=0.6)),
     ]
-    panels = []
-    for i, opt in enumerate(opts):
+    panels: list[tuple[str, list[Series], tuple[Annotation, ...]]] = []
+    for opt in opts:
         series: list[Series] = []
         for bs in sweep.batch_sizes:
             for metric, dash, alpha in (("val_loss", "solid", 1.0), ("train_loss", "dash", 0.5)):
@@ -702,19 +723,8 @@ def loss_figure(sweep: SweepData) -> FigureSpec:
                         hover=tuple(f"{p.run_name}\n{metric} {p.value:.4f} at {p.tokens} tokens" for p in pts),
                     )
                 )
-        last = i == len(opts) - 1
-        panels.append(
-            Panel(
-                Axis(TOKENS_LABEL),
-                Axis("loss (nats/token)" if i == 0 else ""),
-                tuple(series + (keys if last else [])),
-                (note("no completed confirmation run"),) if not series else (),
-                title=opt,
-                legend="outside" if last else "none",
-            )
-        )
-    desc = FigureDesc(title, tuple(panels), size=(4.6 * len(opts) + 1.6, 4.4), share_y=True)
-    return FigureSpec("loss_curves", t, desc)
+        panels.append((opt, series, (note("no completed confirmation run"),) if not series else ()))
+    return FigureSpec("loss_curves", t, _over_tokens(title, "loss (nats/token)", panels, keys, legend_width=1.6))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -731,8 +741,8 @@ def attention_figure(sweep: SweepData) -> FigureSpec:
     colors = dict(zip(layers, _ramp("plasma", len(layers)), strict=True))
     title = f"Max attention logit per layer vs tokens at the largest batch size — sweep {sweep.sweep_id}"
     keys = [key(f"layer {k}", Style(colors[k], symbol="circle", size=3), group=f"l{k}") for k in layers]
-    panels = []
-    for i, opt in enumerate(opts):
+    panels: list[tuple[str, list[Series], tuple[Annotation, ...]]] = []
+    for opt in opts:
         if opt in t.runs:
             bs, name, status = t.runs[opt]
             subtitle = f"{opt}, B={bs}: {name}" + ("" if status == "completed" else f" ({status})")
@@ -753,20 +763,9 @@ def attention_figure(sweep: SweepData) -> FigureSpec:
                         hover=tuple(f"layer {layer}\nmax logit {p.value:.3f} at {p.tokens} tokens" for p in pts),
                     )
                 )
-        last = i == len(opts) - 1
-        panels.append(
-            Panel(
-                Axis(TOKENS_LABEL),
-                Axis("max attention logit q·k/√d (probe batch)" if i == 0 else ""),
-                tuple(series + (keys if last else [])),
-                (note("no attention probe recorded"),) if opt in t.missing else (),
-                title=subtitle,
-                title_size=8,
-                legend="outside" if last and layers else "none",
-            )
-        )
-    desc = FigureDesc(title, tuple(panels), size=(4.6 * len(opts) + 1.4, 4.4), share_y=True)
-    return FigureSpec("attention_logits", t, desc)
+        panels.append((subtitle, series, (note("no attention probe recorded"),) if opt in t.missing else ()))
+    y_label = "max attention logit q·k/√d (probe batch)"
+    return FigureSpec("attention_logits", t, _over_tokens(title, y_label, panels, keys, legend_width=1.4, title_size=8))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -841,17 +840,8 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
             )
         for line in (p for p in st.perfect if p.optimizer == opt):
             xs = (float(line.anchor_batch), float(max(sizes)))
-            left.append(
-                Series(
-                    "line",
-                    f"{opt} perfect scaling (steps ∝ 1/B from B={line.anchor_batch})",
-                    Style(c, dash="dash", width=1.2, alpha=0.7),
-                    x=xs,
-                    y=tuple(line(x) for x in xs),
-                    legend=True,
-                    group=opt,
-                )
-            )
+            label = f"{opt} perfect scaling (steps ∝ 1/B from B={line.anchor_batch})"
+            left.append(curve(label, Style(c, dash="dash", width=1.2, alpha=0.7), xs, line, opt))
         for crit in (k for k in ns.critical if k.optimizer == opt):
             label = f"{opt} B_crit ≈ {crit.b_crit:.3g} (final B_simple at B={crit.batch_size}, {crit.runs} run(s))"
             left.append(

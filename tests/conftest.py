@@ -25,7 +25,8 @@ def token_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ray_address(token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A local Ray cluster in its own process group (`ray start --head --block`, 127.0.0.1 only), so
     services under test can restart around it; stopped by process id, never `ray stop`."""
-    from service.testing import RayHead
+    from harness import RayHead
+
     from worker.launch import TRAIN_ENV
 
     token = (Path.home() / ".ray" / "auth_token").read_text().strip()  # importing worker created it

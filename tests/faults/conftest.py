@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from fault_helpers import EMBEDDED, TOKEN
+from harness import ServiceProcess
 
 from service.processes import free_port
 from service.ray_head import LocalRayHead
-from service.testing import ServiceProcess
 
 
 @pytest.fixture

@@ -30,10 +30,10 @@ from typing import Any
 import httpx
 import pytest
 from fault_helpers import AUTH, assert_recorded_once, wait
+from harness import ServiceProcess
 
 from service.processes import alive, cmdline, descendants
 from service.ray_head import LocalRayHead
-from service.testing import ServiceProcess
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 

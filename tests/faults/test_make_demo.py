@@ -50,6 +50,11 @@ def test_make_demo_runs_the_default_path_to_the_answer_and_stops_what_it_started
     # the answer was printed, for both optimizers, and where to browse the runs
     assert "largest degradation-free batch size" in out.stdout
     assert "adamw" in out.stdout and "merit" in out.stdout and "MLflow UI: http://127.0.0.1:" in out.stdout
+    # and the one URL to open in a browser: a one-time sign-in link of the service it started
+    links = re.findall(r"^   (http://127\.0\.0\.1:\d+/login/once\?code=[\w-]{40,})$", out.stdout, re.M)
+    assert len(links) == 1, out.stdout[-3000:]
+    api = re.search(r"== sweep API on (http://127\.0\.0\.1:\d+) ", out.stdout)
+    assert api and links[0].startswith(api.group(1) + "/login/once?code="), out.stdout[-3000:]
     # it ran on the service's own head, and stopped it on the way out
     assert "stopped the local Ray head at 127.0.0.1:" in out.stdout
     log = (data_dir / "ray" / "head.log").read_text(errors="replace")

@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 from fault_helpers import AUTH, assert_recorded_once, wait
+from harness import ServiceProcess
 
 from service.processes import free_port, stop_tree, wait_for_port
-from service.testing import ServiceProcess
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 

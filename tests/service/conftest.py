@@ -9,7 +9,6 @@ Fast tests run the app in-process with a fake launcher (no Ray): `client` (FastA
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -17,12 +16,12 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from harness import PostgresServer, RayHead, ServiceProcess
 from svc_helpers import ExistingRay, FakeLauncher, ThreadServer, fast_settings, start_service
 
 from service.app import create_app
 from service.health import mlflow_check
 from service.settings import Settings
-from service.testing import PostgresServer, RayHead, ServiceProcess
 
 # --------------------------------------------------------------------------------------------------
 # In-process: fake launcher
@@ -82,15 +81,9 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="session")
-def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead | ExistingRay]:
-    if os.environ.get("RAY_ADDRESS"):
-        yield ExistingRay()
-        return
-    head = RayHead(tmp_path_factory.mktemp("ray") / "ray.log").start()
-    try:
-        yield head
-    finally:
-        head.stop()
+def ray_head(ray_address: str) -> ExistingRay:
+    """The session's one Ray head (tests/conftest.py), as services under test see it."""
+    return ExistingRay()
 
 
 @pytest.fixture

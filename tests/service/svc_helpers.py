@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import uvicorn
+from harness import LOOPBACK, RayHead, ServiceProcess, free_port
 
 from service.app import create_app
 from service.launcher import DriverBusy
 from service.settings import Settings
-from service.testing import LOOPBACK, RayHead, ServiceProcess, free_port
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789"
 TOKENS = f"alice={ALICE},bob={BOB}"

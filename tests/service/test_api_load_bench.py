@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_helpers import load_bench
 from svc_helpers import ALICE, FakeLauncher, ThreadServer, tiny_spec
 
 from service.settings import Settings
-
-
-def load_bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "api_load.py"
-    spec = importlib.util.spec_from_file_location("api_load", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["api_load"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("client_kind", ["raw", "aiohttp", "httpx"])
@@ -35,7 +22,7 @@ def test_short_run_counts_requests_and_prints_ratios(
 
 
 def _short_run(fake_server: ThreadServer, client_kind: str, capsys: pytest.CaptureFixture[str]) -> None:
-    bench = load_bench()
+    bench = load_bench("api_load")
     import httpx
 
     sweep_id = httpx.post(

@@ -159,12 +159,13 @@ def test_unknown_extra_keyword_is_422_listing_the_valid_ones(client: TestClient)
 @pytest.mark.parametrize(
     ("optimizer", "key", "value", "words"),
     [
-        ("sophia", "rho", [0.1, 0.2], "takes a float"),  # not a scalar
-        ("sophia", "rho", {"x": 1}, "takes a float"),
-        ("sophia", "rho", True, "takes a float"),  # a bool is not a number
-        ("sophia", "rho", "0.1", "takes a float"),
-        ("adamw", "fused", "yes", "takes a bool?"),
-        ("lamb", "n_sma_threshold", 2.5, "takes a int"),
+        ("sophia", "rho", [0.1, 0.2], "takes a number (an int or a finite float), got [0.1, 0.2]"),  # not a scalar
+        ("sophia", "rho", {"x": 1}, "takes a number"),
+        ("sophia", "rho", True, "takes a number"),  # a bool is not a number
+        ("sophia", "rho", "0.1", "takes a number"),
+        ("adamw", "fused", "yes", "takes a bool or null, got 'yes'"),
+        ("adamw", "amsgrad", None, "takes a bool (true or false), got None"),
+        ("lamb", "n_sma_threshold", 2.5, "takes an int"),
         ("adamw", "lr", 0.1, "not allowed"),  # from the optimizer config
         ("sophia", "bs", 64, "not allowed"),  # from tokens_per_step
     ],

@@ -17,9 +17,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from harness import PostgresServer, ServiceProcess
 from svc_helpers import BOB, auth, live_client, start_service, tiny_spec
-
-from service.testing import PostgresServer, ServiceProcess
 
 pytestmark = pytest.mark.ray
 
@@ -274,9 +273,8 @@ def test_sweeps_serve_binds_to_loopback_by_default(
 ) -> None:
     import sys
 
+    from harness import free_port
     from svc_helpers import TOKENS
-
-    from service.testing import free_port
 
     monkeypatch.delenv("SWEEPS_HOST", raising=False)  # the subprocess inherits this environment
     port = free_port()

@@ -10,9 +10,10 @@ SCRIPT = """
 import sys
 from fastapi.testclient import TestClient
 sys.path.insert(0, {helpers!r})
+sys.path.insert(0, {tests!r})  # tests/harness.py, which svc_helpers uses
 from svc_helpers import FakeLauncher, fast_settings, tiny_spec, auth
 from service.app import create_app
-import service.launcher, service.testing, service.server, service.migrations
+import service.launcher, service.server, service.migrations
 
 from pathlib import Path
 app = create_app(fast_settings(Path({data!r})), launcher=FakeLauncher())
@@ -27,7 +28,8 @@ print("HEAVY", heavy)
 
 
 def test_service_imports_neither_torch_nor_the_driver(tmp_path: Path) -> None:
-    code = SCRIPT.format(helpers=str(Path(__file__).parent), data=str(tmp_path / "data"))
+    here = Path(__file__).parent
+    code = SCRIPT.format(helpers=str(here), tests=str(here.parent), data=str(tmp_path / "data"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     # service -> sweeps -> worker, and only the torch-free parts of them

@@ -9,14 +9,15 @@ import importlib.util
 import inspect
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+import pytorch_optimizer
 import torch
+from bench_helpers import load_bench
 
-from worker.config import OptimizerConfig, extra_problems
-from worker.names import OPTIMIZER_EXTRA, OPTIMIZER_NAMES, OPTIMIZERS_WITHOUT_EPS
-from worker.optim import _CLASSES, MERIT, OPTIMIZERS, SophiaG, _extra_keywords, build_optimizer, sampled_labels
+from worker.config import OptimizerConfig, keyword_problems
+from worker.names import EXTRA_RESERVED, OPTIMIZER_NAMES, OPTIMIZERS
+from worker.optim import MERIT, SophiaG, build_optimizer, optimizer_class, sampled_labels
 from worker.optim._merit_reference import AuthorsMERIT
 
 Nested = list  # a matrix as a list of rows of floats, or a vector as a list of floats
@@ -240,11 +241,7 @@ def test_merit_nan_stays_nan_like_the_authors(mode: str, monkeypatch: pytest.Mon
 
 def test_the_benchmark_checks_against_the_same_reference() -> None:
     # benchmarks/optimizer_step.py times and checks MERIT against the one transcription these tests use
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "optimizer_step.py"
-    spec = importlib.util.spec_from_file_location("optimizer_step_bench", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("optimizer_step")
     assert bench.AuthorsMERIT is AuthorsMERIT
     assert bench.FACTORIES["MERIT (authors)"]([torch.nn.Parameter(torch.zeros(2, 2))]).__class__ is AuthorsMERIT
     # its pre-timing check on real GPT-2 shapes (gpt2-nano: 3.3M parameters) passes, and measures a difference
@@ -340,11 +337,20 @@ class _TinyClassifier(torch.nn.Module):
         return self.out(h) + 0.1 * self.head(h)
 
 
-def test_registry_keys_match_names() -> None:
-    assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES  # the service validates against OPTIMIZER_NAMES without torch
+def test_registry_entries_name_their_classes() -> None:
+    assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES == ("adamw", "lamb", "lion", "merit", "sophia")
     assert [n for n, e in OPTIMIZERS.items() if e.needs_hessian] == ["sophia"]
     assert OPTIMIZERS["sophia"].hessian_interval == 10
     assert all(e.name == n for n, e in OPTIMIZERS.items())
+    classes = {name: optimizer_class(name) for name in OPTIMIZER_NAMES}
+    assert classes == {
+        "adamw": torch.optim.AdamW,
+        "lamb": pytorch_optimizer.Lamb,
+        "lion": pytorch_optimizer.Lion,
+        "merit": MERIT,
+        "sophia": SophiaG,
+    }
+    assert all(issubclass(cls, torch.optim.Optimizer) for cls in classes.values())
 
 
 def test_build_optimizer_param_groups() -> None:
@@ -381,17 +387,27 @@ def test_build_optimizer_keywords() -> None:
         build_optimizer(OptimizerConfig(name="sophia", extra={"rh0": 0.1}), model, tokens_per_step=1)
     with pytest.raises(ValueError, match="not allowed"):
         build_optimizer(OptimizerConfig(name="adamw", extra={"lr": 0.1}), model, tokens_per_step=1)
+    # a config made with model_construct skips validation: build_optimizer refuses it all the same
+    for bad, words in (({"name": "lion", "eps": 1e-8}, "takes no eps"), ({"extra": {"fusd": True}}, "'fusd'")):
+        with pytest.raises(ValueError, match=words):
+            build_optimizer(OptimizerConfig.model_construct(**bad), model, tokens_per_step=1)
 
 
 def test_build_optimizer_unknown_name_lists_valid_names() -> None:
     cfg = OptimizerConfig.model_construct(name="sgd")  # bypasses the config's own name check
-    with pytest.raises(ValueError) as info:
-        build_optimizer(cfg, _TinyClassifier(), tokens_per_step=1)
-    message = str(info.value)
-    assert "'sgd'" in message and all(name in message for name in OPTIMIZER_NAMES)
+    for build in (lambda: build_optimizer(cfg, _TinyClassifier(), tokens_per_step=1), lambda: optimizer_class("sgd")):
+        with pytest.raises(ValueError) as info:
+            build()
+        message = str(info.value)
+        assert "'sgd'" in message and all(name in message for name in OPTIMIZER_NAMES)
 
 
 _LR = {"adamw": 1e-2, "lamb": 1e-2, "lion": 3e-3, "merit": 2e-2, "sophia": 1e-2}
+# Final / initial cross-entropy after 50 full-batch steps at those lrs, measured over seeds 0-7 (initial
+# 1.59-2.25 nats): adamw 0.040 +- 0.008, lamb 0.089 +- 0.017, lion 0.268 +- 0.015, merit 0.018 +- 0.006,
+# sophia 0.031 +- 0.008 (mean +- sd; the largest seen 0.295, lion). Requiring < 0.4 is 8 of lion's sds above
+# its mean; an optimizer that does not learn stays near 1.
+_MAX_LOSS_RATIO = 0.4
 
 
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)
@@ -421,7 +437,7 @@ def test_each_optimizer_reduces_loss(name: str) -> None:
         opt.step()
     with torch.no_grad():
         final = loss_fn().item()
-    assert final < 0.5 * initial, f"{name}: loss {initial:.4f} -> {final:.4f}"
+    assert final < _MAX_LOSS_RATIO * initial, f"{name}: loss {initial:.4f} -> {final:.4f}"
 
 
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)
@@ -458,20 +474,32 @@ def test_state_dict_round_trip(name: str) -> None:
 # ---- the torch-free table the service validates `extra` against ----------------------------------
 
 
+def _named_keywords(name: str) -> set[str]:
+    """The named constructor keywords of the class behind `name` (not self, *args or **kwargs)."""
+    parameters = inspect.signature(optimizer_class(name).__init__).parameters
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {k for k, prm in parameters.items() if k != "self" and prm.kind in kinds}
+
+
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)
 def test_extra_table_names_exactly_the_real_constructor_keywords(name: str) -> None:
-    # worker.names.OPTIMIZER_EXTRA lets the service check `extra` without importing torch
-    assert set(OPTIMIZER_EXTRA[name]) == _extra_keywords(name)
-    signature = inspect.signature(_CLASSES[name].__init__)
-    for key, kind in OPTIMIZER_EXTRA[name].items():
+    # worker.names.OPTIMIZERS[name].extra lets the service check `extra` without importing torch
+    entry = OPTIMIZERS[name]
+    assert set(entry.extra) == _named_keywords(name) - EXTRA_RESERVED
+    signature = inspect.signature(optimizer_class(name).__init__)
+    for key, kind in entry.extra.items():
         default = signature.parameters[key].default
-        assert extra_problems(name, {key: default}) == [], (name, key, kind, default)  # the real default fits its kind
+        assert keyword_problems(name, None, {key: default}) == [], (name, key, kind, default)  # the default fits
+    # build-time defaults set keywords the class takes, to values of their kinds
+    for key, default in entry.build_defaults.items():
+        assert keyword_problems(name, None, {key: default.value}) == [], (name, key, default)
+        assert default.unless is None or default.unless in entry.extra
 
 
-def test_optimizers_without_eps_match_the_registry() -> None:
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_default_eps_is_none_exactly_where_the_class_takes_no_eps(name: str) -> None:
     # the service refuses `eps` for these at submit; build_optimizer would refuse it at every trial
-    assert {n for n, e in OPTIMIZERS.items() if e.default_eps is None} == OPTIMIZERS_WITHOUT_EPS
-    assert all("eps" not in inspect.signature(_CLASSES[n].__init__).parameters for n in OPTIMIZERS_WITHOUT_EPS)
+    assert (OPTIMIZERS[name].default_eps is None) == ("eps" not in _named_keywords(name))
 
 
 # ---- Sophia-G's sampled labels ------------------------------------------------------------------

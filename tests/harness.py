@@ -1,0 +1,477 @@
+"""The test harness (tests and benchmarks only; nothing of the project imports it): local processes on
+127.0.0.1: a Ray head, the service under uvicorn, a PostgreSQL server; a multi-node Ray cluster, an
+S3-compatible server and an MLflow tracking server for the multi-node suite (tests/cluster/).
+
+Everything binds to 127.0.0.1 on free ports and runs in its own process group, so stopping it ends
+exactly the processes it started (never `ray stop`, which ends every Ray process of the machine).
+
+A process group, not a new session: with the kernel's autogroup scheduling (on here), each session
+gets an equal share of the CPU whatever its processes' nice values, so a Ray head in a session of its
+own trained at full weight next to the service, and Ray's nice 15 for its workers counted for nothing
+(measured with benchmarks/api_load.py: ~20% fewer requests/s). In the caller's session, as
+`make demo` runs them, the workers yield to the service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.processes import LOOPBACK, descendants, free_port, free_ports, stop_tree, wait_for_port
+from service.ray_head import LOOPBACK_ENV, head_command, head_env
+
+__all__ = [
+    "AWS_ENV",
+    "LOOPBACK",
+    "LOOPBACK_ENV",
+    "TRIAL_RESOURCE",
+    "MlflowServer",
+    "MotoS3",
+    "MultiNodeRay",
+    "PostgresServer",
+    "RayHead",
+    "ServiceProcess",
+    "create_database",
+    "free_port",
+    "venv_env",
+]
+
+log = logging.getLogger(__name__)
+
+
+def venv_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # Ray workers and `python` entrypoints resolve through PATH: this interpreter's bin first
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra or {})
+    return env
+
+
+# --------------------------------------------------------------------------------------------------
+# Ray
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RayHead:
+    """`ray start --head --block` on loopback with token auth, in its own process group."""
+
+    log_path: Path
+    num_cpus: int = 2
+    port: int = 0  # 0: a free one
+    dashboard_port: int = 0
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a process needs in its environment to use this cluster (before `import ray`)."""
+        return {"RAY_ADDRESS": self.address, **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+
+    def __post_init__(self) -> None:
+        if not self.port or not self.dashboard_port:
+            self.port, self.dashboard_port = free_ports(2)
+
+    def start(self, timeout_s: float = 90.0) -> RayHead:
+        cmd = head_command(
+            port=self.port, dashboard_port=self.dashboard_port, num_cpus=self.num_cpus,
+            extra_ports=free_ports(7, exclude={self.port, self.dashboard_port}),
+        )  # fmt: skip
+        env = head_env({"RAY_AUTH_TOKEN": self.token})
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
+        wait_for_port(self.port, timeout_s, self.proc)
+        # the dashboard (Job and State APIs) comes up last; Train V2 needs it
+        wait_for_port(self.dashboard_port, timeout_s, self.proc)
+        log.info("ray head at %s (pid %s)", self.address, self.proc.pid)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_tree(self.proc.pid, proc=self.proc)
+            self.proc = None
+
+
+# --------------------------------------------------------------------------------------------------
+# The service
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ServiceProcess:
+    """The service in a subprocess on a free loopback port; `restart()` keeps the port and the environment."""
+
+    env: dict[str, str]  # SWEEPS_* and the Ray client env
+    log_path: Path
+    port: int = field(default_factory=free_port)
+    # None: `python -m service` with SWEEPS_HOST/SWEEPS_PORT set; else this command, as it is
+    command: list[str] | None = None
+    # variables of this process's environment the service must not see (RAY_ADDRESS: the embedded default)
+    unset: tuple[str, ...] = ()
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self, timeout_s: float = 120.0) -> ServiceProcess:
+        if self.command is None:
+            env = venv_env(self.env | {"SWEEPS_HOST": LOOPBACK, "SWEEPS_PORT": str(self.port)})
+            command = [sys.executable, "-m", "service", "--log-level", "info"]
+        else:
+            env, command = venv_env(self.env), self.command
+        for key in self.unset:
+            env.pop(key, None)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited with {self.proc.returncode}; see {self.log_path}:\n{self.tail()}")
+            try:
+                # any answer means the lifespan finished: uvicorn listens only after it
+                httpx.get(f"{self.url}/healthz", timeout=5)
+                return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"service not up within {timeout_s} s; see {self.log_path}:\n{self.tail()}")
+            time.sleep(0.25)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.proc is not None:
+            stop_tree(self.proc.pid, timeout_s=timeout_s, proc=self.proc)
+            self.proc = None
+
+    def restart(self) -> ServiceProcess:
+        self.stop()
+        return self.start()
+
+    def tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+# --------------------------------------------------------------------------------------------------
+# PostgreSQL (Debian's package: /usr/lib/postgresql/<version>/bin)
+# --------------------------------------------------------------------------------------------------
+
+
+def postgres_bin() -> Path:
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    if not candidates:
+        raise FileNotFoundError(
+            "PostgreSQL server binaries not found under /usr/lib/postgresql; "
+            "install them with: apt-get update && apt-get install -y postgresql"
+        )
+    return candidates[-1].parent
+
+
+@dataclass
+class PostgresServer:
+    """A throwaway cluster: `initdb` + `pg_ctl start` in `root`, loopback only, as a non-root user."""
+
+    root: Path
+    port: int = field(default_factory=free_port)
+    user: str = "postgres"  # the OS user that runs the server when we are root (initdb refuses root)
+    db_user: str = "sweeps"
+    password: str = field(default_factory=lambda: secrets.token_hex(12))
+    database: str = "sweeps"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://{self.db_user}:{self.password}@{LOOPBACK}:{self.port}/{self.database}"
+
+    def _run(self, *args: str, env: Mapping[str, str] | None = None) -> None:
+        cmd = list(args)
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", self.user, "--", *cmd]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(args[:1])} failed ({out.returncode}): {out.stderr[-2000:]}")
+
+    def start(self) -> PostgresServer:
+        bin_dir = postgres_bin()
+        data = self.root / "data"
+        self.root.mkdir(parents=True, exist_ok=True)
+        pwfile = self.root / "pw"
+        pwfile.write_text(self.password)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, self.user)
+            shutil.chown(pwfile, self.user)
+        self._run(
+            str(bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            self.db_user,
+            f"--pwfile={pwfile}",
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        # loopback TCP only; the socket directory is ours, not /var/run/postgresql
+        options = f"-c listen_addresses={LOOPBACK} -p {self.port} -k {self.root} -c fsync=off"
+        self._run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(self.root / "log"), "-o", options, "-w", "start")
+        self._run(
+            str(bin_dir / "createdb"),
+            "-h",
+            LOOPBACK,
+            "-p",
+            str(self.port),
+            "-U",
+            self.db_user,
+            self.database,
+            env=os.environ | {"PGPASSWORD": self.password},
+        )
+        return self
+
+    def stop(self) -> None:
+        data = self.root / "data"
+        if (data / "postmaster.pid").exists():
+            self._run(str(postgres_bin() / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+
+
+# --------------------------------------------------------------------------------------------------
+# The multi-node suite: a cluster of several Ray nodes, S3, an MLflow tracking server
+# --------------------------------------------------------------------------------------------------
+
+TRIAL_RESOURCE = "trial_node"  # what worker nodes have and the head lacks: placement is asserted on it
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",  # no lookups of instance credentials (there is no network)
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# S3
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MotoS3:
+    log_path: Path
+    bucket: str = "sweeps"
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def uri(self, prefix: str) -> str:
+        """An s3:// URI pyarrow (Ray's storage) understands, with the endpoint override in its query."""
+        return f"s3://{self.bucket}/{prefix}?endpoint_override={LOOPBACK}:{self.port}&scheme=http"
+
+    def start(self) -> MotoS3:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(Path(sys.executable).parent / "moto_server"), "-H", LOOPBACK, "-p", str(self.port)],
+                env=venv_env(AWS_ENV),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+            )
+        wait_for_port(self.port, 60, self.proc)
+        self.client().create_bucket(Bucket=self.bucket)
+        return self
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, **_boto_credentials())
+
+    def keys(self, prefix: str = "") -> list[str]:
+        out: list[str] = []
+        for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            out += [o["Key"] for o in page.get("Contents", [])]
+        return out
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_tree(self.proc.pid, proc=self.proc)
+            self.proc = None
+
+
+def _boto_credentials() -> dict[str, str]:
+    return {
+        "aws_access_key_id": AWS_ENV["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+        "region_name": AWS_ENV["AWS_DEFAULT_REGION"],
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# MLflow tracking server
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MlflowServer:
+    """`mlflow server`: runs in the metadata database `backend_uri`, artifacts proxied to `artifacts_uri`."""
+
+    backend_uri: str
+    artifacts_uri: str  # s3://bucket/prefix
+    s3_endpoint: str
+    workdir: Path  # its working directory: nothing may land here
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self, timeout_s: float = 120.0) -> MlflowServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            str(Path(sys.executable).parent / "mlflow"), "server",
+            "--backend-store-uri", self.backend_uri,
+            "--artifacts-destination", self.artifacts_uri,
+            "--serve-artifacts",
+            "--host", LOOPBACK, "--port", str(self.port), "--workers", "1",
+        ]  # fmt: skip
+        env = venv_env(AWS_ENV | {"MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint})
+        with open(self.workdir / "server.log", "ab") as out:
+            self.proc = subprocess.Popen(
+                cmd, env=env, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT, process_group=0
+            )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {(self.workdir / 'server.log').read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"mlflow server not up within {timeout_s} s")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_tree(self.proc.pid, proc=self.proc)
+            self.proc = None
+
+
+def create_database(url: str, name: str) -> str:
+    """A second database on the PostgreSQL server of `url` (SQLAlchemy form); its URL. MLflow and
+    Optuna each keep an `alembic_version` table, so they cannot share one database."""
+    import psycopg
+
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Ray
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MultiNodeRay:
+    """A Ray head that hosts drivers only (0 CPUs) and `workers` nodes of 1 CPU each."""
+
+    env: Mapping[str, str]  # what every Ray process (drivers, trials) sees: storage credentials, caches
+    workers: int = 2
+    head_cpus: int = 0  # 0: the head hosts drivers only (benchmarks/cluster_overhead.py: one node with the CPUs)
+    cluster: Any = None
+    temp_dir: str = ""
+    _saved_env: dict[str, str | None] = field(default_factory=dict)
+
+    def start(self) -> MultiNodeRay:
+        from ray.cluster_utils import Cluster
+
+        from worker.launch import TRAIN_ENV
+
+        # Ray processes inherit this process's environment: set it for them, restore it at stop
+        for key, value in {**TRAIN_ENV, **self.env}.items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+        # Unix socket paths must stay short: a folder of its own under /tmp (it must exist first)
+        self.temp_dir = tempfile.mkdtemp(prefix="bsc-", dir="/tmp")
+        dashboard_port, gcs_port = free_ports(2)  # GCS and dashboard: free ones, never the defaults
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": self.head_cpus,
+                "resources": {TRIAL_RESOURCE: self.head_cpus} if self.head_cpus else {},
+                "node_ip_address": LOOPBACK,
+                "temp_dir": self.temp_dir,
+                "include_dashboard": True,  # Ray Train needs the State API
+                "dashboard_host": LOOPBACK,
+                "dashboard_port": dashboard_port,
+                "gcs_server_port": gcs_port,
+                "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 3},
+            },
+        )
+        for _ in range(self.workers):
+            self.add_node()
+        return self
+
+    @property
+    def address(self) -> str:
+        return self.cluster.address
+
+    @property
+    def head_id(self) -> str:
+        return self.cluster.head_node.node_id
+
+    def add_node(self) -> Any:
+        node = self.cluster.add_node(num_cpus=1, resources={TRIAL_RESOURCE: 1}, node_ip_address=LOOPBACK)
+        self.cluster.wait_for_nodes()
+        return node
+
+    def worker_nodes(self) -> list[Any]:
+        return list(self.cluster.worker_nodes)
+
+    def kill_node(self, node_id: str) -> list[int]:
+        """kill -9 the raylet of node `node_id` and every process under it (its workers): a lost node."""
+        node = next(n for n in self.cluster.worker_nodes if n.node_id == node_id)
+        raylet = node.all_processes["raylet"][0].process.pid
+        pids = [raylet, *descendants(raylet)]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.cluster.remove_node(node, allow_graceful=False)
+        return pids
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.shutdown()  # kills the processes of its own nodes, by process id
+            self.cluster = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
