@@ -17,7 +17,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from service import remote
 from service.ray_head import LocalRayHead
 from service.settings import Settings
-from sweeps.runtime import SweepRuntime
+from sweeps.runtime import alive_nodes, check_storage
 
 log = logging.getLogger(__name__)
 
@@ -54,20 +54,6 @@ class Launcher(Protocol):
     def close(self) -> None: ...
 
 
-class StorageNotShared(RuntimeError):
-    """Trial results would go to a path that exists on one node only."""
-
-
-def check_storage(runtime: SweepRuntime, *, nodes: int) -> None:
-    """Refuse a node-local storage path on a multi-node cluster: trials on other nodes would write
-    results and checkpoints where the driver never finds them."""
-    if nodes > 1 and runtime.storage_is_local:
-        raise StorageNotShared(
-            f"the Ray cluster has {nodes} nodes but trial storage is the local path {runtime.trial_storage}: "
-            f"set SWEEPS_STORAGE_URI to storage every node reaches (e.g. s3://bucket/prefix)"
-        )
-
-
 class RayLauncher:
     def __init__(self, settings: Settings, *, call_timeout_s: float = 10.0) -> None:
         self.settings = settings
@@ -85,7 +71,7 @@ class RayLauncher:
             address = LocalRayHead(self.settings.data_dir).ensure().address
         init_ray(address)
         log.info("connected to Ray at %s", ray.get_runtime_context().gcs_address)
-        check_storage(self.settings.runtime(), nodes=len([n for n in ray.nodes() if n.get("Alive")]))
+        check_storage(self.settings.runtime(), nodes=alive_nodes())
 
     def start(self, sweep_id: str, spec: dict[str, Any]) -> None:
         handle = remote.launch(sweep_id, spec, self.settings.runtime())

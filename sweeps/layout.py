@@ -2,7 +2,7 @@
 that find a sweep's runs. The recorder writes it, the dashboards and the tests read it; nobody else
 spells a tag or a filter.
 
-  experiment  <sweep id>                     tags: batchsweep.sweep_id, batchsweep.spec_name
+  experiment  <sweep id>                     tags: batchsweep.sweep_id, batchsweep.spec_name, mlflow.experimentKind
     run  "merit bs=64"                       role=cell; its trials nest under it (mlflow.parentRunId)
       run  "merit bs=64 lr=3.1e-03 seed=0"   role=search|seed; metrics with step = tokens seen
     run  "summary"                           role=summary: spec.yaml, report.json, cells.csv, figures/
@@ -15,6 +15,9 @@ from typing import Any
 
 PREFIX = "batchsweep."
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own: nests a trial run under its cell run
+# MLflow 3's own experiment kind: model training, so its UI opens the runs table, not the GenAI views
+# (its other value is "genai_development")
+KIND_TAG, KIND_TRAINING = "mlflow.experimentKind", "custom_model_development"
 
 
 class Tag(enum.StrEnum):
@@ -30,6 +33,9 @@ class Tag(enum.StrEnum):
     tune_trial_id = PREFIX + "tune_trial_id"
     optuna_number = PREFIX + "optuna_number"
     restarts = PREFIX + "restarts"  # how often Tune restarted the trial after its worker died
+    node_id = PREFIX + "node_id"  # the Ray node of the trial's latest report
+    node_ids = PREFIX + "node_ids"  # every Ray node it reported from, in order (a restart may move it)
+    driver_node_id = PREFIX + "driver_node_id"  # the summary run's: the Ray node of the sweep's driver
 
 
 class Role(enum.StrEnum):
@@ -50,7 +56,7 @@ def role_filter(role: Role) -> str:
 
 
 def experiment_tags(sweep_id: str, spec_name: str) -> dict[str, str]:
-    return {Tag.sweep_id: sweep_id, Tag.spec_name: spec_name}
+    return {Tag.sweep_id: sweep_id, Tag.spec_name: spec_name, KIND_TAG: KIND_TRAINING}
 
 
 def cell_tags(sweep_id: str, cell: str, optimizer: str, batch_size: int) -> dict[str, str]:

@@ -32,6 +32,7 @@ from sweeps.plan import DriverOnly, cell_key, run_name
 from sweeps.search import trial_status
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialStatus
+from worker.session import NODE_ID
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ MLFLOW_STATUS = {
 
 
 def ensure_store(tracking_uri: str) -> None:
-    """Create (migrate) the SQLite store once, before any concurrent writer (RECON: schema races)."""
+    """Create (migrate) the SQLite store once, before any concurrent writer: the first client of an empty
+    store creates its schema, and several first clients at once race to create the same tables."""
     if tracking_uri.startswith("sqlite:"):
         MlflowClient(tracking_uri).search_experiments(max_results=1)
 
@@ -111,6 +113,7 @@ class SweepRecorder(DriverOnly, Callback):
             self.experiment_id = exp.experiment_id
         self._cells: dict[str, str] = {}  # cell key -> run id
         self._trials: dict[str, str] = {}  # tune trial id -> run id
+        self._nodes: dict[str, list[str]] = {}  # tune trial id -> the Ray nodes it reported from
         for run in layout.runs_of(self.client, self.experiment_id, Role.cell):
             self._cells[run.data.tags[Tag.cell]] = run.info.run_id
         for opt, bs in spec.cells():
@@ -137,6 +140,12 @@ class SweepRecorder(DriverOnly, Callback):
     ) -> None:
         metrics = _metrics_of(result)
         self._queue.put(lambda: self._log(trial.trial_id, metrics))
+        node = result.get(NODE_ID)
+        nodes = self._nodes.setdefault(trial.trial_id, [])
+        if isinstance(node, str) and (not nodes or nodes[-1] != node):
+            nodes.append(node)
+            tags = {Tag.node_id: node, Tag.node_ids: ",".join(nodes)}
+            self._queue.put(lambda: self._tag(trial.trial_id, tags))
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         status = trial_status(trial.last_result, error=False, cancelling=self._cancelling())
@@ -171,7 +180,8 @@ class SweepRecorder(DriverOnly, Callback):
                 if cell.get("val_loss_ci95") and cell.get("val_loss_mean") is not None:
                     metrics["val_loss_ci95_low"], metrics["val_loss_ci95_high"] = cell["val_loss_ci95"]
                 now = int(time.time() * 1000)
-                self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+                curve = self._confirmation_curve(cell)
+                self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()] + curve)
                 self.client.set_terminated(run_id, "FINISHED")
         existing = layout.summary_run(self.client, self.experiment_id)
         if existing is not None:
@@ -185,7 +195,7 @@ class SweepRecorder(DriverOnly, Callback):
         self.client.log_batch(
             run_id,
             params=[Param(k, v[:6000]) for k, v in params.items()] if existing is None else [],
-            tags=[RunTag(Tag.status, str(status))],
+            tags=[RunTag(Tag.status, str(status)), RunTag(Tag.driver_node_id, _node_id())],
             metrics=[
                 Metric(f"largest_degradation_free_bs/{name}/{ref}", float(bs), int(time.time() * 1000), 0)
                 for name, opt in report["optimizers"].items()
@@ -200,6 +210,16 @@ class SweepRecorder(DriverOnly, Callback):
             self.client.log_artifacts(run_id, d)
         self.client.set_terminated(run_id, "FINISHED")
         return run_id
+
+    def _confirmation_curve(self, cell: dict[str, Any]) -> list[Metric]:
+        """The val-loss curve (step = tokens) of the cell's first confirmation run, for its cell run: the
+        MLflow UI then charts val loss against tokens per cell without opening the nested trials."""
+        run_id = next((r for r in cell.get("confirmation_run_ids") or [] if r), None)
+        if run_id is None:
+            return []
+        return [
+            Metric("val_loss", m.value, m.timestamp, m.step) for m in self.client.get_metric_history(run_id, "val_loss")
+        ]
 
     def close(self) -> None:
         if self._thread.is_alive():
@@ -252,6 +272,10 @@ class SweepRecorder(DriverOnly, Callback):
         now = int(time.time() * 1000)
         self.client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v, step in metrics])
 
+    def _tag(self, trial_id: str, tags: dict[str, str]) -> None:
+        if (run_id := self._trials.get(trial_id)) is not None:
+            self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
     def _end_trial(self, trial_id: str, status: str) -> None:
         run_id = self._trials.pop(trial_id, None)
         if run_id is None:
@@ -284,6 +308,12 @@ def close_sweep_runs(tracking_uri: str, sweep_id: str) -> int:
         client.set_terminated(run.info.run_id, "KILLED")
         closed += 1
     return closed
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
 def _metrics_of(result: dict[str, Any]) -> list[tuple[str, float, int]]:

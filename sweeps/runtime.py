@@ -21,7 +21,7 @@ class SweepRuntime:
     optuna_storage: str
     ray_address: str | None = None
     # where Ray Tune/Train write trial results (and checkpoints): None = <data dir>/ray_results, or any
-    # URI pyarrow understands, e.g. s3://bucket/prefix?endpoint_override=http://host:port
+    # URI pyarrow understands, e.g. s3://bucket/prefix?endpoint_override=host:port&scheme=http
     storage_uri: str | None = None
 
     @classmethod
@@ -72,3 +72,25 @@ class SweepRuntime:
     def ensure(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.artifact_root.mkdir(parents=True, exist_ok=True)
+
+
+class StorageNotShared(RuntimeError):
+    """Trial storage on one machine's disk while the cluster has several nodes."""
+
+
+def check_storage(runtime: SweepRuntime, *, nodes: int) -> None:
+    """Refuse a node-local storage path on a multi-node cluster: trials on other nodes would write
+    results and checkpoints where the driver never finds them (and a trial moved to another node
+    would find no checkpoint to resume from)."""
+    if nodes > 1 and runtime.storage_is_local:
+        raise StorageNotShared(
+            f"the Ray cluster has {nodes} nodes but trial storage is the local path {runtime.trial_storage}: "
+            f"set SWEEPS_STORAGE_URI to storage every node reaches (e.g. s3://bucket/prefix)"
+        )
+
+
+def alive_nodes() -> int:
+    """Nodes of the connected Ray cluster that are alive."""
+    import ray
+
+    return sum(1 for n in ray.nodes() if n.get("Alive"))

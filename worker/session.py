@@ -57,6 +57,16 @@ class LocalSession:
         yield self._resume_from
 
 
+# the Ray node a report came from (rank 0's in Ray Train): the sweep records where each trial ran
+NODE_ID = "node_id"
+
+
+def node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
 class RayTrainSession:
     """Inside a Ray Train worker (`TorchTrainer`): every rank reports; rank 0 attaches the checkpoint."""
 
@@ -74,7 +84,7 @@ class RayTrainSession:
 
         self.history.append(dict(metrics))
         checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
-        ray.train.report(metrics, checkpoint=checkpoint)
+        ray.train.report({**metrics, NODE_ID: node_id()}, checkpoint=checkpoint)
 
     def restored_checkpoint(self) -> contextlib.AbstractContextManager[Path | None]:
         import ray.train
@@ -92,7 +102,7 @@ class TuneSession:
         from ray import tune
 
         checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
-        tune.report(metrics, checkpoint=checkpoint)
+        tune.report({**metrics, NODE_ID: node_id()}, checkpoint=checkpoint)
 
     def restored_checkpoint(self) -> contextlib.AbstractContextManager[Path | None]:
         from ray import tune

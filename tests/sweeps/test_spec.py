@@ -498,3 +498,19 @@ def test_seeds_is_a_number_or_an_adaptive_range_with_one_readable_refusal():
     assert "seeds.max must be >= seeds.min, got min=4, max=2" in err["message"]
     err = only(refusal(spec_data(seeds="many")), "seeds")
     assert err["message"] == "seeds must be a whole number or {min, max, step}, got seeds='many'"
+
+
+def test_checkpoints_every_evaluation_by_default_in_whole_evaluations_or_none() -> None:
+    # at bs 16 x seq_len 128: 2,048 tokens a step, an evaluation every 4 steps (8,192 tokens)
+    base = {**BASE, "token_budget": 163_840, "eval_every_tokens": 8192}
+    spec = SweepSpec.from_mapping(base)
+    cfg = spec.train_config(spec.optimizer_names[0], 16, 1e-3, 0)
+    assert (cfg.checkpoint_every_evals, cfg.checkpoint_min_interval_s) == (1, 300.0)
+    # 20,000 tokens at 8,192 tokens an evaluation: every 2 evaluations (rounded); 0: none
+    every = SweepSpec.from_mapping({**base, "checkpoint_every_tokens": 20_000, "checkpoint_min_interval_s": 0})
+    cfg = every.train_config(spec.optimizer_names[0], 16, 1e-3, 0)
+    assert (cfg.checkpoint_every_evals, cfg.checkpoint_min_interval_s) == (2, 0.0)
+    off = SweepSpec.from_mapping({**base, "checkpoint_every_tokens": 0})
+    assert off.train_config(spec.optimizer_names[0], 16, 1e-3, 0).checkpoint_every_evals == 0
+    with pytest.raises(ValidationError, match="checkpoint_min_interval_s"):
+        SweepSpec.from_mapping({**base, "checkpoint_min_interval_s": -1})

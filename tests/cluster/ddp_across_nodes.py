@@ -1,0 +1,48 @@
+"""Run by tests/cluster/test_service_on_cluster.py in a process of its own (a Ray driver of the test's
+cluster): one training run on 1 worker, then the same on 2 DDP workers (gloo); prints JSON with both
+histories and the nodes the DDP workers ran on (Ray's State API)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import worker  # noqa: F401  (before ray: loopback only)
+from worker.config import ModelConfig, OptimizerConfig, TrainConfig
+from worker.launch import init_ray, run_training
+
+CFG = TrainConfig(
+    model=ModelConfig(preset="gpt2-nano", seq_len=32),
+    optimizer=OptimizerConfig(name="adamw", lr=3e-3),
+    batch_size=16,
+    max_micro_batch=4,
+    token_budget=16 * 32 * 16,
+    eval_every_tokens=16 * 32 * 4,
+    eval_tokens=256,
+    threads_per_worker=1,
+)
+
+
+def main(address: str) -> None:
+    import ray
+    from ray.util.state import list_actors
+
+    init_ray(address)
+    single = run_training(CFG)
+    ddp = run_training(CFG.model_copy(update={"num_workers": 2}))
+    workers = list_actors(filters=[("class_name", "=", "RayTrainWorker")], detail=True, limit=1000)
+    print(
+        json.dumps(
+            {
+                "single": single.history,
+                "ddp": ddp.history,
+                "ddp_final": ddp.final,
+                "worker_nodes": sorted({a.node_id for a in workers}),
+            }
+        )
+    )
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

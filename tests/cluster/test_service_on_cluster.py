@@ -1,0 +1,195 @@
+"""The service on a 1-head + 2-worker-node cluster, as a cluster runs it: MLflow as a tracking server
+(PostgreSQL backend store, S3 artifact store), Optuna in PostgreSQL, trial storage in S3. The driver
+runs on the head, trials on the worker nodes; everything lands in the shared stores and nothing on
+the MLflow server's disk; the dashboard renders from them. Also on that cluster: a node-local trial
+storage is refused, and a 2-worker DDP trial spans both worker nodes (1 CPU each, so it cannot fit on
+one) with the loss curve of the trial on one worker, to float tolerance (DDP sums gradients in another
+order)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import (
+    AWS_ENV,
+    MlflowServer,
+    MotoS3,
+    MultiNodeRay,
+    PostgresServer,
+    ServiceProcess,
+    create_database,
+    venv_env,
+)
+
+from sweeps.layout import Role, Tag
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+TOKEN = "cluster-token-0123456789"
+SPEC = {
+    "name": "on-cluster",
+    "model": {"preset": "gpt2-nano", "seq_len": 32},
+    "data": {"source": "builtin"},
+    "optimizers": [{"name": "adamw"}],
+    "batch_sizes": [4, 8],
+    "token_budget": 6144,
+    "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 2},
+    "seeds": 1,
+    "degradation": {"tolerance": 0.05, "baseline": "adamw"},
+    "resources": {"max_concurrent_trials": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    root = Path(tempfile.mkdtemp(prefix="batchsweep-pg-"))  # not tmp_path: the server runs as `postgres`
+    server = PostgresServer(root).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_sweep_through_the_service_runs_across_the_cluster_into_shared_stores(
+    multinode: MultiNodeRay, s3: MotoS3, pg: PostgresServer, tmp_path: Path, token_cache: Path
+) -> None:
+    optuna_url = create_database(pg.url, "optuna")
+    mlflow = MlflowServer(
+        backend_uri=create_database(pg.url, "mlflow"),
+        artifacts_uri=f"s3://{s3.bucket}/mlflow",
+        s3_endpoint=s3.endpoint,
+        workdir=tmp_path / "mlflow-server",
+    ).start()
+    ray_token = (Path.home() / ".ray" / "auth_token").read_text().strip()
+    svc = ServiceProcess(
+        env={
+            **AWS_ENV,
+            "RAY_ADDRESS": multinode.address,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": ray_token,
+            "SWEEPS_TOKENS": f"ops={TOKEN}",
+            "SWEEPS_DATA_DIR": str(tmp_path / "service"),
+            "MLFLOW_TRACKING_URI": mlflow.url,
+            "SWEEPS_OPTUNA_STORAGE": optuna_url,
+            "SWEEPS_STORAGE_URI": s3.uri("trials"),
+            "BATCHSWEEP_CACHE": str(token_cache),
+        },
+        log_path=tmp_path / "service.log",
+    )
+    try:
+        svc.start()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=svc.url, headers=auth, timeout=30) as api:
+            r = api.post("/sweeps", json=SPEC)
+            assert r.status_code == 201, r.text
+            sweep_id = r.json()["id"]
+            deadline = time.monotonic() + 420
+            while (state := api.get(f"/sweeps/{sweep_id}").json())["status"] not in ("succeeded", "failed"):
+                assert time.monotonic() < deadline, f"not finished: {state}\n{svc.tail()}"
+                time.sleep(1)
+            assert state["status"] == "succeeded", f"{state}\n{svc.tail()}"
+            page = api.get(f"/sweeps/{sweep_id}/dashboard")
+        # the dashboard, drawn from what the tracking server (PostgreSQL + S3) holds
+        assert page.status_code == 200 and "largest degradation-free batch size" in page.text.lower()
+        assert page.text.count("js-plotly-plot") + page.text.count("Plotly.newPlot") >= 6
+
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(mlflow.url)
+        runs = client.search_runs([state["experiment_id"]], max_results=100)
+        trials = [r for r in runs if r.data.tags.get(Tag.role) in (Role.search, Role.seed)]
+        assert len(trials) == 6  # 2 cells x (2 search trials + 1 confirmation run)
+        workers = {n.node_id for n in multinode.worker_nodes()}
+        # every trial ran on a worker node, and both worker nodes trained
+        assert {r.data.tags[Tag.node_id] for r in trials} == workers
+        assert all(len(client.get_metric_history(r.info.run_id, "val_loss")) >= 2 for r in trials)
+        summary = next(r for r in runs if r.data.tags.get(Tag.role) == Role.summary)
+        assert summary.data.tags[Tag.driver_node_id] == multinode.head_id, (workers, multinode.head_id, svc.tail())
+
+        # the report, cells.csv and the figures in S3 (through the server's artifact proxy), none on its disk
+        keys = s3.keys("mlflow/")
+        names = {k.rsplit("/", 1)[-1] for k in keys}
+        assert {"report.json", "cells.csv", "scaling.png", "dashboard.html"} <= names, sorted(names)
+        assert sorted(p.name for p in mlflow.workdir.iterdir()) == ["server.log"]
+        # the trials' results in S3, their checkpoints deleted once they ended
+        trial_keys = s3.keys("trials/")
+        assert any(k.endswith("result.json") for k in trial_keys)
+        assert not [k for k in trial_keys if "/checkpoint_" in k]
+        # Optuna in PostgreSQL: one study per cell, every trial finished
+        import optuna
+
+        names = [n for n in optuna.get_all_study_names(optuna_url) if n.startswith(f"{sweep_id}/")]
+        assert sorted(names) == [f"{sweep_id}/adamw/bs4", f"{sweep_id}/adamw/bs8"]
+        for name in names:
+            study = optuna.load_study(study_name=name, storage=optuna_url)
+            assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    finally:
+        svc.stop()
+        mlflow.stop()
+
+
+def test_a_node_local_trial_storage_is_refused_on_a_multinode_cluster(
+    multinode: MultiNodeRay, tmp_path: Path, token_cache: Path
+) -> None:
+    """No SWEEPS_STORAGE_URI on a 3-node cluster: the service does not start (and says what to set),
+    and `sweeps run` stops before any trial."""
+    ray_token = (Path.home() / ".ray" / "auth_token").read_text().strip()
+    env = {
+        "RAY_ADDRESS": multinode.address,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": ray_token,
+        "SWEEPS_TOKENS": f"ops={TOKEN}",
+        "SWEEPS_DATA_DIR": str(tmp_path / "service"),
+        "BATCHSWEEP_CACHE": str(token_cache),
+    }
+    svc = ServiceProcess(env=env, log_path=tmp_path / "service.log", unset=("SWEEPS_STORAGE_URI",))
+    with pytest.raises(RuntimeError, match="service exited"):
+        svc.start(timeout_s=90)
+    assert "3 nodes" in svc.tail() and "SWEEPS_STORAGE_URI" in svc.tail()
+
+    import yaml
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**SPEC, "name": "local-storage"}))
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "sweeps"), "run", str(spec)],
+        env={k: v for k, v in venv_env(env).items() if k != "SWEEPS_STORAGE_URI"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode != 0 and "SWEEPS_STORAGE_URI" in run.stdout + run.stderr
+    assert not (tmp_path / "service" / "optuna.db").exists()  # refused before any study was created
+
+
+def test_a_ddp_trial_spans_both_worker_nodes_and_matches_one_worker(multinode: MultiNodeRay) -> None:
+    script = Path(__file__).with_name("ddp_across_nodes.py")
+    done = subprocess.run(
+        [sys.executable, str(script), multinode.address],
+        env=venv_env({"RAY_ADDRESS": multinode.address}),
+        capture_output=True,
+        text=True,
+        timeout=480,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    workers = {n.node_id for n in multinode.worker_nodes()}
+    # the DDP workers' nodes: both worker nodes (and the single-worker run's, one of them), never the head
+    assert set(out["worker_nodes"]) == workers and multinode.head_id not in out["worker_nodes"]
+    assert out["ddp_final"]["ranks_in_sync"] is True
+    single, ddp = out["single"], out["ddp"]
+    assert [m["tokens"] for m in ddp] == [m["tokens"] for m in single]
+    assert ddp[0]["val_loss"] == pytest.approx(single[0]["val_loss"], rel=1e-5)
+    for a, b in zip(single, ddp, strict=True):
+        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-3)
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
