@@ -1,12 +1,13 @@
 """One HTML page per sweep: the answer at the top, the figures below.
 
 plotly.js comes once per page, never from a CDN (the machines serving it have no internet):
-- `plotlyjs="inline"` (the default; what `GET /sweeps/{id}/dashboard` serves): inlined in the head,
-  the page is self-contained (~0.8 MB of page and PNGs, plus 4.8 MB of plotly.js). Inline because the
-  service authenticates by bearer token, which a browser does not send with a <script src> request.
+- `plotlyjs="inline"` (the default): inlined in the head, the page is self-contained (~0.8 MB of page
+  and PNGs, plus 4.8 MB of plotly.js).
 - `plotlyjs="relative"` (the published artifact figures/dashboard.html): a <script src="plotly.min.js">
   to the file published once per sweep next to it, so plotly.js is stored once per sweep, not in
-  the page and in every figure. `inline_plotlyjs` turns such a page into the inline one.
+  the page and in every figure. `inline_plotlyjs` turns such a page into the inline one, and
+  `plotlyjs_from` into one that loads plotly.js from a URL: what `GET /sweeps/{id}/dashboard` serves,
+  with the service's one copy under /static/ (cached by the browser for every dashboard).
 Each figure is a plotly div, with its PNG in a <noscript> so the page is readable without JavaScript too.
 Every piece of text that comes from a sweep (ids, optimizer names, warnings) goes through html.escape;
 plotly escapes what it embeds in its JSON.
@@ -24,7 +25,7 @@ from plotly.offline import get_plotlyjs
 from dashboards.data import SweepData
 from dashboards.figures import PLOTLYJS_FILE, FigureSpec
 
-__all__ = ["PLOTLYJS_TAG", "inline_plotlyjs", "render_dashboard"]
+__all__ = ["PLOTLYJS_TAG", "inline_plotlyjs", "plotlyjs_from", "render_dashboard"]
 
 # the page's reference to plotly.js next to it: written exactly so, so that `inline_plotlyjs` finds it
 PLOTLYJS_TAG = f'<script charset="utf-8" src="{PLOTLYJS_FILE}"></script>'
@@ -161,6 +162,13 @@ def inline_plotlyjs(page: str, js: str | None = None) -> str:
     if PLOTLYJS_TAG not in page:
         return page
     return page.replace(PLOTLYJS_TAG, _inline(get_plotlyjs() if js is None else js), 1)
+
+
+def plotlyjs_from(page: str, src: str) -> str:
+    """A page rendered with `plotlyjs="relative"`, loading plotly.js from `src` instead of next to it
+    (the service: its one copy under /static/, which the browser caches for every dashboard). A page
+    without the reference (inline already) is returned as it is."""
+    return page.replace(PLOTLYJS_TAG, f'<script charset="utf-8" src="{html.escape(src, quote=True)}"></script>', 1)
 
 
 def render_dashboard(

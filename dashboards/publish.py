@@ -6,7 +6,8 @@ same artifact paths (`figures/<name>.png|.html|.json`, `figures/dashboard.html`,
 
 plotly.js (~4.8 MB) is published once per sweep, as `figures/plotly.min.js`; the figures' HTML and
 dashboard.html load it by that relative path (so they work opened from a download of `figures/`,
-without network). The page served at `GET /sweeps/{id}/dashboard` (`dashboard_page`) has it inlined.
+without network). `dashboard_page` gives the page with it inlined, or (`plotlyjs_src`, what
+`GET /sweeps/{id}/dashboard` serves) loading it from a URL of the service.
 Per sweep: ~1 MB of figures and page plus plotly.js once, where each figure and the page inlined it
 before (~35 MB).
 """
@@ -22,7 +23,7 @@ from plotly.offline import get_plotlyjs
 
 from dashboards.data import SweepData, load_sweep
 from dashboards.figures import FIGURES, PLOTLYJS_FILE, FigureSpec
-from dashboards.page import PLOTLYJS_TAG, inline_plotlyjs, render_dashboard
+from dashboards.page import PLOTLYJS_TAG, inline_plotlyjs, plotlyjs_from, render_dashboard
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def publish(tracking_uri: str, sweep_id: str, out_dir: str | Path | None = None)
     return paths
 
 
-def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False) -> str:
+def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False, plotlyjs_src: str | None = None) -> str:
     """The dashboard page of a sweep, for `GET /sweeps/{id}/dashboard`.
 
     The published one (artifact figures/dashboard.html of the summary run) when there is one and
@@ -105,6 +106,8 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False) -> 
     (the page served needs nothing else, and no network); serving it costs two downloads, not a
     rendering (several CPU-seconds). Otherwise it is rendered now from MLflow, plotly.js inline,
     without logging anything. Raises `SweepDataError` when the sweep has no summary run or report yet.
+    `plotlyjs_src`: the page loads plotly.js from this URL instead (`dashboards.page.plotlyjs_from`; the
+    service's /static/ copy), and the published plotly.min.js is not downloaded.
     """
     from mlflow.tracking import MlflowClient
 
@@ -124,6 +127,8 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False) -> 
                     page = Path(client.download_artifacts(run_id, f"{ARTIFACT_DIR}/{DASHBOARD}", d)).read_text("utf-8")
                     if PLOTLYJS_TAG not in page:
                         return page  # published before plotly.js had a file of its own: inline already
+                    if plotlyjs_src is not None:
+                        return plotlyjs_from(page, plotlyjs_src)
                     js_path = f"{ARTIFACT_DIR}/{PLOTLYJS_FILE}"
                     if js_path not in listed:  # a partial upload: this plotly's copy is the next best
                         log.warning("sweep %s: %s missing next to its page; inlining this plotly's", sweep_id, js_path)
@@ -132,7 +137,10 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False) -> 
                     return inline_plotlyjs(page, js)
     sweep = load_sweep(tracking_uri, sweep_id, client=client)
     figures = build_figures(sweep)
-    page = render_dashboard(sweep, figures)
+    if plotlyjs_src is None:
+        page = render_dashboard(sweep, figures)
+    else:
+        page = plotlyjs_from(render_dashboard(sweep, figures, plotlyjs="relative"), plotlyjs_src)
     for f in figures:
         f.release()
     return page

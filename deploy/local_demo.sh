@@ -4,6 +4,8 @@
 #   Ray head; SQLite stores in the data dir), the demo sweep (sweeps/examples/demo.yaml) submitted
 #   over HTTP and watched to the end, the answer printed, and an MLflow UI on the same store left
 #   running until Ctrl-C (BATCHSWEEP_DEMO_EXIT=1: stop as soon as the answer is printed).
+#   It prints one URL to open: a one-time sign-in link (POST /login/once) to the service's pages,
+#   where the sweep runs live, its dashboard and its MLflow runs are one click away.
 # On exit it stops what it started, by process id: the service, the MLflow UI and the service's Ray
 # head (`sweeps ray-stop` for this data dir). Other Ray clusters on the machine are left alone.
 set -euo pipefail
@@ -57,6 +59,12 @@ pids+=($!)
 wait_http "$SWEEPS_URL/healthz" "the sweep API" "${pids[1]}"
 wait_http "$MLFLOW_UI_URL/health" "MLflow" "${pids[0]}"
 echo "   bearer token for this demo: $TOKEN"
+# one URL for the browser: it signs the demo user in once (valid for SWEEPS_SIGN_IN_LINK_TTL_S, 10 min)
+LINK=$("$BIN/python" -c 'import httpx, os; r = httpx.post(os.environ["SWEEPS_URL"] + "/login/once", headers={"Authorization": "Bearer " + os.environ["SWEEPS_TOKEN"]}, timeout=30); r.raise_for_status(); print(r.json()["url"])')
+echo
+echo "== open in your browser (signs you in once; the sweep shows up there as it runs):"
+echo "   $LINK"
+echo
 
 echo "== submitting $SPEC"
 "$BIN/sweeps" submit "$SPEC" --watch

@@ -25,7 +25,8 @@ from service.health import HealthChecker, mlflow_check
 from service.launcher import Launcher, RayLauncher
 from service.manager import SweepReader
 from service.middleware import BodyLimit, HotReads
-from service.routes import health, sweeps
+from service.routes import health, pages, sweeps
+from service.sessions import Sessions, SignInLimiter
 from service.settings import Settings
 from service.store import Store
 from service.supervisor import Supervisor
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         app.state.store, app.state.launcher, app.state.supervisor = store, ray_launcher, supervisor
         app.state.reader = SweepReader(store, settings, views)
         app.state.health = HealthChecker(store, ray_launcher, settings)
+        app.state.sessions = Sessions(store, settings)  # browser sign-in (service/sessions.py)
         await supervisor.reconcile()
         supervisor.start()
         url = store.engine.url.render_as_string()  # password hidden
@@ -86,11 +88,20 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
     app.state.tokens = TokenTable(settings)
     if not len(app.state.tokens):
         log.warning("SWEEPS_TOKENS is empty: every request but /healthz will be refused")
+    app.state.sign_in_limiter = SignInLimiter(settings)
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(HotReads, state=app.state)  # outermost: a hit skips the rest
+    app.add_middleware(HotReads, state=app.state)  # a hit skips the rest
+    if settings.trusted_proxies:
+        # uvicorn's own: the client address and scheme from X-Forwarded-For/-Proto, only when the TCP
+        # peer is one of these (server.py runs uvicorn with proxy_headers=False, so nothing else does)
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)  # type: ignore[arg-type]
     app.include_router(health.router)
     app.include_router(sweeps.router)
+    # the browser pages, sign-in and /static/ (not in the OpenAPI, but for POST /login/once)
+    app.include_router(pages.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

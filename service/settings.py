@@ -14,11 +14,13 @@ SWEEPS_MAX_TRIALS, SWEEPS_MAX_TOKEN_BUDGET, SWEEPS_MAX_CONCURRENT_PER_OWNER, SWE
 (comma-separated directories), SWEEPS_HF_DATASETS (comma-separated names), SWEEPS_MAX_BODY_BYTES,
 SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_SSE_HEARTBEAT_S,
 SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S, SWEEPS_DRY_RUN_BURST, SWEEPS_DRY_RUN_REFILL_S,
-SWEEPS_MAX_EVENT_STREAMS_PER_OWNER.
+SWEEPS_MAX_EVENT_STREAMS_PER_OWNER, and for the browser pages SWEEPS_SESSION_SECRET, SWEEPS_SESSION_TTL_S,
+SWEEPS_SIGN_IN_LINK_TTL_S, SWEEPS_SIGN_IN_BURST, SWEEPS_SIGN_IN_REFILL_S, SWEEPS_TRUSTED_PROXIES.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -90,6 +92,22 @@ class Settings(BaseSettings):
     # open GET /sweeps/{id}/events streams per owner (each re-reads the store every sse_interval_s)
     max_event_streams_per_owner: int = Field(default=16, ge=1)
 
+    # ---- the browser pages (service/sessions.py, service/routes/pages.py) ------------------------------
+    # the key that signs session cookies; None: a random key kept in <data dir>/session_secret (made on
+    # first start, mode 0600), so a restarted service keeps its sessions. Several replicas need one key.
+    session_secret: SecretStr | None = None
+    # a browser session lasts this long from sign-in (seconds; sign-out ends it at once)
+    session_ttl_s: float = Field(default=12 * 3600, gt=0, le=30 * 86400)
+    # a one-time sign-in link (POST /login/once, `make demo`) must be used within this many seconds
+    sign_in_link_ttl_s: float = Field(default=600, gt=0, le=86400)
+    # wrong tokens at POST /login per client address: a bucket of sign_in_burst, one more every
+    # sign_in_refill_s seconds; beyond it 429 with Retry-After, and the token is not even checked
+    sign_in_burst: int = Field(default=10, ge=1)
+    sign_in_refill_s: float = Field(default=30.0, gt=0)
+    # proxies (IP addresses or networks, "*" for any) whose X-Forwarded-For/-Proto are believed: the
+    # client address of the sign-in limit and https for Secure cookies. Empty: the TCP peer, as it is.
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     @field_validator("tokens", mode="before")
     @classmethod
     def _parse_tokens(cls, value: Any) -> Any:
@@ -111,10 +129,32 @@ class Settings(BaseSettings):
             raise ValueError("SWEEPS_TOKENS gives one token to two owners; tokens must be unique")
         return out
 
-    @field_validator("data_roots", "hf_datasets", mode="before")
+    @field_validator("data_roots", "hf_datasets", "trusted_proxies", mode="before")
     @classmethod
     def _parse_csv(cls, value: Any) -> Any:
         return _split_csv(value)
+
+    @field_validator("session_secret", mode="after")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            # the key is not echoed
+            raise ValueError("SWEEPS_SESSION_SECRET must be at least 16 characters (e.g. `openssl rand -hex 32`)")
+        return value
+
+    @field_validator("trusted_proxies", mode="after")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item == "*":
+                continue
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"SWEEPS_TRUSTED_PROXIES takes IP addresses or networks (or *), got {item[:60]!r}"
+                ) from None
+        return value
 
     @field_validator("data_dir", mode="after")
     @classmethod
@@ -157,4 +197,7 @@ class Settings(BaseSettings):
     def mlflow_link(self, experiment_id: str | None) -> str | None:
         if not self.mlflow_ui_url or not experiment_id:
             return None
-        return f"{self.mlflow_ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs"  # the runs table, not the GenAI overview
+        # the runs table, not the GenAI overview: MLflow 3's UI picks its view from `workflowType` in the
+        # URL (else from the browser's last choice, GenAI at first); the experiment's own kind tag
+        # (sweeps/layout.py) says the same to versions and pages that read it
+        return f"{self.mlflow_ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"

@@ -1,7 +1,8 @@
 """The service's store of sweeps: SQLAlchemy 2 models and the queries the service makes.
 
-One table, `sweeps`: the spec as submitted (normalised), who owns it, its status, the driver's last
-progress and the final report. SQLite by default, PostgreSQL by URL; the schema comes from the Alembic
+The table `sweeps`: the spec as submitted (normalised), who owns it, its status, the driver's last
+progress and the final report. Two more for the browser pages: `web_sessions` and `sign_in_links`
+(their queries are in service/sessions.py). SQLite by default, PostgreSQL by URL; the schema comes from the Alembic
 migrations in service/alembic/ (`Store.migrate()` runs `upgrade head`).
 
 Every method is synchronous (a plain SQLAlchemy engine): the web layer calls them in a worker thread.
@@ -108,6 +109,34 @@ class SweepRow(Base):
     @property
     def final(self) -> bool:
         return SweepStatus(self.status).final
+
+
+class WebSessionRow(Base):
+    """A browser signed in as `owner` (service/sessions.py). The cookie holds the session's random id,
+    signed; only its sha256 is stored. Signing out deletes the row, so the cookie stops working."""
+
+    __tablename__ = "web_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the id in the cookie
+    owner: Mapped[str] = mapped_column(String(64))
+    csrf_token: Mapped[str] = mapped_column(String(64))  # the synchronizer token of this session's forms
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_web_sessions_expires", "expires_at"),)
+
+
+class SignInLinkRow(Base):
+    """A one-time sign-in link of `owner` (POST /login/once): used once, or never after `expires_at`."""
+
+    __tablename__ = "sign_in_links"
+
+    code_hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the code in the link
+    owner: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_sign_in_links_expires", "expires_at"),)
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
@@ -399,10 +428,12 @@ __all__ = [
     "Created",
     "IdempotencyConflict",
     "Page",
+    "SignInLinkRow",
     "Store",
     "SweepRow",
     "SweepStatus",
     "TooManyActive",
+    "WebSessionRow",
     "make_engine",
     "spec_hash",
 ]

@@ -585,13 +585,42 @@ def stand_in(path: Path, body: str) -> Path:
     return path
 
 
-def run_gpu_check(tmp_path: Path, nvidia_smi: str, python_rc: int = 0) -> tuple[subprocess.CompletedProcess[str], str]:
-    """deploy/gpu_check.sh with a stand-in Python that records its arguments (and stand-ins for
-    python, python3, pytest and ray on PATH), so nothing real runs."""
+# what the benchmarks print last, as deploy/gpu_check.sh reads them: numbers that meet the targets, and not
+BENCH_OUTPUT = {
+    "meets": {
+        "train_throughput": "loop (worker.loop.train, default metrics): 421,337 tokens/s, MFU 43.2%\n"
+        "bare PyTorch loop:                         430,121 tokens/s, MFU 44.1%\nloop / bare = 0.980 (target >= 0.95)",
+        "optimizer_step": "MERIT / AdamW(foreach) = 0.90x (target <= 1.5x)\n"
+        "MERIT / AdamW(fused) = 1.31x (MERIT (compiled), MERIT's default on cuda; target <= 1.5x)",
+    },
+    "misses": {
+        "train_throughput": "loop (worker.loop.train, default metrics): 301,337 tokens/s, MFU 30.9%\n"
+        "bare PyTorch loop:                         330,121 tokens/s, MFU 33.8%\nloop / bare = 0.913 (target >= 0.95)",
+        "optimizer_step": "MERIT / AdamW(fused) = 2.40x (MERIT (compiled), MERIT's default on cuda; target <= 1.5x)",
+    },
+}
+
+
+def run_gpu_check(
+    tmp_path: Path, nvidia_smi: str, python_rc: int = 0, bench: dict[str, str] = BENCH_OUTPUT["meets"]
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """deploy/gpu_check.sh with a stand-in Python that records its arguments and prints `bench[name]` when run
+    as benchmarks/<name>.py (and stand-ins for python, python3, pytest and ray on PATH), so nothing real runs."""
     calls = tmp_path / "calls.log"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    recorder = f'echo "$0 $*" >> "{calls}"; echo "stand-in output"; exit {python_rc}'
+    outputs = {}
+    for name, text in bench.items():
+        outputs[name] = tmp_path / f"{name}.out"
+        outputs[name].write_text(text + "\n")
+    recorder = (
+        f'echo "$0 $*" >> "{calls}"\n'
+        f'case "$*" in\n'
+        f'  *train_throughput.py*) cat "{outputs["train_throughput"]}" ;;\n'
+        f'  *optimizer_step.py*) cat "{outputs["optimizer_step"]}" ;;\n'
+        f'  *) echo "stand-in output" ;;\n'
+        f"esac\nexit {python_rc}"
+    )
     for name in ("python", "python3", "pytest", "ray"):
         stand_in(bin_dir / name, recorder)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "NVIDIA_SMI": nvidia_smi}
@@ -616,23 +645,53 @@ def test_gpu_check_does_nothing_when_nvidia_smi_lists_no_gpu(tmp_path: Path) -> 
     assert "no GPU present" in out.stdout and calls == ""
 
 
-@pytest.mark.parametrize("python_rc", [0, 1])
-def test_gpu_check_runs_each_target_once_on_a_gpu_machine(tmp_path: Path, python_rc: int) -> None:
+GPU_TARGETS = ["cuda", "pytest-gpu", "train-throughput-mfu", "train-throughput-ratio", "optimizer-step"]
+
+
+@pytest.mark.parametrize(("python_rc", "bench"), [(0, "meets"), (0, "misses"), (1, "meets")])
+def test_gpu_check_runs_each_target_once_on_a_gpu_machine(tmp_path: Path, python_rc: int, bench: str) -> None:
     smi = stand_in(tmp_path / "nvidia-smi", 'echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000)"')
-    out, calls = run_gpu_check(tmp_path, nvidia_smi=str(smi), python_rc=python_rc)
+    out, calls = run_gpu_check(tmp_path, nvidia_smi=str(smi), python_rc=python_rc, bench=BENCH_OUTPUT[bench])
     lines = [line for line in out.stdout.splitlines() if re.match(r"gpu_check: [\w-]+: ", line)]
-    assert [line.split(":")[1].strip() for line in lines] == ["cuda", "pytest-gpu", "train-throughput"]
+    assert [line.split(":")[1].strip() for line in lines] == GPU_TARGETS
     recorded = calls.splitlines()
     assert any(" -m pytest " in c and " -m gpu" in c for c in recorded)
     assert not any(Path(c.split()[0]).name == "ray" for c in recorded)
-    bench = ROOT / "benchmarks" / "train_throughput.py"
-    assert (bench.exists()) == any("benchmarks/train_throughput.py" in c for c in recorded)
-    if python_rc == 0:
-        assert out.returncode == 0 and "FAIL" not in out.stdout
-        assert lines[1].endswith("PASS stand-in output")
-    else:
+    # each benchmark once, on the GPU; the throughput one as its target says: GPT-2 small, bf16
+    (throughput,) = [c for c in recorded if "benchmarks/train_throughput.py" in c]
+    assert all(a in throughput.split() for a in ("gpt2-small", "bf16", "--compile", "cuda"))
+    (optimizer,) = [c for c in recorded if "benchmarks/optimizer_step.py" in c]
+    assert "cuda" in optimizer.split()
+    verdicts = {line.split(":")[1].strip(): line.split(":", 2)[2].split()[0] for line in lines}
+    if python_rc == 1:
         assert out.returncode == 1 and lines[0].startswith("gpu_check: cuda: FAIL")
         assert lines[1].startswith("gpu_check: pytest-gpu: FAIL exit 1")
+        assert set(verdicts.values()) == {"FAIL"}
+    elif bench == "meets":
+        assert out.returncode == 0 and "FAIL" not in out.stdout
+        assert lines[1].endswith("PASS stand-in output")
+        assert lines[2].endswith("PASS MFU (%) 43.2 (target >= 40)")
+        assert lines[3].endswith("PASS loop / bare 0.980 (target >= 0.95)")
+        assert lines[4].endswith("PASS MERIT / AdamW(fused) 1.31 (target <= 1.5)")
+    else:
+        assert out.returncode == 1
+        assert verdicts == {
+            "cuda": "PASS",
+            "pytest-gpu": "PASS",
+            "train-throughput-mfu": "FAIL",
+            "train-throughput-ratio": "FAIL",
+            "optimizer-step": "FAIL",
+        }
+        assert lines[2].endswith("FAIL MFU (%) 30.9 (target >= 40)")
+
+
+def test_gpu_check_fails_a_target_whose_benchmark_prints_no_number(tmp_path: Path) -> None:
+    smi = stand_in(tmp_path / "nvidia-smi", 'echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000)"')
+    silent = {"train_throughput": "MFU n/a", "optimizer_step": "nothing"}
+    out, _ = run_gpu_check(tmp_path, nvidia_smi=str(smi), bench=silent)
+    assert out.returncode == 1
+    assert "gpu_check: train-throughput-mfu: FAIL no MFU (%) in the output: MFU n/a" in out.stdout
+    assert "gpu_check: optimizer-step: FAIL no MERIT / AdamW(fused) in the output: nothing" in out.stdout
 
 
 def test_gpu_marker_is_registered() -> None:

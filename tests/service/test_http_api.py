@@ -246,7 +246,10 @@ def test_detail_has_progress_times_and_mlflow_link(make_settings: Any, launcher:
         assert d["status"] == "running" and d["started_at"] is not None and d["finished_at"] is None
         assert d["progress"]["cells"][0]["search_best_val_loss"] == 5.5
         assert "future_field" not in d["progress"]  # the API promises its own fields only
-        assert (d["experiment_id"], d["mlflow_url"]) == ("12", "http://127.0.0.1:5000/#/experiments/12/runs")
+        assert (d["experiment_id"], d["mlflow_url"]) == (
+            "12",
+            "http://127.0.0.1:5000/#/experiments/12/runs?workflowType=machine_learning",
+        )
 
 
 def test_list_paginates_newest_first_and_filters(client: TestClient, launcher: FakeLauncher) -> None:

@@ -72,7 +72,7 @@ def test_mlflow_link_only_when_a_ui_is_configured() -> None:
     assert Settings(mlflow_ui_url=None).mlflow_link("3") is None
     assert (
         Settings(mlflow_ui_url="http://127.0.0.1:5000/").mlflow_link("3")
-        == "http://127.0.0.1:5000/#/experiments/3/runs"
+        == "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning"
     )
     assert Settings(mlflow_ui_url="http://127.0.0.1:5000").mlflow_link(None) is None
 
@@ -80,7 +80,7 @@ def test_mlflow_link_only_when_a_ui_is_configured() -> None:
 def test_trial_storage_is_local_by_default_and_refused_on_several_nodes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from service.launcher import StorageNotShared, check_storage
+    from sweeps.runtime import StorageNotShared, check_storage
 
     monkeypatch.setenv("SWEEPS_DATA_DIR", str(tmp_path / "d"))
     local = Settings().runtime()

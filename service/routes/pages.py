@@ -1,0 +1,497 @@
+"""The service in a browser: sign-in, the list of one's sweeps, a sweep's live page, the submit page.
+
+    GET  /                    signed out: the sign-in form; signed in: your sweeps, newest first, live
+    POST /login               form {token, next}: a session cookie (service/sessions.py), then `next`
+    POST /login/once          (API, bearer token only) a one-time sign-in link for the token's owner
+    GET  /login/once?code=    the link: a session cookie, then / (what `make demo` prints)
+    POST /logout              form {csrf_token}: the session ends in the store, the cookie is dropped
+    GET  /submit              paste or upload a spec; POST /submit checks it (the API's dry run) or submits it
+    GET  /static/...          this page's script and styles, and plotly.js for the dashboards, once
+    GET  /sweeps/{id}/dashboard  (route in routes/sweeps.py, answered by `dashboard` here) while the
+                              sweep runs: its live progress and a cancel button; when finished: the
+                              figures page of dashboards/, plotly.js from /static/
+
+Pages are rendered by Jinja2 (service/templates/, autoescaped) and load nothing from another origin:
+their Content-Security-Policy allows this origin only, so a page that tried would fail in the browser.
+The live parts are service/static/app.js, which follows GET /sweeps/{id}/events.
+
+The sweeps themselves go through the same code as the API (service.manager): the same validation,
+the same limits, the same owner checks; these routes only turn forms into calls and errors into pages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from datetime import datetime
+from functools import cache
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import anyio.to_thread
+import yaml
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel, Field, ValidationError
+
+from service import manager
+from service.auth import BearerOnly, Owner, check_csrf, safe_next, wants_page, web_session
+from service.deps import LimitsDep, SettingsDep, StoreDep, SupervisorDep
+from service.errors import ApiError
+from service.schemas import SweepSummary, error_responses
+from service.sessions import COOKIE, Sessions, SignInLimiter, WebSession, client_address
+from service.settings import Settings
+from service.store import Store, SweepRow
+from worker.config import excerpt
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(include_in_schema=False)
+
+HERE = Path(__file__).resolve().parent.parent
+TEMPLATES = Jinja2Templates(directory=HERE / "templates")
+STATIC_DIR = HERE / "static"
+STATIC_TYPES = {"app.js": "text/javascript", "app.css": "text/css"}
+PAGE_SIZE = 20
+MAX_OFFSET = 1_000_000
+EXAMPLE_SPEC = resources.files("sweeps") / "examples" / "demo.yaml"
+
+# This origin only. The dashboard's figures are plotly divs with inline scripts and styles
+# (dashboards/page.py), so that page allows inline ones, still from nowhere else.
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+)
+DASHBOARD_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "object-src 'none'"
+)
+# no-store: a page holds the session's CSRF token and the owner's sweeps; no cache keeps them
+PAGE_HEADERS = {
+    "Content-Security-Policy": PAGE_CSP,
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+DASHBOARD_HEADERS = PAGE_HEADERS | {"Content-Security-Policy": DASHBOARD_CSP}
+# a file named by its content (or plotly's version) never changes under its URL
+IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable", "X-Content-Type-Options": "nosniff"}
+
+
+# ---- static files --------------------------------------------------------------------------------
+
+
+@cache
+def _digest(name: str) -> str:
+    return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:12]
+
+
+def static_url(name: str) -> str:
+    """/static/<name>?v=<content hash>: a changed file is a new URL, so every URL can be cached for good."""
+    return f"/static/{name}?v={_digest(name)}"
+
+
+PLOTLY_VERSION = metadata.version("plotly")
+# what the dashboard pages load (dashboards.dashboard_page(plotlyjs_src=...)) instead of an inline copy
+PLOTLYJS_URL = f"/static/plotly-{PLOTLY_VERSION}.min.js"
+TEMPLATES.env.globals["static"] = static_url
+
+
+@router.get(PLOTLYJS_URL)
+async def plotly_js() -> FileResponse:
+    # the package's own file (what plotly.offline.get_plotlyjs() reads), ~4.8 MB, sent once per browser
+    path = resources.files("plotly") / "package_data" / "plotly.min.js"
+    return FileResponse(str(path), media_type="text/javascript", headers=IMMUTABLE)
+
+
+@router.get("/static/{name}")
+async def static_file(name: str) -> FileResponse:
+    if name not in STATIC_TYPES:
+        raise ApiError(404, "not_found", f"no static file {excerpt(name)}")
+    return FileResponse(STATIC_DIR / name, media_type=STATIC_TYPES[name], headers=IMMUTABLE)
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+
+def page(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    *,
+    status_code: int = 200,
+    session: WebSession | None = None,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
+    session = session or getattr(request.state, "web_session", None)
+    base = {"owner": session.owner if session else None, "csrf_token": session.csrf_token if session else None}
+    return TEMPLATES.TemplateResponse(  # type: ignore[return-value]
+        request, name, base | context, status_code=status_code, headers=PAGE_HEADERS | (headers or {})
+    )
+
+
+def error_page(request: Request, exc: ApiError) -> HTMLResponse:
+    headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "retry-after"}
+    return page(
+        request,
+        "error.html",
+        {"status": exc.status_code, "code": exc.code, "message": exc.message},
+        status_code=exc.status_code,
+        headers=headers,
+    )
+
+
+async def current_session(request: Request) -> WebSession | None:
+    cookie = request.cookies.get(COOKIE)
+    return await web_session(request, cookie) if cookie else None
+
+
+def set_session_cookie(response: Response, request: Request, value: str, settings: Settings) -> None:
+    # Secure whenever the browser reached us over https (behind a proxy: SWEEPS_TRUSTED_PROXIES says so)
+    response.set_cookie(
+        COOKIE,
+        value,
+        max_age=int(settings.session_ttl_s),
+        path="/",
+        secure=request.url.scheme == "https",
+        httponly=True,
+        samesite="strict",
+    )
+
+
+def same_origin(request: Request) -> bool:
+    """False for a browser's form posted from another site (login CSRF); requests without Origin pass."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return origin.split("://", 1)[-1] == request.headers.get("host")
+
+
+def sweep_json(row: SweepRow, settings: Settings) -> SweepSummary:
+    return SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
+
+
+def answer_of(report: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The report's answer per optimizer: largest degradation-free batch size vs itself and vs the baseline."""
+    if not report:
+        return []
+    from sweeps.analysis import validate_report  # scipy: imported when a finished sweep is shown
+
+    try:
+        r = validate_report(report)
+    except ValidationError:
+        log.warning("a report of schema version %r does not match this service's", report.get("schema_version"))
+        return []
+    return [
+        {
+            "optimizer": name,
+            "self": o.largest_degradation_free_batch_size.self,
+            "baseline": o.largest_degradation_free_batch_size.baseline,
+            "noise_self": o.within_noise.self,
+            "noise_baseline": o.within_noise.baseline,
+            "is_baseline": name == r.baseline,
+            "baseline_name": r.baseline,
+        }
+        for name, o in r.optimizers.items()
+    ]
+
+
+# ---- sign-in, sign-out ---------------------------------------------------------------------------
+
+
+def sign_in_page(
+    request: Request, next_path: str, message: str | None = None, status_code: int = 200, **headers: str
+) -> HTMLResponse:
+    context = {"next": next_path, "message": message, "failed": status_code >= 400}
+    return page(request, "sign_in.html", context, status_code=status_code, headers=headers)
+
+
+@router.post("/login")
+async def login(
+    request: Request,
+    settings: SettingsDep,
+    token: Annotated[str, Form(max_length=1000)] = "",
+    next_path: Annotated[str, Form(alias="next", max_length=2000)] = "/",
+) -> Response:
+    next_path = safe_next(next_path)
+    if not same_origin(request):
+        raise ApiError(403, "cross_site", "sign-in forms are accepted from this site's own pages only")
+    limiter: SignInLimiter = request.app.state.sign_in_limiter
+    address = client_address(request.client)
+    try:
+        limiter.check(address)  # refused addresses' tokens are not even checked
+        owner = request.app.state.tokens.owner(token) if token else None
+        if owner is None:
+            limiter.wrong(address)
+            return sign_in_page(request, next_path, "That token is not valid.", 401)
+    except ApiError as exc:  # 429
+        return sign_in_page(request, next_path, exc.message, exc.status_code, **(exc.headers or {}))
+    sessions: Sessions = request.app.state.sessions
+    new = await anyio.to_thread.run_sync(sessions.sign_in, owner)
+    log.info("%s signed in from %s", owner, address)
+    response = RedirectResponse(next_path, status.HTTP_303_SEE_OTHER, headers={"Cache-Control": "no-store"})
+    set_session_cookie(response, request, new.cookie, settings)
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    cookie = request.cookies.get(COOKIE)
+    if cookie:
+        session = await web_session(request, cookie)
+        if session is not None:
+            await check_csrf(request, session)  # 403: a page of another site cannot sign you out
+            sessions: Sessions = request.app.state.sessions
+            await anyio.to_thread.run_sync(sessions.sign_out, cookie)
+            log.info("%s signed out", session.owner)
+    response = RedirectResponse("/", status.HTTP_303_SEE_OTHER, headers={"Cache-Control": "no-store"})
+    response.delete_cookie(COOKIE, path="/", secure=request.url.scheme == "https", httponly=True, samesite="strict")
+    return response
+
+
+class SignInLink(BaseModel):
+    url: str = Field(description="open it in a browser: it signs the token's owner in, once")
+    expires_at: datetime
+
+
+@router.post(
+    "/login/once",
+    include_in_schema=True,
+    tags=["browser"],
+    status_code=status.HTTP_201_CREATED,
+    response_model=SignInLink,
+    responses=error_responses(401),
+    summary="A one-time sign-in link for the browser pages (bearer token only; expires after sign_in_link_ttl_s)",
+)
+async def new_sign_in_link(request: Request, owner: BearerOnly) -> SignInLink:
+    sessions: Sessions = request.app.state.sessions
+    code, expires = await anyio.to_thread.run_sync(sessions.new_link, owner)
+    return SignInLink(url=f"{str(request.base_url).rstrip('/')}/login/once?code={code}", expires_at=expires)
+
+
+@router.get("/login/once")
+async def use_sign_in_link(
+    request: Request,
+    settings: SettingsDep,
+    code: Annotated[str, Query(max_length=200)] = "",
+    next_path: Annotated[str, Query(alias="next", max_length=2000)] = "/",
+) -> Response:
+    # no rate limit: a code is 32 random bytes, and a wrong one is answered without touching a session
+    next_path = safe_next(next_path)
+    sessions: Sessions = request.app.state.sessions
+    owner = await anyio.to_thread.run_sync(sessions.redeem_link, code) if code else None
+    if owner is None:
+        message = "This sign-in link was used already or has expired. Sign in with your token, or ask for a new link."
+        return sign_in_page(request, next_path, message, 401, **{"Referrer-Policy": "no-referrer"})
+    new = await anyio.to_thread.run_sync(sessions.sign_in, owner)
+    log.info("%s signed in by a one-time link", owner)
+    response = page(
+        request,
+        "signed_in.html",
+        {"next": next_path, "owner": owner},
+        session=new.session,
+        headers={"Referrer-Policy": "no-referrer"},
+    )
+    set_session_cookie(response, request, new.cookie, settings)
+    return response
+
+
+# ---- the list ------------------------------------------------------------------------------------
+
+
+@router.get("/")
+async def home(
+    request: Request,
+    settings: SettingsDep,
+    store: StoreDep,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    next_path: Annotated[str, Query(alias="next", max_length=2000)] = "/",
+) -> HTMLResponse:
+    session = await current_session(request)
+    if session is None:
+        return sign_in_page(request, safe_next(next_path))
+    result = await anyio.to_thread.run_sync(
+        lambda: store.page(owner=session.owner, statuses=None, limit=PAGE_SIZE, offset=offset)
+    )
+    rows = [{"summary": sweep_json(r, settings), "answer": answer_of(r.report)} for r in result.items]
+    context = {
+        "nav": "sweeps",
+        "rows": rows,
+        "total": result.total,
+        "offset": offset,
+        "limit": PAGE_SIZE,
+        "live": [row["summary"].model_dump(mode="json") for row in rows],
+    }
+    return page(request, "sweeps.html", context)
+
+
+# ---- one sweep -----------------------------------------------------------------------------------
+
+
+def with_service_bar(dashboard: str, bar: str) -> str:
+    """The dashboard page (dashboards/page.py, a whole document) with this site's styles and bar on top."""
+    link = f'<link rel="stylesheet" href="{static_url("app.css")}">'
+    dashboard = dashboard.replace("</head>", link + "</head>", 1) if "</head>" in dashboard else link + dashboard
+    return dashboard.replace("<body>", "<body>" + bar, 1) if "<body>" in dashboard else bar + dashboard
+
+
+async def dashboard(request: Request, sweep_id: str, owner: str, settings: Settings, store: Store) -> Response:
+    """GET /sweeps/{id}/dashboard. Finished: the figures page. Not yet: for a browser, the sweep's live
+    page (it loads again by itself when the sweep ends); for an API client the 409 of the API."""
+    browser = wants_page(request)
+    try:
+        row = await manager.get_row(store, sweep_id, owner)
+    except ApiError as exc:
+        if not browser:
+            raise
+        return error_page(request, exc)
+    summary = sweep_json(row, settings)
+    note = None
+    if (row.final and row.report is not None) or not browser:
+        try:
+            html = await manager.dashboard(store, settings, sweep_id, owner, plotlyjs_src=PLOTLYJS_URL)
+        except ApiError as exc:
+            if not browser:
+                raise
+            note = exc.message
+        else:
+            session = getattr(request.state, "web_session", None)
+            bar = TEMPLATES.get_template("service_bar.html").render(s=summary, owner=session.owner if session else None)
+            return HTMLResponse(with_service_bar(html, bar), headers=DASHBOARD_HEADERS)
+    context = {"s": summary, "note": note, "live": [summary.model_dump(mode="json")]}
+    return page(request, "live.html", context)
+
+
+# ---- submit --------------------------------------------------------------------------------------
+
+
+def _line_of(root: Any, field: str) -> int | None:
+    """The 1-based line of a dotted field path ("optimizers.1.name") in a composed YAML document: the
+    deepest part of the path that the document has (a missing key: its mapping's line)."""
+    node, line = root, None
+    for part in field.split(".") if field else []:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+            key = next((k for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+            if match is None or key is None:
+                break
+            node, line = match, key.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+            line = node.start_mark.line + 1
+        else:
+            break
+    if line is None and root is not None:
+        line = root.start_mark.line + 1
+    return line
+
+
+def annotate(text: str, details: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each problem with its line in `text`, and the text's lines with the problems of each."""
+    problems = [dict(d) for d in details]
+    # only a document that parsed has field paths to find (a parse error names its line in its message);
+    # it parsed through sweeps.documents' bounded loader already, so composing it again is cheap and safe
+    root = None
+    if not any(p.get("field") == "body" for p in problems):
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError:
+            root = None
+    for p in problems:
+        p["line"] = _line_of(root, str(p.get("field") or "")) if root is not None else None
+    lines = [{"text": t, "problems": []} for t in text.splitlines()]
+    for p in problems:
+        if p["line"] is not None and 0 < p["line"] <= len(lines):
+            lines[p["line"] - 1]["problems"].append(p)
+    return problems, lines
+
+
+def submit_page(
+    request: Request,
+    text: str,
+    *,
+    message: str | None = None,
+    problems: list[dict[str, Any]] | None = None,
+    lines: list[dict[str, Any]] | None = None,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+    key: str | None = None,
+) -> HTMLResponse:
+    context = {
+        "nav": "submit",
+        "text": text,
+        "message": message,
+        "problems": problems,
+        "annotated": lines if problems else None,
+        "failed": status_code >= 400,
+        # one per page shown: a form sent twice (a double click, a reload) makes one sweep
+        "idempotency_key": key or secrets.token_urlsafe(16),
+    }
+    return page(request, "submit.html", context, status_code=status_code, headers=headers)
+
+
+@router.get("/submit")
+async def new_sweep_page(request: Request, owner: Owner) -> HTMLResponse:
+    return submit_page(request, EXAMPLE_SPEC.read_text(encoding="utf-8"))
+
+
+@router.post("/submit")
+async def submit_form(
+    request: Request,
+    owner: Owner,  # a cookie's request passes only with the session's csrf_token field
+    settings: SettingsDep,
+    store: StoreDep,
+    supervisor: SupervisorDep,
+    limits: LimitsDep,
+    spec: Annotated[str, Form()] = "",
+    file: Annotated[UploadFile | None, File()] = None,
+    action: Annotated[Literal["check", "submit"], Form()] = "check",
+    idempotency_key: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    text = spec
+    if file is not None and file.filename:
+        raw = await file.read()  # bounded: the whole request is (service/middleware.py::BodyLimit)
+        try:
+            text = raw.decode("utf-8") if raw else spec
+        except UnicodeDecodeError:
+            return submit_page(request, spec, message=f"{excerpt(file.filename)} is not UTF-8 text", status_code=422)
+    body = text.encode("utf-8")
+    try:
+        if action == "check":
+            limits.take_dry_run(owner)
+            result = await manager.dry_run(body, "application/yaml", settings)
+            message = (
+                f"Valid: {result.cells} cells, {result.total_trials} trials, each training on "
+                f"{result.trained_tokens:,} tokens. Submit it to start."
+            )
+            return submit_page(request, text, message=message, key=idempotency_key or None)
+        created = await manager.submit(
+            body=body,
+            content_type="application/yaml",
+            owner=owner,
+            idempotency_key=idempotency_key or None,
+            settings=settings,
+            store=store,
+            supervisor=supervisor,
+        )
+    except ApiError as exc:
+        problems, lines = annotate(text, exc.details)
+        retry = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "retry-after"}
+        return submit_page(
+            request,
+            text,
+            message=exc.message,
+            problems=problems,
+            lines=lines,
+            status_code=exc.status_code,
+            headers=retry,
+            key=idempotency_key or None,
+        )
+    return RedirectResponse(f"/sweeps/{created.row.id}/dashboard", status.HTTP_303_SEE_OTHER)
+
+
+__all__ = ["PLOTLYJS_URL", "dashboard", "router", "static_url"]

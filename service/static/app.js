@@ -1,0 +1,126 @@
+// The service's pages: live progress from GET /sweeps/{id}/events (server-sent events, same origin,
+// so the session cookie goes along), the cancel button, file upload into the spec editor.
+// Served from /static/ (no inline scripts: the pages' Content-Security-Policy allows only this origin).
+"use strict";
+
+const csrf = () => document.querySelector('meta[name="csrf-token"]')?.content;
+
+const FINAL = new Set(["succeeded", "failed", "cancelled"]);
+
+const fmt = {
+  lr: (x) => (x == null ? "–" : Number(x).toExponential(1)),
+  loss: (x) => (x == null ? "–" : Number(x).toFixed(4)),
+};
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+function bar(done, total) {
+  const frac = total ? Math.min(1, done / total) : 0;
+  const b = el("span", { class: "bar" + (total && done >= total ? " done" : ""), title: `${done}/${total ?? "?"}` });
+  const fill = el("i");
+  fill.style.width = `${Math.round(frac * 100)}%`;
+  b.append(fill);
+  return b;
+}
+
+// One sweep's progress (the JSON of GET /sweeps/{id} and of its events) into its [data-progress] block.
+function renderProgress(sweep) {
+  for (const block of document.querySelectorAll(`[data-progress="${CSS.escape(sweep.id)}"]`)) {
+    const p = sweep.progress;
+    block.querySelector("[data-trials]").textContent = `${p.trials_done}/${p.trials_total} trials`;
+    block.querySelector("[data-cells]").textContent = `${p.cells_done}/${p.cells_total} cells`;
+    const head = el("tr", {}, ...["cell", "search", "", "seeds", "", "best lr", "search best", "confirmed mean", "running"].map((h) => el("th", {}, h)));
+    const rows = p.cells.map((c) =>
+      el("tr", { "data-cell": c.cell },
+        el("td", {}, `${c.optimizer ?? c.cell} B=${c.batch_size ?? "?"}`),
+        el("td", {}, bar(c.search_done, c.search_total)), el("td", {}, `${c.search_done}/${c.search_total ?? "?"}`),
+        el("td", {}, bar(c.seeds_done, c.seeds_total)), el("td", {}, `${c.seeds_done}/${c.seeds_total ?? "?"}`),
+        el("td", {}, fmt.lr(c.best_lr)), el("td", {}, fmt.loss(c.search_best_val_loss)),
+        el("td", {}, fmt.loss(c.confirmed_val_loss_mean)), el("td", {}, c.finished ? "done" : String(c.running))));
+    block.querySelector("[data-cells-table]").replaceChildren(el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)));
+  }
+  for (const holder of document.querySelectorAll(`[data-sweep="${CSS.escape(sweep.id)}"]`)) {
+    holder.dataset.status = sweep.status;
+    const st = holder.querySelector("[data-status-text]");
+    if (st) { st.textContent = sweep.status; st.className = `status ${sweep.status}`; }
+  }
+  const cancel = document.querySelector(`[data-cancel="${CSS.escape(sweep.id)}"]`);
+  if (cancel && FINAL.has(sweep.status)) {
+    cancel.remove(); // nothing left to cancel
+    document.getElementById("cancel-note").textContent = "";
+  }
+}
+
+// Follow every sweep on the page that is not final; when one ends, load the page again (the list
+// then shows its answer, the dashboard its figures).
+function follow(sweeps) {
+  for (const s of sweeps) {
+    renderProgress(s);
+    if (FINAL.has(s.status)) continue;
+    const source = new EventSource(`/sweeps/${encodeURIComponent(s.id)}/events`);
+    source.addEventListener("progress", (ev) => renderProgress(JSON.parse(ev.data)));
+    source.addEventListener("end", (ev) => {
+      source.close();
+      renderProgress(JSON.parse(ev.data));
+      setTimeout(() => location.reload(), 300);
+    });
+  }
+}
+
+// The list: a sweep submitted elsewhere (the CLI, another tab) shows up without a reload by hand.
+function watchForNewSweeps() {
+  const table = document.getElementById("sweeps");
+  const newest = table ? table.dataset.newest : "";
+  if (table && newest === "") return; // an older page of the list
+  setInterval(async () => {
+    const resp = await fetch("/sweeps?limit=1", { headers: { Accept: "application/json" } });
+    if (!resp.ok) return;
+    const first = (await resp.json()).items[0];
+    if (first && first.id !== newest) location.reload();
+  }, 5000);
+}
+
+function cancelButton() {
+  const button = document.getElementById("cancel");
+  if (!button) return;
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    button.textContent = "Cancelling…";
+    const resp = await fetch(`/sweeps/${encodeURIComponent(button.dataset.cancel)}/cancel`, {
+      method: "POST", headers: { "X-CSRF-Token": csrf(), Accept: "application/json" },
+    });
+    const note = document.getElementById("cancel-note");
+    if (resp.ok) {
+      note.textContent = "cancel requested: stopping its trials";
+    } else {
+      const body = await resp.json().catch(() => null);
+      note.textContent = body?.error?.message ?? `cancel refused (${resp.status})`;
+      button.disabled = resp.status === 409; // already finished: nothing left to cancel
+      if (resp.status !== 409) button.textContent = "Cancel sweep";
+    }
+  });
+}
+
+function uploadIntoEditor() {
+  const file = document.getElementById("file");
+  const spec = document.getElementById("spec");
+  if (!file || !spec) return;
+  file.addEventListener("change", async () => {
+    if (!file.files.length) return;
+    spec.value = await file.files[0].text();
+    file.value = ""; // the editor holds it now: what is sent is what is shown, edits included
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const data = document.getElementById("sweeps-data");
+  if (data) follow(JSON.parse(data.textContent));
+  if (document.getElementById("sweeps") || document.getElementById("empty")) watchForNewSweeps();
+  cancelButton();
+  uploadIntoEditor();
+});
