@@ -2,9 +2,11 @@
 
   sweeps run SPEC.yaml [--id ID] [--report report.json]   run (or resume) a sweep on Ray, print the answer
   sweeps show report.json                                 print a report's answer as tables
+  sweeps price SPEC.yaml [--gpu H100] [--mfu 0.4]         what a sweep costs (trials, tokens, FLOPs, GPU-hours), offline
 
 Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
-  sweeps submit SPEC.yaml [--watch] [--dry-run]           submit; --watch follows the progress and prints the answer
+  sweeps submit SPEC.yaml [--watch] [--dry-run]           submit; --watch follows the progress and prints the answer;
+                                                          --dry-run validates and prints the cost (--gpu, --mfu)
   sweeps list [--status running]                          your sweeps, newest first
   sweeps status ID | cancel ID | report ID                one sweep
   sweeps serve [--host 127.0.0.1] [--port 8000]           start the service (and, with no RAY_ADDRESS, its Ray head)
@@ -118,6 +120,80 @@ def show(report_path: Path = typer.Argument(..., help="a report JSON written by 
         err.print(f"[red]cannot read report {report_path}:[/] {exc}")
         raise typer.Exit(2) from None
     _print_report(report)
+
+
+_GPU = typer.Option(None, "--gpu", help="GPU to price on (default H100; see worker/hardware.py for the table)")
+_MFU = typer.Option(None, "--mfu", help="model FLOPs utilisation to assume, in (0, 1] (default 0.4)")
+_PEAK = typer.Option(None, "--peak-tflops", help="the GPU's dense bf16 peak in TFLOP/s (overrides the table)")
+
+
+@app.command()
+def price(
+    spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
+    gpu: Optional[str] = _GPU,
+    mfu: Optional[float] = _MFU,
+    peak_tflops: Optional[float] = _PEAK,
+    as_json: bool = typer.Option(False, "--json", help="print the cost as JSON"),
+) -> None:
+    """What a sweep costs before it runs (no service needed): the dry run's cost, computed here."""
+    from pydantic import ValidationError
+
+    from sweeps.cost import PriceConfig
+    from sweeps.cost import price as price_of
+
+    spec = _load_spec(spec_path)
+    given = {k: v for k, v in {"gpu": gpu, "mfu": mfu, "peak_tflops": peak_tflops}.items() if v is not None}
+    try:
+        config = PriceConfig(**given)
+    except ValidationError as exc:
+        for e in exc.errors():
+            err.print(f"[red]--{str(e['loc'][0]).replace('_', '-')}:[/] {e['msg'].removeprefix('Value error, ')}")
+        raise typer.Exit(2) from None
+    cost = price_of(spec, config).model_dump(mode="json")
+    if as_json:
+        console.print_json(data=cost)
+    else:
+        _print_cost(spec.name, cost)
+
+
+def _si(n: float) -> str:
+    """7.77e12 -> '7.77T' (tokens, parameters): K, M, B, T."""
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:g}"
+
+
+def _span(r: dict[str, float], fmt: Any) -> str:
+    """A cost range as text: one value, or min - max (adaptive seeds)."""
+    return fmt(r["max"]) if r["min"] == r["max"] else f"{fmt(r['min'])} - {fmt(r['max'])}"
+
+
+def _print_cost(name: str, c: dict[str, Any]) -> None:
+    """The dry run's `cost` (sweeps.cost.SweepCost as JSON) as a table."""
+    hours = _span(c["gpu_hours"], lambda h: f"{h:,.0f}" if h >= 10 else f"{h:.3g}")
+    table = Table(title=f"{name}: cost before it runs", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    peak = f"{c['peak_flops'] / 1e12:g} TFLOP/s dense bf16 ({'given' if c['peak_from'] == 'peak_tflops' else 'table'})"
+    table.add_row("GPU", f"{c['gpu']}: {peak}, at MFU {c['mfu']:g}")
+    table.add_row(
+        "model",
+        f"{_si(c['parameters'])} parameters ({_si(c['flop_parameters'])} in 6N); "
+        f"{c['training_flops_per_token'] / 1e9:.3g} GFLOP per trained token (6N + 12 L T d)",
+    )
+    table.add_row("trials", f"{_span(c['trials'], str)} ({c['search_trials']} of them lr search)")
+    table.add_row("tokens per trial", _si(c["tokens_per_trial"]))
+    pruned = f"; pruning can cut up to {_si(c['prunable_training_tokens'])} of it" if c["pruning"] else ""
+    table.add_row("training tokens", f"{_span(c['training_tokens'], _si)}{pruned}")
+    table.add_row(
+        "evaluation tokens", f"{_span(c['evaluation_tokens'], _si)} ({_span(c['evaluations'], str)} evaluations)"
+    )
+    table.add_row("model FLOPs", _span(c["total_flops"], lambda f: f"{f:.3g}"))
+    table.add_row("GPU-hours", f"[bold]{hours}[/]" + (" (upper bound)" if c["pruning"] else ""))
+    console.print(table)
+    for note in c.get("notes", []):
+        console.print(f"  [dim]{note}[/]")
 
 
 @app.command()
@@ -250,7 +326,12 @@ def _progress_line(s: dict[str, Any]) -> str:
 def submit(
     spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
     watch: bool = typer.Option(False, "--watch", help="follow the progress, then print the answer"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="validate only: nothing is stored or started"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="validate only and print the cost: nothing is stored or started"
+    ),
+    gpu: Optional[str] = _GPU,
+    mfu: Optional[float] = _MFU,
+    peak_tflops: Optional[float] = _PEAK,
     idempotency_key: Optional[str] = typer.Option(
         None, "--idempotency-key", help="a retry with the same key returns the same sweep"
     ),
@@ -258,6 +339,10 @@ def submit(
     token: Optional[str] = _TOKEN,
 ) -> None:
     """Submit a sweep to the service; prints its id (with --watch: its progress and answer)."""
+    pricing = {k: v for k, v in {"gpu": gpu, "mfu": mfu, "peak_tflops": peak_tflops}.items() if v is not None}
+    if pricing and not dry_run:
+        err.print("[red]--gpu, --mfu and --peak-tflops price a --dry-run;[/] add --dry-run")
+        raise typer.Exit(2)
     try:
         body = spec_path.read_bytes()
     except OSError as exc:
@@ -266,11 +351,12 @@ def submit(
     kind = "application/json" if spec_path.suffix.lower() == ".json" else "application/yaml"
     headers = {"Content-Type": kind} | ({"Idempotency-Key": idempotency_key} if idempotency_key else {})
     with _client(url, token) as client:
-        params = {"dry_run": "true"} if dry_run else None
+        params = {"dry_run": "true", **pricing} if dry_run else None
         resp = _call(client, "POST", "/sweeps", content=body, headers=headers, params=params)
         out = resp.json()
         if dry_run:
             console.print(f"valid: [bold]{out['spec']['name']}[/], {out['cells']} cells, {out['total_trials']} trials")
+            _print_cost(out["spec"]["name"], out["cost"])
             return
         if not watch:
             console.print(out["id"])  # bare, for scripts: ID=$(sweeps submit spec.yaml)

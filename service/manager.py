@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 import anyio.to_thread
+from pydantic import ValidationError
 
 from service.errors import ApiError, not_found
 from service.policy import parse_body, validate_spec
@@ -20,7 +21,8 @@ from service.settings import Settings
 from service.store import Created, IdempotencyConflict, Store, SweepRow, TooManyActive
 from service.supervisor import Supervisor
 from service.views import ViewCache
-from sweeps.spec import SweepSpec
+from sweeps.cost import PriceConfig, SweepCost, price
+from sweeps.spec import SweepSpec, json_value
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +36,52 @@ def _validated(body: bytes, content_type: str | None, settings: Settings) -> Swe
     return validate_spec(parse_body(body, content_type), settings)
 
 
-async def dry_run(body: bytes, content_type: str | None, settings: Settings) -> DryRunResult:
-    spec = await anyio.to_thread.run_sync(_validated, body, content_type, settings)
+def price_config(dry_run: bool, **given: Any) -> PriceConfig:
+    """The dry run's pricing from its query parameters (None: not given, the default); 422 naming the
+    bad parameter and value, or any of them on a submit that is not a dry run."""
+    asked = sorted(k for k, v in given.items() if v is not None)
+    if asked and not dry_run:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"{', '.join(asked)} price a dry run; add dry_run=true",
+            [
+                {"field": f"query.{k}", "message": "only with dry_run=true", "value": json_value(given[k])}
+                for k in asked
+            ],
+        )
+    try:
+        return PriceConfig(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        details = [
+            {
+                "field": f"query.{'.'.join(str(p) for p in e['loc'])}",
+                "message": e["msg"].removeprefix("Value error, "),
+                "value": json_value(e.get("input")),
+            }
+            for e in exc.errors()
+        ]
+        fields = ", ".join(d["field"] for d in details)
+        raise ApiError(422, "invalid_request", f"invalid request: {fields}", details) from None
+
+
+def _validated_and_priced(
+    body: bytes, content_type: str | None, settings: Settings, pricing: PriceConfig
+) -> tuple[SweepSpec, SweepCost]:
+    spec = _validated(body, content_type, settings)
+    return spec, price(spec, pricing)
+
+
+async def dry_run(
+    body: bytes, content_type: str | None, settings: Settings, pricing: PriceConfig | None = None
+) -> DryRunResult:
+    # validation and pricing are CPU work (bounded by the cells): a thread keeps the loop free
+    spec, cost = await anyio.to_thread.run_sync(
+        _validated_and_priced, body, content_type, settings, pricing or PriceConfig()
+    )
     return DryRunResult(
         spec=spec.model_dump(mode="json"), total_trials=spec.total_trials, cells=len(spec.cells()),
-        trained_tokens=spec.trained_tokens,
+        trained_tokens=spec.trained_tokens, cost=cost,
     )  # fmt: skip
 
 
@@ -152,8 +195,11 @@ async def report(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
     return row.report
 
 
-async def dashboard(store: Store, settings: Settings, sweep_id: str, owner: str) -> str:
-    """The sweep's dashboard page (dashboards.dashboard_page), rendered off the event loop."""
+async def dashboard(
+    store: Store, settings: Settings, sweep_id: str, owner: str, *, plotlyjs_src: str | None = None
+) -> str:
+    """The sweep's dashboard page (dashboards.dashboard_page), rendered off the event loop; with
+    `plotlyjs_src` it loads plotly.js from there (the service's /static/ copy) instead of inline."""
     from starlette.concurrency import run_in_threadpool
 
     from dashboards import SweepDataError, dashboard_page
@@ -162,6 +208,8 @@ async def dashboard(store: Store, settings: Settings, sweep_id: str, owner: str)
     if not row.final or row.report is None:
         raise ApiError(409, "not_finished", f"sweep {sweep_id!r} is {row.status}; its dashboard comes with its report")
     try:
-        return await run_in_threadpool(dashboard_page, settings.tracking_uri, sweep_id)
+        return await run_in_threadpool(
+            partial(dashboard_page, plotlyjs_src=plotlyjs_src), settings.tracking_uri, sweep_id
+        )
     except SweepDataError as exc:
         raise ApiError(409, "no_dashboard", f"sweep {sweep_id!r} has no recorded figures yet: {exc}") from exc

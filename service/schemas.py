@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.store import SweepRow
+from sweeps.cost import SweepCost
 from sweeps.plan import cell_key
 from sweeps.spec import total_trials
 from sweeps.status import SweepStatus
@@ -158,6 +159,10 @@ class DryRunResult(_Out):
     cells: int
     trained_tokens: int = Field(
         description="tokens every trial trains on: token_budget rounded down once to a multiple of lcm(batch_sizes) x seq_len"
+    )
+    cost: SweepCost = Field(
+        description="what the sweep will cost: trials, tokens, model FLOPs and GPU-hours on the GPU and MFU asked "
+        "for (?gpu=, ?mfu=, ?peak_tflops=; default an H100 at 0.4); see sweeps/cost.py"
     )
 
 

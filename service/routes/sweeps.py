@@ -13,6 +13,7 @@ from service import manager
 from service.auth import Owner
 from service.deps import LimitsDep, ReaderDep, SettingsDep, StoreDep, SupervisorDep
 from service.events import StreamSlot, sweep_events
+from service.routes import pages
 from service.schemas import (
     DryRunResult,
     ErrorResponse,
@@ -60,17 +61,25 @@ async def submit_sweep(
     dry_run: Annotated[
         bool, Query(description="validate only: store and start nothing (rate-limited per owner)")
     ] = False,
+    gpu: Annotated[
+        str | None, Query(description="dry run: the GPU to price on (default H100; worker/hardware.py's table)")
+    ] = None,
+    mfu: Annotated[float | None, Query(description="dry run: the model FLOPs utilisation to assume, (0, 1]")] = None,
+    peak_tflops: Annotated[
+        float | None, Query(description="dry run: the GPU's dense bf16 peak in TFLOP/s (overrides the table)")
+    ] = None,
     idempotency_key: Annotated[
         str | None, Header(max_length=200, description="a retried submit with the same key returns the same sweep")
     ] = None,
 ) -> SweepCreated | DryRunResult:
+    pricing = manager.price_config(dry_run, gpu=gpu, mfu=mfu, peak_tflops=peak_tflops)  # 422 names a bad one
     if dry_run:
         limits.take_dry_run(owner)  # before the body is read: a refused dry run costs nothing
     body = await request.body()
     content_type = request.headers.get("content-type")
     if dry_run:
         response.status_code = status.HTTP_200_OK
-        return await manager.dry_run(body, content_type, settings)
+        return await manager.dry_run(body, content_type, settings, pricing)
     created = await manager.submit(
         body=body,
         content_type=content_type,
@@ -119,10 +128,13 @@ async def get_report(sweep_id: str, owner: Owner, store: StoreDep) -> JSONRespon
     response_class=HTMLResponse,
     responses={200: {"content": {"text/html": {}}, "description": "the answer and the figures"}}
     | error_responses(401, 404, 409),
-    summary="One HTML page: the answer at the top, the batch-scaling figures below",
+    summary="One HTML page: the answer at the top, the batch-scaling figures below; 409 until finished "
+    "(a browser, asking for text/html, gets the sweep's live page instead)",
 )
-async def get_dashboard(sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep) -> HTMLResponse:
-    return HTMLResponse(await manager.dashboard(store, settings, sweep_id, owner))
+async def get_dashboard(
+    request: Request, sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep
+) -> Response:
+    return await pages.dashboard(request, sweep_id, owner, settings, store)
 
 
 @router.post(

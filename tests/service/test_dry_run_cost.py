@@ -1,0 +1,165 @@
+"""The dry run's price, over HTTP (in-process app, drivers faked, no Ray) and through the CLI:
+`POST /sweeps?dry_run=true[&gpu=&mfu=&peak_tflops=]` answers a `cost`, a bad pricing parameter is a
+422 naming it and its value, and `sweeps submit --dry-run` / `sweeps price` print the same figures."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from svc_helpers import ALICE, FakeLauncher, ThreadServer, auth, tiny_spec
+from typer.testing import CliRunner
+
+from cli.main import app
+from service.app import create_app
+from service.settings import Settings
+from sweeps.cost import PriceConfig, price
+from sweeps.spec import SweepSpec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "sweeps" / "examples"
+
+
+def assert_error(resp: Any, status: int, code: str) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"} and body["error"]["code"] == code
+    return body["error"]  # type: ignore[no-any-return]
+
+
+def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLauncher) -> None:
+    resp = client.post("/sweeps?dry_run=true", json=tiny_spec(), headers=auth())
+    assert resp.status_code == 200, resp.text
+    cost = resp.json()["cost"]
+    # tiny_spec: gpt2-nano (L=2, d=64), seq_len 32, vocab 4096, batch sizes [4, 8], 2 search + 1 seed
+    assert cost["trials"] == {"min": 6, "max": 6}
+    assert cost["tokens_per_trial"] == 23 * 256 == 5888  # 6000 rounded down to lcm(4, 8) x 32
+    n = 2 * (12 * 64**2 + 13 * 64) + 4096 * 64 + 2 * 64  # without the position embeddings
+    assert cost["flop_parameters"] == n == 362_240 and cost["parameters"] == n + 32 * 64
+    fpt = 6 * n + 12 * 2 * 32 * 64
+    assert cost["training_flops_per_token"] == fpt == 2_222_592
+    # evaluations every 588 tokens (a tenth of the budget): batch 4 every 5 of 46 steps = 10, batch 8
+    # every 2 of 23 = 12; 3 trials each; each scores 32,768 tokens (eval_tokens' default)
+    assert cost["evaluations"] == {"min": 66, "max": 66}
+    total = 6 * 5888 * fpt + 66 * 32768 * (2 * n + 4 * 2 * 32 * 64)
+    assert cost["total_flops"] == {"min": total, "max": total}
+    assert cost["gpu"] == "H100-SXM" and cost["mfu"] == 0.4
+    assert cost["gpu_hours"]["max"] == pytest.approx(total / (0.4 * 989e12) / 3600, rel=1e-12)
+    assert launcher.started == [] and client.get("/sweeps", headers=auth()).json()["total"] == 0
+
+
+def test_the_gpu_mfu_and_peak_are_query_parameters(client: TestClient) -> None:
+    def hours(**params: Any) -> dict[str, Any]:
+        resp = client.post("/sweeps", params={"dry_run": "true", **params}, json=tiny_spec(), headers=auth())
+        assert resp.status_code == 200, resp.text
+        return resp.json()["cost"]  # type: ignore[no-any-return]
+
+    h100, a100 = hours(), hours(gpu="a100", mfu=0.5)
+    assert (a100["gpu"], a100["peak_flops"], a100["mfu"]) == ("A100", 312e12, 0.5)
+    assert a100["gpu_hours"]["max"] == pytest.approx(h100["gpu_hours"]["max"] * (0.4 * 989) / (0.5 * 312))
+    custom = hours(gpu="A10G", peak_tflops=70)
+    assert (custom["gpu"], custom["peak_flops"], custom["peak_from"]) == ("A10G", 70e12, "peak_tflops")
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "words"),
+    [
+        ({"gpu": "B9000"}, "query.gpu", ["unknown GPU 'B9000'", "known GPUs: H100-SXM", "A100"]),
+        ({"mfu": "1.5"}, "query.mfu", ["mfu must be in (0, 1]", "mfu=1.5"]),
+        ({"mfu": "0"}, "query.mfu", ["mfu=0"]),
+        ({"mfu": "nan"}, "query.mfu", ["finite"]),
+        ({"mfu": "fast"}, "query.mfu", ["number"]),
+        ({"peak_tflops": "-5"}, "query.peak_tflops", ["peak_tflops=-5"]),
+        ({"gpu": "x" * 65}, "query.gpu", ["at most 64"]),
+    ],
+)
+def test_a_bad_pricing_parameter_is_a_422_naming_it(
+    client: TestClient, params: dict[str, str], field: str, words: list[str]
+) -> None:
+    resp = client.post("/sweeps", params={"dry_run": "true", **params}, json=tiny_spec(), headers=auth())
+    err = assert_error(resp, 422, "invalid_request")
+    assert [d["field"] for d in err["details"]] == [field]
+    text = err["details"][0]["message"]
+    for w in words:
+        assert w in text, text
+    assert field in err["message"]
+
+
+def test_pricing_a_real_submit_is_refused(client: TestClient, launcher: FakeLauncher) -> None:
+    resp = client.post("/sweeps", params={"gpu": "A100"}, json=tiny_spec(), headers=auth())
+    err = assert_error(resp, 422, "invalid_request")
+    assert "dry_run=true" in err["message"] and err["details"][0]["field"] == "query.gpu"
+    assert launcher.started == [] and client.get("/sweeps", headers=auth()).json()["total"] == 0
+
+
+def test_the_papers_protocol_prices_in_thousands_of_gpu_hours(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher
+) -> None:
+    """What a team sees before it pays: the medium protocol on a service configured to accept it."""
+    settings = make_settings(max_token_budget=50 * 10**9, hf_datasets=["Skylion007/openwebtext"])
+    body = (EXAMPLES / "merit_gpt2.yaml").read_bytes()
+    with TestClient(create_app(settings, launcher=launcher)) as client:
+        resp = client.post(
+            "/sweeps?dry_run=true&gpu=H100", content=body, headers=auth() | {"Content-Type": "application/yaml"}
+        )
+        assert resp.status_code == 200, resp.text
+        cost = resp.json()["cost"]
+        # the same function as offline (sweeps price), on the same spec
+        offline = price(SweepSpec.load(EXAMPLES / "merit_gpt2.yaml"), PriceConfig(gpu="H100"))
+        assert cost == offline.model_dump(mode="json")
+        assert 1_000 <= cost["gpu_hours"]["max"] < 100_000
+        # the default limits refuse it, naming the budget
+        with TestClient(create_app(make_settings(hf_datasets=["Skylion007/openwebtext"]), launcher=launcher)) as small:
+            refused = small.post(
+                "/sweeps?dry_run=true", content=body, headers=auth() | {"Content-Type": "application/yaml"}
+            )
+            err = assert_error(refused, 422, "invalid_spec")
+            assert [d["field"] for d in err["details"]] == ["token_budget"]
+
+
+# ---- the CLI ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(fake_server: ThreadServer, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    monkeypatch.setenv("SWEEPS_URL", fake_server.url)
+    monkeypatch.setenv("SWEEPS_TOKEN", ALICE)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args), catch_exceptions=False, env={"COLUMNS": "200"})
+
+
+def test_submit_dry_run_prints_the_cost(cli: Callable[..., Any], tmp_path: Path, fake_server: ThreadServer) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_spec()))
+    out = cli("submit", "--dry-run", "--gpu", "A100", "--mfu", "0.5", str(path))
+    assert out.exit_code == 0, out.output
+    expected = price(SweepSpec.load(path), PriceConfig(gpu="A100", mfu=0.5))
+    assert "6 trials" in out.output and "A100: 312 TFLOP/s" in out.output and "MFU 0.5" in out.output
+    assert f"{expected.gpu_hours.max:.3g}" in out.output and "GPU-hours" in out.output
+    assert "5.89K" in out.output  # tokens per trial
+    assert fake_server.launcher.started == []
+
+    refused = cli("submit", "--dry-run", "--mfu", "3", str(path))
+    assert refused.exit_code == 2 and "422" in refused.output and "query.mfu" in refused.output
+    priced_submit = cli("submit", "--gpu", "A100", str(path))
+    assert priced_submit.exit_code == 2 and "--dry-run" in priced_submit.output
+
+
+def test_price_works_offline_and_agrees_with_the_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWEEPS_URL", "http://127.0.0.1:9")  # nothing listens: price needs no service
+    runner = CliRunner()
+    path = EXAMPLES / "merit_gpt2.yaml"
+    expected = price(SweepSpec.load(path))
+    out = runner.invoke(app, ["price", str(path)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert f"{expected.gpu_hours.max:,.0f}" in out.output and "(upper bound)" in out.output
+    assert "162 (108 of them lr search)" in out.output and "47.9B" in out.output
+    as_json = runner.invoke(app, ["price", str(path), "--gpu", "h200", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.output) == price(SweepSpec.load(path), PriceConfig(gpu="H200")).model_dump(mode="json")
+    bad = runner.invoke(app, ["price", str(path), "--gpu", "B9000"])
+    assert bad.exit_code == 2 and "unknown GPU 'B9000'" in bad.output
