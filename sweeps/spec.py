@@ -28,7 +28,6 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,18 +51,20 @@ from worker.config import (
     MAX_MICRO_BATCH,
     MAX_THREADS_PER_WORKER,
     MAX_WORKERS,
+    Compile,
     DataConfig,
+    FieldErrors,
+    FieldProblem,
     ModelConfig,
     OptimizerConfig,
+    OptimizerFields,
+    Precision,
     TrainConfig,
     builtin_corpus_tokens,
     corpus_shortfall,
-    eps_message,
     excerpt,
-    extra_problems,
     split_batch,
 )
-from worker.names import OPTIMIZER_NAMES, OPTIMIZERS_WITHOUT_EPS
 
 __all__ = [
     "DEFAULT_MAX_TRIALS",
@@ -91,8 +92,9 @@ MAX_SEEDS = 32  # confirmation runs per cell
 
 
 def total_trials(n_optimizers: int, n_batch_sizes: int, trials_per_batch_size: int, seeds: int) -> int:
-    """Trials a sweep runs: every cell (optimizer x batch size) runs its lr search, then `seeds`
-    confirmation runs at the best lr. The one formula: the spec, the dry run and progress use it."""
+    """The most trials a sweep runs: every cell (optimizer x batch size) runs its lr search (up to
+    `trials_per_batch_size` trials: it may converge early), then `seeds` confirmation runs at the
+    best lr. The one formula: the spec's cap and the dry run use it."""
     return n_optimizers * n_batch_sizes * (trials_per_batch_size + seeds)
 
 
@@ -115,21 +117,9 @@ MAX_CONCURRENT_TRIALS = 256
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FieldProblem:
-    """One refusal: `field` is a dotted path relative to where the validator sits ("" for the spot itself)."""
-
-    field: str
-    message: str
-    value: Any = None
-
-
-class SpecError(ValueError):
-    """Raised inside validators; pydantic wraps it, `format_validation_error` unwraps its problems."""
-
-    def __init__(self, problems: list[FieldProblem] | FieldProblem):
-        self.problems = [problems] if isinstance(problems, FieldProblem) else list(problems)
-        super().__init__("; ".join(p.message for p in self.problems))
+# Raised inside validators; pydantic wraps it, `format_validation_error` unwraps its problems. One class
+# with worker.config's FieldErrors: the OptimizerFields validators OptimizerSpec inherits raise that.
+SpecError = FieldErrors
 
 
 def _problem(field: str, message: str, value: Any = None) -> SpecError:
@@ -146,51 +136,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class OptimizerSpec(_Strict):
-    """One optimizer of the sweep: `worker.config.OptimizerConfig` minus lr (the lr is searched)."""
+class OptimizerSpec(OptimizerFields):
+    """One optimizer of the sweep: `worker.config.OptimizerFields` (OptimizerConfig minus lr: the lr is
+    searched), its fields and rules."""
 
-    name: str
-    betas: tuple[float, float] | None = None  # None: the optimizer's own default
-    weight_decay: float = Field(default=0.0, ge=0.0)
-    eps: float | None = Field(default=None, gt=0.0)
-    extra: dict[str, Any] = Field(default_factory=dict)  # optimizer-specific keywords (e.g. sophia's rho)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if v not in OPTIMIZER_NAMES:
-            raise _problem("", f"unknown optimizer {excerpt(v)}; valid optimizers: {', '.join(OPTIMIZER_NAMES)}", v)
-        return v
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
-        if v is not None and not all(0.0 <= b < 1.0 for b in v):
-            raise _problem("", f"betas must lie in [0, 1), got betas={list(v)}", list(v))
-        return v
-
-    @model_validator(mode="after")
-    def _keywords(self) -> OptimizerSpec:
-        # the rules are OptimizerConfig's (worker.config); here they name the field they are about
-        problems = [
-            FieldProblem(f"extra.{key}", message, self.extra[key])
-            for key, message in extra_problems(self.name, self.extra)
-        ]
-        if self.eps is not None and self.name in OPTIMIZERS_WITHOUT_EPS:
-            problems.append(FieldProblem("eps", eps_message(self.name, self.eps), self.eps))
-        if problems:
-            raise SpecError(problems)
-        return self
+    name: str  # no default here: every entry of a spec names its optimizer
 
     def to_optimizer_config(self, lr: float) -> OptimizerConfig:
-        return OptimizerConfig(
-            name=self.name,
-            lr=lr,
-            weight_decay=self.weight_decay,
-            betas=self.betas,
-            eps=self.eps,
-            extra=dict(self.extra),
-        )
+        return OptimizerConfig(lr=lr, **self.model_dump())
 
 
 class AdaptiveSeeds(_Strict):
@@ -290,9 +243,21 @@ class SweepSpec(_Strict):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pruning: PruningSpec = Field(default_factory=PruningSpec)
     eval_every_tokens: int | None = Field(default=None, gt=0)  # None: token_budget / 10
+    # a trial's checkpoint (model, optimizer state, data position, step; RNG draws are keyed on the seed
+    # and step) in the trial storage every this many tokens, rounded to whole evaluations, so a trial whose
+    # worker or node is lost resumes there; only the last is kept, and none once the trial ends.
+    # None: at every evaluation; 0: none (a lost trial starts again from token 0)
+    checkpoint_every_tokens: int | None = Field(default=None, ge=0)
+    # and at most one per this many seconds of training: a checkpoint stops training while it is written
+    # (~0.3 s for gpt2-nano into S3 here, far more for GPT-2 medium), so trials shorter than this write
+    # none and long ones lose at most this much work to a lost node (benchmarks/cluster_overhead.py)
+    checkpoint_min_interval_s: float = Field(default=300.0, ge=0.0)
     # held-out tokens of every evaluation: a fixed set, the same whatever the micro-batch and workers
     eval_tokens: int = Field(default=32_768, gt=0, le=MAX_EVAL_TOKENS)
     grad_clip: float | None = Field(default=1.0, gt=0.0)  # None: no clipping
+    # every trial's: fp32 or bf16 (autocast); compile: torch.compile the model (worker.config)
+    precision: Precision = "fp32"
+    compile: Compile = False
 
     # ---- field checks ---------------------------------------------------------------------------
 
@@ -531,7 +496,7 @@ class SweepSpec(_Strict):
             raise ValueError(
                 f"batch_size={batch_size} is not in sweep {self.name!r}; its batch_sizes: {self.batch_sizes}"
             )
-        return TrainConfig(
+        cfg = TrainConfig(
             model=self.model,
             data=self.data,
             optimizer=self.optimizer(optimizer).to_optimizer_config(lr),
@@ -547,7 +512,23 @@ class SweepSpec(_Strict):
             eval_every_tokens=self.eval_every_tokens,
             eval_tokens=self.eval_tokens,
             seed=seed,
+            precision=self.precision,
+            compile=self.compile,
         )
+        return cfg.model_copy(
+            update={
+                "checkpoint_every_evals": self.checkpoint_evals(cfg),
+                "checkpoint_min_interval_s": self.checkpoint_min_interval_s,
+            }
+        )
+
+    def checkpoint_evals(self, cfg: TrainConfig) -> int:
+        """`checkpoint_every_tokens` as TrainConfig's evaluations between checkpoints (0: none)."""
+        if self.checkpoint_every_tokens is None:
+            return 1
+        if self.checkpoint_every_tokens == 0:
+            return 0
+        return max(1, round(self.checkpoint_every_tokens / (cfg.eval_interval_steps * cfg.tokens_per_step)))
 
     # ---- loading --------------------------------------------------------------------------------
 

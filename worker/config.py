@@ -7,18 +7,21 @@ ship it). Each part validates itself on entry and names the bad value in its err
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-
-from worker.names import (
-    BUILTIN_CORPUS_TOKENS,
-    EXTRA_RESERVED,
-    MODEL_PRESETS,
-    OPTIMIZER_EXTRA,
-    OPTIMIZER_NAMES,
-    OPTIMIZERS_WITHOUT_EPS,
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
 )
+
+from worker.names import BUILTIN_CORPUS_TOKENS, EXTRA_RESERVED, MODEL_PRESETS, OPTIMIZERS
 
 # ---- upper bounds -------------------------------------------------------------------------------
 # Every number that costs CPU or memory (in validation, in the service, on the cluster) is bounded, so
@@ -49,6 +52,17 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
     """repr(value), cut to `limit` characters: messages name a refused value but never echo a long one."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _positive(v: float, info: ValidationInfo) -> float:
+    if not v > 0:
+        raise ValueError(f"{info.field_name} must be > 0, got {info.field_name}={v}")
+    return v
+
+
+# `Annotated[float, Positive]`: > 0, refused with a message that names the field and the value
+# ("lr must be > 0, got lr=-1.0") where pydantic's gt=0 says "Input should be greater than 0"
+Positive = AfterValidator(_positive)
 
 
 class _Config(BaseModel):
@@ -142,21 +156,39 @@ class DataConfig(_Config):
         return v
 
 
-class OptimizerConfig(_Config):
-    """An optimizer from the registry (`worker.optim.OPTIMIZERS`) and its hyper-parameters."""
+@dataclass(frozen=True)
+class FieldProblem:
+    """One refusal: `field` is a dotted path relative to where the validator sits ("" for the spot itself)."""
+
+    field: str
+    message: str
+    value: Any = None
+
+
+class FieldErrors(ValueError):
+    """A validator's refusals, each naming its field. pydantic wraps it (the error's ctx["error"]);
+    sweeps.spec.format_validation_error gives each problem its own entry; str() joins the messages."""
+
+    def __init__(self, problems: list[FieldProblem] | FieldProblem):
+        self.problems = [problems] if isinstance(problems, FieldProblem) else list(problems)
+        super().__init__("; ".join(p.message for p in self.problems))
+
+
+class OptimizerFields(_Config):
+    """An optimizer from the registry (`worker.names.OPTIMIZERS`) and its hyper-parameters but the lr:
+    what `OptimizerConfig` (one run) and a sweep's `OptimizerSpec` (the lr is searched) share."""
 
     name: str = "adamw"
-    lr: float = Field(default=1e-3)  # peak lr, reached after warm-up
-    weight_decay: float = Field(default=0.0, ge=0.0)
     betas: tuple[float, float] | None = None  # None: the optimizer's own default
-    eps: float | None = Field(default=None, gt=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)  # on matrices only (worker.optim.param_groups)
+    eps: float | None = Field(default=None, gt=0.0)  # None: the optimizer's own default
     extra: dict[str, Any] = Field(default_factory=dict)  # optimizer-specific keywords (e.g. sophia's rho)
 
-    @field_validator("lr")
+    @field_validator("name")
     @classmethod
-    def _lr(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError(f"lr must be > 0, got lr={v}")
+    def _name(cls, v: str) -> str:
+        if v not in OPTIMIZERS:
+            raise ValueError(unknown_optimizer_message(v))
         return v
 
     @field_validator("betas")
@@ -167,60 +199,95 @@ class OptimizerConfig(_Config):
         return v
 
     @model_validator(mode="after")
-    def _known(self) -> OptimizerConfig:
-        if self.name not in OPTIMIZER_NAMES:
-            raise ValueError(f"unknown optimizer {excerpt(self.name)}; valid optimizers: {', '.join(OPTIMIZER_NAMES)}")
-        if self.eps is not None and self.name in OPTIMIZERS_WITHOUT_EPS:
-            raise ValueError(eps_message(self.name, self.eps))
-        problems = extra_problems(self.name, self.extra)
+    def _keywords(self) -> OptimizerFields:
+        problems = keyword_problems(self.name, self.eps, self.extra)
         if problems:
-            raise ValueError("; ".join(message for _, message in problems))
+            raise FieldErrors(problems)
         return self
 
 
-def eps_message(name: str, eps: float) -> str:
-    return f"optimizer {name!r} takes no eps, got eps={eps}; leave eps out"
+class OptimizerConfig(OptimizerFields):
+    """The optimizer of one run: `OptimizerFields` and the peak lr."""
+
+    lr: Annotated[float, Positive] = 1e-3  # peak lr, reached after warm-up
 
 
-def extra_problems(name: str, extra: dict[str, Any]) -> list[tuple[str, str]]:
-    """(key, message) for each entry of `extra` that optimizer `name` would refuse or misread: reserved
-    keys, keywords its constructor does not name (worker.names.OPTIMIZER_EXTRA; the pytorch-optimizer
-    classes swallow unknown keywords silently) and values that are not a finite scalar of the keyword's
-    kind. Checked at validation, so a typo fails the submit, not every trial of a sweep."""
-    allowed = OPTIMIZER_EXTRA.get(name, {})
-    valid = ", ".join(sorted(allowed)) or f"none ({name} takes no extra keywords)"
-    problems: list[tuple[str, str]] = []
+def unknown_optimizer_message(name: str) -> str:
+    return f"unknown optimizer {excerpt(name)}; valid optimizers: {', '.join(OPTIMIZERS)}"
+
+
+def keyword_problems(name: str, eps: float | None, extra: dict[str, Any]) -> list[FieldProblem]:
+    """What the constructor of the known optimizer `name` would refuse or misread: an eps where it takes
+    none, and each entry of `extra` that is reserved, not one of its keywords (`OPTIMIZERS[name].extra`) or
+    not a finite scalar of the keyword's kind. Checked at validation, so a typo fails the submit, not every
+    trial of a sweep."""
+    entry = OPTIMIZERS[name]
+    problems: list[FieldProblem] = []
+    if eps is not None and entry.default_eps is None:
+        problems.append(FieldProblem("eps", f"optimizer {name!r} takes no eps, got eps={eps}; leave eps out", eps))
+    valid = ", ".join(sorted(entry.extra)) or f"none ({name} takes no extra keywords)"
     for key, value in extra.items():
         if key in EXTRA_RESERVED:
-            problems.append(
-                (
-                    key,
-                    f"extra[{key!r}] is not allowed for {name!r}: it comes from the optimizer config "
-                    f"(lr, betas, eps, weight_decay), the parameter groups or tokens_per_step (bs)",
-                )
+            message = (
+                f"extra[{key!r}] is not allowed for {name!r}: it comes from the optimizer config "
+                f"(lr, betas, eps, weight_decay), the parameter groups or tokens_per_step (bs)"
             )
-        elif key not in allowed:
-            problems.append(
-                (key, f"unknown extra keyword {excerpt(key)} for optimizer {name!r}; valid keywords: {valid}")
-            )
-        elif not _is_kind(value, allowed[key]):
-            problems.append(
-                (key, f"extra[{key!r}] of {name!r} takes a {allowed[key]} (finite scalar), got {excerpt(value)}")
-            )
+        elif key not in entry.extra:
+            message = f"unknown extra keyword {excerpt(key)} for optimizer {name!r}; valid keywords: {valid}"
+        elif not _is_kind(value, entry.extra[key]):
+            message = f"extra[{key!r}] of {name!r} takes {_KIND_WORDS[entry.extra[key]]}, got {excerpt(value)}"
+        else:
+            continue
+        problems.append(FieldProblem(f"extra.{key}", message, value))
     return problems
 
 
+# how a message names each kind of worker.names.ExtraKind
+_KIND_WORDS = {
+    "bool": "a bool (true or false)",
+    "optional_bool": "a bool or null",
+    "int": "an int",
+    "float": "a number (an int or a finite float)",
+}
+
+
 def _is_kind(value: Any, kind: str) -> bool:
-    """Whether `value` is a scalar of `kind` (see worker.names.OPTIMIZER_EXTRA); bools are not numbers here."""
+    """Whether `value` is a scalar of `kind` (worker.names.ExtraKind); bools are not numbers here."""
     if kind == "bool":
         return isinstance(value, bool)
-    if kind == "bool?":
+    if kind == "optional_bool":
         return value is None or isinstance(value, bool)
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "float":
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    raise ValueError(f"unknown kind {kind!r} in worker.names.OPTIMIZER_EXTRA")
+    raise ValueError(f"unknown kind {kind!r} in worker.names.OPTIMIZERS")
+
+
+# fp32: float32 throughout; bf16: the forward passes under torch.autocast(bfloat16), losses in float32
+PrecisionName = Literal["fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
+
+
+def _precision(v: Any, info: ValidationInfo) -> Any:
+    if v not in PRECISIONS:
+        raise ValueError(f"{info.field_name} must be one of {', '.join(PRECISIONS)}, got {excerpt(v)}")
+    return v
+
+
+# a run's precision (TrainConfig and a sweep's spec): refused with a message naming the field and the value
+Precision = Annotated[PrecisionName, BeforeValidator(_precision)]
+
+
+def _strict_bool(v: Any, info: ValidationInfo) -> Any:
+    if not isinstance(v, bool):
+        raise ValueError(f"{info.field_name} must be true or false, got {excerpt(v)}")
+    return v
+
+
+# whether to torch.compile the model (inductor: Triton kernels on CUDA, C++ on CPU, which needs a C++
+# compiler); the first step pays the compilation. A bool only: "yes" or 1 are refused, not read as true
+Compile = Annotated[bool, BeforeValidator(_strict_bool)]
 
 
 class TrainConfig(_Config):
@@ -248,21 +315,18 @@ class TrainConfig(_Config):
     # val split (~30k tokens at vocab 4096); there the difference of two trials' val losses has a standard
     # error of ~0.004 nats (7e-4 of the loss; 0.006 at 16k tokens), and gpt2-nano scores it in ~0.8 s on
     # one CPU core.
-    eval_tokens: int = Field(default=32_768, le=MAX_EVAL_TOKENS)
+    eval_tokens: Annotated[int, Positive] = Field(default=32_768, le=MAX_EVAL_TOKENS)
     probe_attention: bool = True  # max attention logit per layer, at eval only
     noise_scale_ema: float = Field(default=0.9, ge=0.0, lt=1.0)
     divergence_factor: float = Field(default=3.0, gt=1.0)  # loss > factor x initial loss: diverged
 
     seed: int = 0
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 autocast, GPU runs
+    precision: Precision = "fp32"  # bf16 autocast works on CUDA and CPU alike
+    compile: Compile = False
     checkpoint_every_evals: int = Field(default=1, ge=0)  # 0: no checkpoints
-
-    @field_validator("eval_tokens")
-    @classmethod
-    def _eval_tokens(cls, v: int) -> int:
-        if not v > 0:
-            raise ValueError(f"eval_tokens must be > 0, got eval_tokens={v}")
-        return v
+    # and at least this much training time (s) since the last checkpoint: each one stops training to
+    # write model + optimizer state (to S3, on a cluster), so a time floor bounds what they cost
+    checkpoint_min_interval_s: float = Field(default=0.0, ge=0.0)
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

@@ -96,6 +96,11 @@ def run_training(
     return RunResult(final=out["final"], history=out["history"])
 
 
+def distributed_backend(cfg: TrainConfig) -> str:
+    """torch.distributed backend of a multi-worker run: "nccl" with GPUs, else "gloo"."""
+    return "nccl" if cfg.use_gpu else "gloo"
+
+
 def torch_trainer(
     cfg: TrainConfig,
     *,
@@ -111,13 +116,16 @@ def torch_trainer(
     defaults to $TMPDIR/batchsweep-train; `callbacks` are Ray Train callbacks (Tune's
     `TuneReportCallback` inside a trial)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
 
     from worker.loop import train_loop_per_worker
 
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=cfg.model_dump(mode="json"),
+        # the process group DDP all-reduces over: NCCL between GPUs, gloo between CPU workers (Ray's
+        # default too, said here so that it cannot change under us); DDP buckets the gradients itself
+        torch_config=TorchConfig(backend=distributed_backend(cfg)),
         scaling_config=ScalingConfig(
             num_workers=cfg.num_workers,
             use_gpu=cfg.use_gpu,

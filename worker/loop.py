@@ -12,6 +12,14 @@ A run is a function of its config: every random draw comes from a stream keyed o
 (worker/seeds.py), and the held-out set is `cfg.eval_tokens` tokens whatever the resources (micro-batch
 size, workers) are.
 
+On CUDA the loop runs at the hardware's speed (benchmarks/train_throughput.py measures it against a bare
+PyTorch loop): TF32 matmuls, bf16 autocast with `precision="bf16"`, torch's fused AdamW, SDPA attention
+(flash-eligible: causal, no mask; the max-attention-logit probe runs at eval on its own probe batch only),
+`torch.compile` of the model with `compile=True`, batches copied from pinned memory without blocking, one
+host-device sync per optimizer step (the divergence check needs the loss before the optimizer steps), NCCL
+for DDP (worker/launch.py) with DDP's own gradient bucketing. The same code runs on CPU, bf16 and compile
+included.
+
 Shapes: B = sequences, T = `cfg.model.seq_len` tokens, V = vocabulary. Losses are in nats per token.
 """
 
@@ -31,7 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker.config import TrainConfig, split_batch
+from worker.config import OptimizerConfig, TrainConfig, split_batch
 from worker.data import TokenData, TrainBatches, prepare_data, train_sequences_available, val_batches, val_windows
 from worker.model import attention_logit_probe, build_model, flops_per_token
 from worker.noise_scale import NoiseScaleEMA
@@ -87,14 +95,24 @@ class Window:
 
     steps: int = 0
     tokens: int = 0  # tokens, all workers
-    seconds: float = 0.0  # wall time of the steps only, evals excluded
     loss_sum: float = 0.0  # sum of the steps' train losses, nats per token
+    started: float | None = None  # perf_counter() when the window's first step began
 
-    def add(self, step: StepMetrics, *, tokens: int, seconds: float) -> None:
+    def start(self) -> None:
+        if self.started is None:
+            self.started = time.perf_counter()
+
+    def add(self, step: StepMetrics, *, tokens: int) -> None:
         self.steps += 1
         self.tokens += tokens
-        self.seconds += seconds
         self.loss_sum += step.train_loss
+
+    def seconds(self, device: torch.device) -> float:
+        """Wall time from the first step's start to now, once the device has finished the steps' work (one
+        sync per report, not per step): the steps and the loop's own work between them, no eval."""
+        _synchronize(device)
+        assert self.started is not None
+        return time.perf_counter() - self.started
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
@@ -111,10 +129,12 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     """Train one run; returns the final metrics (with `status`: completed | diverged)."""
     # --- setup ---------------------------------------------------------------------------------
     started = time.perf_counter()
+    last_checkpoint = started  # checkpoint_min_interval_s counts from here
     if cfg.threads_per_worker:
         torch.set_num_threads(cfg.threads_per_worker)
     micro, accum = split_batch(cfg.batch_size, session.world_size, cfg.max_micro_batch)
     layout = Layout(_device(cfg, session.local_rank), session.world_rank, session.world_size, micro, accum)
+    _configure_backends(layout.device)
     total_steps, eval_every = cfg.total_steps, cfg.eval_interval_steps
     warmup = warmup_steps(total_steps, cfg.warmup_fraction)
     seq_len = cfg.model.seq_len
@@ -136,12 +156,19 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
 
     # --- model and optimizer --------------------------------------------------------------------
     raw_model = build_model(cfg.model, vocab_size=data.vocab_size, seed=cfg.seed).to(layout.device)
-    model: torch.nn.Module = raw_model
+    model: torch.nn.Module = raw_model  # what trains: DDP around it, compiled; evaluation runs raw_model
     if layout.distributed:
+        # gradient bucketing is DDP's own (25 MiB buckets, all-reduced while the backward pass goes on)
         model = torch.nn.parallel.DistributedDataParallel(
             raw_model, device_ids=[layout.device.index] if layout.device.type == "cuda" else None
         )
-    optimizer = build_optimizer(cfg.optimizer, raw_model, tokens_per_step=cfg.tokens_per_step)
+    if cfg.compile:
+        # compiled on the first step (inductor; a graph per distinct input shape, and the training shape is
+        # fixed); around DDP, so dynamo splits the graph at DDP's buckets and the all-reduces still overlap
+        model = torch.compile(model)
+    optimizer = build_optimizer(
+        optimizer_for_device(cfg.optimizer, layout.device), raw_model, tokens_per_step=cfg.tokens_per_step
+    )
     params = [p for p in raw_model.parameters() if p.requires_grad]
 
     state = RunState(noise=NoiseScaleEMA(decay=cfg.noise_scale_ema))
@@ -158,7 +185,7 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     report: Metrics = {}
     diverged = False
     while state.step < total_steps:
-        t0 = time.perf_counter()
+        window.start()
         lr = lr_at(
             state.step,
             peak_lr=cfg.optimizer.lr,
@@ -185,19 +212,17 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
             break
         state.step += 1
         state.tokens += cfg.tokens_per_step
-        if layout.device.type == "cuda":
-            torch.cuda.synchronize()
-        window.add(result, tokens=cfg.tokens_per_step, seconds=time.perf_counter() - t0)
+        window.add(result, tokens=cfg.tokens_per_step)
 
         # --- eval and report -------------------------------------------------------------------
         done = state.step == total_steps
         if state.step % eval_every != 0 and not done:
             continue
+        tokens_per_s = window.tokens / window.seconds(layout.device)  # all workers, per second of training
         evals = evaluate(raw_model, data, held_out, cfg=cfg, layout=layout)
         if not math.isfinite(evals["val_loss"]):
             diverged = True
             break
-        tokens_per_s = window.tokens / window.seconds  # all workers, per second of training steps
         state.last = {
             "tokens": state.tokens,
             "step": state.step,
@@ -210,17 +235,20 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
         }
         if state.noise.value is not None:
             state.last["noise_scale"] = state.noise.value  # B_simple, sequences
-        peak = _peak_flops(layout.device)
+        peak = peak_flops(layout.device)
         if peak:
             state.last["mfu"] = tokens_per_s * flops_per_token(raw_model, seq_len) / peak
         window = Window()
         report = report_metrics(state, status="completed" if done else "running", started=started)
         every = cfg.checkpoint_every_evals
-        if every and (state.step // eval_every) % every == 0 and not done:
+        due = bool(every) and (state.step // eval_every) % every == 0 and not done
+        due = due and rank0_agrees(time.perf_counter() - last_checkpoint >= cfg.checkpoint_min_interval_s, layout)
+        if due:
             with scratch_dir() as d:
                 if layout.rank == 0:
                     save_checkpoint(d, model=raw_model, optimizer=optimizer, batches=batches, state=state)
                 session.report(report, checkpoint_dir=d if layout.rank == 0 else None)
+            last_checkpoint = time.perf_counter()
         else:
             session.report(report)
 
@@ -262,7 +290,11 @@ def train_step(
     """Optimizer step `step` (0-based) at `lr`: accumulate `layout.accum` micro-batches (DDP all-reduces at
     the last), clip, step, and for Sophia-G refresh the Hessian. Updates `noise` when there is
     accumulation. A diverged loss (NaN/inf, or above cfg.divergence_factor x `initial_loss`; the first
-    step is its own yardstick) returns before the optimizer steps."""
+    step is its own yardstick) returns before the optimizer steps.
+
+    The device is asked for numbers once: loss, gradient norm and the noise-scale estimate come back in
+    one read (a host-device sync on CUDA, which must precede the optimizer's step: it is the divergence
+    check); everything else is queued without waiting."""
     # dropout masks (the global RNG) from (seed, rank, step): not from whatever ran before in this process,
     # and a resumed run draws what the uninterrupted one would
     torch.manual_seed(derived_seed(cfg.seed, DROPOUT, layout.rank, step))
@@ -270,9 +302,9 @@ def train_step(
         group["lr"] = lr
 
     loss_sum = torch.zeros((), device=layout.device)  # nats per token, summed over micro-batches
-    g_small_sq: float | None = None
+    g_small_sq: torch.Tensor | None = None
     for micro_step in range(layout.accum):
-        x, y = (t.to(layout.device, non_blocking=True) for t in next(batches))  # (micro, T) token ids
+        x, y = (_to_device(t, layout.device) for t in next(batches))  # (micro, T) token ids
         with _grad_sync(model, layout, micro_step):
             with _autocast(layout.device, cfg.precision):
                 logits = model(x).logits  # (micro, T, V)
@@ -284,22 +316,26 @@ def train_step(
             # With accum == 1 the only gradient is the global one and B_simple is not measured.
             g_small_sq = _grad_sq_norm(params) * layout.accum**2
 
-    train_loss = loss_sum.item() / layout.accum
+    mean_loss = loss_sum / (layout.accum * layout.world_size)
     if layout.distributed:
-        t = torch.tensor([train_loss], device=layout.device)
-        dist.all_reduce(t)
-        train_loss = t.item() / layout.world_size
+        dist.all_reduce(mean_loss)  # the mean over the global batch, on every rank
+    # The global gradient's norm (the all-reduce is done once backward() returns), and clipping: both
+    # queued on the device; a diverged step below never reaches the optimizer, so clipping first is harmless.
+    if cfg.grad_clip is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    # the step's one read from the device: (loss, norm[, small-batch g^2]) as float64 on the host
+    reads = [mean_loss.double(), norm.double()] + ([g_small_sq] if g_small_sq is not None else [])
+    values = torch.stack(reads).tolist()
+    train_loss, grad_norm = values[0], values[1]
     reference = train_loss if initial_loss is None else initial_loss
     if not math.isfinite(train_loss) or train_loss > cfg.divergence_factor * reference:
         return StepMetrics(train_loss=train_loss, grad_norm=math.nan, diverged=True)
 
-    if cfg.grad_clip is not None:
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip).item()
-    else:
-        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]).item()
     if g_small_sq is not None:
         # sequences: a micro-batch on one worker vs the global batch
-        noise.update(g_small_sq, grad_norm**2, layout.micro, cfg.batch_size)
+        noise.update(values[2], grad_norm**2, layout.micro, cfg.batch_size)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
@@ -333,7 +369,7 @@ def _sophia_hessian_update(
     uniforms = torch.rand(cfg.batch_size, cfg.model.seq_len, generator=labels_rng, device=layout.device)  # (B, T)
     uniforms = uniforms[layout.rank :: layout.world_size]  # (micro * accum, T)
     for micro_step, (x, _) in enumerate(batches.peek(layout.accum)):
-        x = x.to(layout.device, non_blocking=True)  # (micro, T)
+        x = _to_device(x, layout.device)  # (micro, T)
         with _grad_sync(model, layout, micro_step):
             with _autocast(layout.device, cfg.precision):
                 logits = model(x).logits  # (micro, T, V)
@@ -360,8 +396,9 @@ def evaluate(
         loss_sum = torch.zeros((), dtype=torch.float64, device=layout.device)  # nats, summed over this rank's tokens
         mine = held_out[layout.rank :: layout.world_size]
         for x, y in val_batches(data, mine, seq_len=seq_len, micro_batch=cfg.max_micro_batch):
-            logits = model(x.to(layout.device)).logits  # (b, T, V)
-            per_token = F.cross_entropy(logits.flatten(0, 1).float(), y.to(layout.device).flatten(), reduction="none")
+            x, y = _to_device(x, layout.device), _to_device(y, layout.device)
+            logits = model(x).logits  # (b, T, V)
+            per_token = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none")
             loss_sum += per_token.double().sum()
         if layout.distributed:
             dist.all_reduce(loss_sum)
@@ -373,11 +410,20 @@ def evaluate(
                 for x, _ in val_batches(
                     data, held_out[:PROBE_WINDOWS], seq_len=seq_len, micro_batch=cfg.max_micro_batch
                 ):
-                    model(x.to(layout.device))
+                    model(_to_device(x, layout.device))
             out |= {f"attn_logit_max/layer_{i}": v for i, v in sorted(per_layer.items())}
             out["attn_logit_max"] = max(per_layer.values())
     model.train()
     return out
+
+
+def rank0_agrees(flag: bool, layout: Layout) -> bool:
+    """Rank 0's `flag` on every rank (a decision from its clock must be the same on all of them)."""
+    if not layout.distributed:
+        return flag
+    t = torch.tensor([int(flag)], device=layout.device)
+    torch.distributed.broadcast(t, src=0)
+    return bool(t.item())  # a host sync, once per evaluation
 
 
 def save_checkpoint(
@@ -453,20 +499,49 @@ def _ranks_in_sync(params: list[torch.nn.Parameter]) -> bool:
     return all(torch.equal(gathered[0], g) for g in gathered[1:])
 
 
-def _grad_sq_norm(params: list[torch.nn.Parameter]) -> float:
+def _grad_sq_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """Squared L2 norm of all gradients, a float64 scalar on their device (no host read)."""
     grads = [p.grad for p in params if p.grad is not None]
-    return float(sum(n.item() ** 2 for n in torch._foreach_norm(grads)))
+    return torch.stack(torch._foreach_norm(grads)).double().square().sum()
 
 
-def _peak_flops(device: torch.device) -> float | None:
-    """Peak dense bf16 FLOP/s for MFU: $BATCHSWEEP_PEAK_TFLOPS, or a known GPU; None on CPU."""
+def optimizer_for_device(cfg: OptimizerConfig, device: torch.device) -> OptimizerConfig:
+    """The optimizer config a run on `device` builds: on CUDA, AdamW takes torch's fused kernel (one pass
+    over each tensor instead of a dozen foreach launches) unless `extra` chooses (fused or foreach)."""
+    if device.type == "cuda" and cfg.name == "adamw" and not {"fused", "foreach"} & cfg.extra.keys():
+        return cfg.model_copy(update={"extra": {**cfg.extra, "fused": True}})
+    return cfg
+
+
+def _configure_backends(device: torch.device) -> None:
+    """On CUDA: float32 matmuls on TF32 tensor cores (cuBLAS and cuDNN; bf16 autocast covers the rest).
+    Process-wide, as every run in a worker process wants it; nothing changes on CPU."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU batch on `device`: on CUDA copied from pinned (page-locked) memory without blocking, so the host
+    goes on queueing work while the copy runs; on CPU the tensor itself."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """Peak dense bf16 FLOP/s for MFU: $BATCHSWEEP_PEAK_TFLOPS, or a GPU of worker/hardware.py's table
+    (the one the dry-run price uses); None on CPU and for a GPU the table does not hold."""
+    from worker.hardware import device_peak_flops
+
     env = os.environ.get("BATCHSWEEP_PEAK_TFLOPS")
     if env:
         return float(env) * 1e12
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, tflops in {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}.items():
-        if key in name:
-            return tflops
-    return None
+    return device_peak_flops(torch.cuda.get_device_name(device))

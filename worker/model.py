@@ -105,7 +105,10 @@ def count_params(model: torch.nn.Module, *, non_embedding: bool = False) -> int:
 
 
 def flops_per_token(model: GPT2LMHeadModel, seq_len: int) -> float:
-    """Training FLOPs per token, 6N + 12 L d T (PaLM appendix B), for MFU."""
+    """Training FLOPs per token, 6N + 12 L d T (PaLM appendix B), for MFU: worker/hardware.py's formula,
+    the one a sweep's dry-run price uses."""
+    from worker.hardware import training_flops_per_token
+
     cfg = model.config
     n = count_params(model, non_embedding=True)
-    return 6.0 * n + 12.0 * cfg.n_layer * cfg.n_embd * seq_len
+    return float(training_flops_per_token(flop_parameters=n, n_layer=cfg.n_layer, n_embd=cfg.n_embd, seq_len=seq_len))

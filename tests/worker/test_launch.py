@@ -33,6 +33,15 @@ def test_the_builder_runs_the_loop_on_the_configured_workers(tmp_path: Path) -> 
     assert run.callbacks == [callback]
 
 
+@pytest.mark.parametrize(("use_gpu", "backend"), [(False, "gloo"), (True, "nccl")])
+def test_ddp_runs_over_nccl_between_gpus_and_gloo_between_cpus(use_gpu: bool, backend: str) -> None:
+    from worker.launch import torch_trainer
+
+    trainer = torch_trainer(CFG.model_copy(update={"use_gpu": use_gpu}), name=None, storage_path=None, max_failures=0)
+    assert trainer.scaling_config.use_gpu is use_gpu
+    assert trainer.backend_config.backend == backend
+
+
 def test_the_builder_defaults() -> None:
     from worker.launch import torch_trainer
 

@@ -334,3 +334,158 @@ def test_two_ranks_evaluate_the_same_set_and_estimate_the_same_hessian_as_one(tm
     ]
     for h1, h2 in zip(*hessians, strict=True):
         torch.testing.assert_close(h2, h1, rtol=1e-4, atol=1e-5 * h1.abs().max().item())
+
+
+# ---- the hardware's speed: bf16, compile, one host read per step, the probe off the training step ----------
+
+# tests marked gpu run where CUDA is (deploy/gpu_check.sh: pytest -m gpu); elsewhere they say why they skip
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (deploy/gpu_check.sh runs it)")
+
+
+def test_bf16_autocast_trains_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import worker.loop
+
+    dtypes: set[torch.dtype] = set()
+    build = worker.loop.build_model
+
+    def spied(*args: object, **kw: object) -> torch.nn.Module:
+        model = build(*args, **kw)  # type: ignore[arg-type]
+        model.lm_head.register_forward_hook(lambda _m, _i, out: dtypes.add(out.dtype))
+        return model
+
+    monkeypatch.setattr(worker.loop, "build_model", spied)
+    session = LocalSession()
+    final = train(cfg(optimizer=OptimizerConfig(name="adamw", lr=1e-2), precision="bf16"), session)
+    assert final["status"] == "completed"
+    assert dtypes == {torch.bfloat16}  # every forward pass (training, eval, probe) ran under bf16 autocast
+    assert session.reports[-1]["val_loss"] < session.reports[0]["val_loss"]
+    fp32 = train(cfg(optimizer=OptimizerConfig(name="adamw", lr=1e-2)), LocalSession())
+    # the same run in bf16 is a different computation, but not a different answer
+    assert final["val_loss"] == pytest.approx(fp32["val_loss"], rel=0.02)
+    assert final["val_loss"] != fp32["val_loss"]
+
+
+def test_compiled_model_trains_like_the_eager_one_on_cpu() -> None:
+    # inductor's C++ kernels (one compilation of the training graph, ~20 s on 2 cores cold)
+    c = cfg(token_budget=8 * 32 * 4, eval_every_tokens=8 * 32 * 4)
+    eager = train(c, LocalSession())
+    compiled = train(c.model_copy(update={"compile": True}), LocalSession())
+    assert compiled["status"] == "completed" and compiled["step"] == 4
+    for key in ("train_loss", "val_loss", "grad_norm", "attn_logit_max"):
+        assert compiled[key] == pytest.approx(eager[key], rel=1e-5), key
+
+
+def test_a_training_step_reads_the_device_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # on CUDA every read (.item(), .tolist()) waits for the device: the step does one, for the divergence
+    # check, which must come before the optimizer steps; counted here on CPU through the same calls. The
+    # optimizer's own step is not counted: on CPU AdamW reads its (CPU) step counters; on CUDA it is the fused
+    # kernel, and MERIT's and Sophia's steps are checked for syncs in tests/worker/test_optim_speed.py.
+    import worker.loop
+
+    reads: list[str] = []
+    steps: list[int] = []
+    in_optimizer = [False]
+    for name in ("item", "tolist"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self: torch.Tensor, _original=original, _name=name) -> object:  # noqa: ANN001
+            if not in_optimizer[0]:
+                reads.append(_name)
+            return _original(self)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    build = worker.loop.build_optimizer
+
+    def spied_build(*args: object, **kw: object) -> torch.optim.Optimizer:
+        optimizer = build(*args, **kw)  # type: ignore[arg-type]
+        optimizer_step = optimizer.step
+
+        def step_uncounted(*a: object, **k: object) -> object:
+            in_optimizer[0] = True
+            try:
+                return optimizer_step(*a, **k)
+            finally:
+                in_optimizer[0] = False
+
+        optimizer.step = step_uncounted  # type: ignore[method-assign]
+        return optimizer
+
+    monkeypatch.setattr(worker.loop, "build_optimizer", spied_build)
+    step = worker.loop.train_step
+
+    def counted_step(*args: object, **kw: object) -> object:
+        before = len(reads)
+        out = step(*args, **kw)  # type: ignore[arg-type]
+        steps.append(len(reads) - before)
+        return out
+
+    monkeypatch.setattr(worker.loop, "train_step", counted_step)
+    train(cfg(token_budget=8 * 32 * 3, eval_every_tokens=8 * 32 * 3), LocalSession())  # accumulation 2
+    assert steps == [1, 1, 1]
+
+
+def test_the_attention_probe_runs_at_eval_only_and_training_attention_is_flash_eligible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import worker.loop
+
+    probes: list[int] = []
+    probe = worker.loop.attention_logit_probe
+
+    def counted_probe():  # noqa: ANN202
+        probes.append(1)
+        return probe()
+
+    monkeypatch.setattr(worker.loop, "attention_logit_probe", counted_probe)
+    calls: list[tuple[bool, bool]] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spied_sdpa(*args: object, **kw: object) -> torch.Tensor:
+        calls.append((kw.get("attn_mask") is None, bool(kw.get("is_causal"))))
+        return sdpa(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spied_sdpa)
+    session = LocalSession()
+    train(cfg(), session)
+    assert len(probes) == len(session.reports) == 4  # once per eval, never in a training step
+    # every attention call (training, eval) is SDPA with no mask and is_causal: the form flash attention takes
+    assert calls and set(calls) == {(True, True)}
+
+
+def test_adamw_takes_the_fused_kernel_on_cuda_unless_extra_chooses() -> None:
+    from worker.loop import optimizer_for_device
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    adamw = OptimizerConfig(name="adamw", lr=1e-3)
+    assert optimizer_for_device(adamw, cuda).extra == {"fused": True}
+    assert optimizer_for_device(adamw, cpu) == adamw
+    for chosen in ({"fused": False}, {"foreach": True}):
+        assert optimizer_for_device(adamw.model_copy(update={"extra": chosen}), cuda).extra == chosen
+    merit = OptimizerConfig(name="merit", lr=1e-3)
+    assert optimizer_for_device(merit, cuda) == merit
+
+
+def test_precision_and_compile_are_validated() -> None:
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, got 'fp16'"):
+        cfg(precision="fp16")
+    with pytest.raises(ValueError, match="compile must be true or false, got 'yes'"):
+        cfg(compile="yes")
+
+
+@pytest.mark.gpu
+@cuda_only
+@pytest.mark.parametrize("compile_model", [False, True])
+def test_the_loop_trains_on_cuda_in_bf16_at_one_read_per_step(compile_model: bool) -> None:
+    c = cfg(
+        optimizer=OptimizerConfig(name="adamw", lr=1e-2),
+        use_gpu=True,
+        precision="bf16",
+        compile=compile_model,
+        max_micro_batch=8,
+    )
+    session = LocalSession()
+    final = train(c, session)
+    assert final["status"] == "completed"
+    assert session.reports[-1]["val_loss"] < session.reports[0]["val_loss"]
+    assert torch.backends.cuda.matmul.allow_tf32  # TF32 matmuls on from the first step
+    assert final["tokens_per_s"] > 0

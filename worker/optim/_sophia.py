@@ -143,8 +143,7 @@ class SophiaG(torch.optim.Optimizer):
             # The denominator is > 0 (h is an average of squares), so sign(m) * min(|m|/d, 1) equals
             # clamp(m/d, -1, 1) exactly (IEEE division is sign-symmetric), which saves two passes.
             scale = group["rho"] * group["bs"]
-            per_tensor = params[0].device.type == "cpu" if self._per_tensor is None else self._per_tensor
-            if per_tensor:
+            if self._uses_per_tensor(params[0].device):
                 for p, m, h in zip(params, exp_avgs, hessians):
                     d = self._buffer(p)
                     torch.mul(h, scale, out=d)
@@ -160,6 +159,11 @@ class SophiaG(torch.optim.Optimizer):
                 torch._foreach_clamp_max_(steps, 1.0)
                 torch._foreach_add_(params, steps, alpha=-lr)
         return loss
+
+    def _uses_per_tensor(self, device: torch.device) -> bool:
+        """Whether the clipped step on `device` goes tensor by tensor (`_per_tensor`, else on CPU); the
+        grouped _foreach path reads nothing back, so it issues no host-device sync."""
+        return device.type == "cpu" if self._per_tensor is None else self._per_tensor
 
     def _buffer(self, p: torch.Tensor) -> torch.Tensor:
         """A scratch view shaped like `p`, from a flat buffer grown to the largest parameter."""

@@ -1,0 +1,282 @@
+"""Training throughput: the project's loop (`worker.loop.train`, default metrics on) against a bare PyTorch
+loop written here, on the same model, batch, sequence length and optimizer, in one run.
+
+    python benchmarks/train_throughput.py [--preset gpt2-micro] [--seq-len 128] [--batch-size 16]
+        [--max-micro-batch 8] [--steps 16] [--warmup 3] [--rounds 5] [--optimizer adamw]
+        [--precision fp32|bf16] [--compile] [--device cpu|cuda] [--threads N]
+
+The bare loop is what a training loop cannot do without: per optimizer step, `accum` micro-batches of
+forward (under the same autocast), float32 cross-entropy and backward, gradient clipping at the same
+`grad_clip`, the optimizer's step and `zero_grad`. Its batches are random windows of the same token
+stream, gathered from memory; it never reads a number back from the device. The model is the one
+`worker.model.build_model` builds, with transformers' stock "sdpa" attention (no probe hook); the
+optimizer is the one the loop builds (`worker.optim.build_optimizer` on the loop's device-adjusted
+config: fused AdamW on CUDA).
+
+The loop runs with TrainConfig's defaults: loss, gradient norm, gradient noise scale (the default split
+here has grad accumulation 2), lr schedule, divergence check, tokens/s, the max-attention-logit probe and
+a checkpoint at each eval. Its time is the wall time from the start of step `warmup` to the end of the
+run, less the time inside `evaluate` and `save_checkpoint` (timed here, by wrapping them, and printed):
+evaluations and checkpoints happen every `eval_every_tokens`, a setting (budget / 10 by default), not a
+cost per step; in a real run of millions of tokens per eval they are a small share, in this short one
+they would be most of it. The bare loop's time is from the start of its step `warmup` to the end. Both
+synchronise the device before reading the clock. Rounds alternate (loop then bare, bare then loop, ...),
+each with a fresh model, after an untimed round of both. Each side's throughput is its best round, and the ratio that of the two bests:
+other work on the machine only ever slows a run down, so the best round is the closest to the hardware's
+speed (on a shared 2-core machine one round's ratio moves by +-5 %, and by 2x when another job starts).
+
+MFU = tokens/s x FLOPs per token (`worker.model.flops_per_token`: 6N + 12 L T d) / the device's peak
+(`worker.loop.peak_flops`: a known GPU, or $BATCHSWEEP_PEAK_TFLOPS); none on a CPU without that variable.
+
+Targets: loop / bare >= 0.95 (on CPU with the defaults above, and on a GPU); GPT-2 small at bf16 on one
+GPU >= 40 % MFU (`deploy/gpu_check.sh` runs `--preset gpt2-small --seq-len 1024 --precision bf16
+--device cuda` and checks both). The last line is the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import worker.loop as loop
+from worker.config import DataConfig, ModelConfig, OptimizerConfig, TrainConfig, split_batch
+from worker.data import prepare_data
+from worker.model import build_model, count_params, flops_per_token
+from worker.names import MODEL_PRESETS, OPTIMIZERS
+from worker.optim import build_optimizer
+from worker.session import LocalSession
+
+TARGET_RATIO = 0.95  # loop / bare
+# the bare loop has no Sophia-G Hessian pass (the loop's every 10th step), so sophia is not compared
+BARE_OPTIMIZERS = [name for name, entry in OPTIMIZERS.items() if not entry.needs_hessian]
+TARGET_MFU = 0.40  # GPT-2 small, bf16, one GPU
+
+
+@dataclass
+class LoopTimer:
+    """Wraps worker.loop's train_step, evaluate and save_checkpoint for one train() call: when step
+    `warmup` began, and how long evaluations and checkpoints took (each after a device sync, so the
+    steps' queued work is not counted as theirs)."""
+
+    device: torch.device
+    warmup: int
+    steps_seen: int = 0
+    started: float | None = None
+    excluded: dict[str, float] = field(default_factory=lambda: {"evaluate": 0.0, "save_checkpoint": 0.0})
+    calls: dict[str, int] = field(default_factory=lambda: {"evaluate": 0, "save_checkpoint": 0})
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        originals = {name: getattr(loop, name) for name in ("train_step", "evaluate", "save_checkpoint")}
+
+        def train_step(*args: Any, **kw: Any) -> Any:
+            if self.steps_seen == self.warmup:
+                sync(self.device)
+                self.started = time.perf_counter()
+            self.steps_seen += 1
+            return originals["train_step"](*args, **kw)
+
+        def excluded(name: str) -> Callable[..., Any]:
+            def timed(*args: Any, **kw: Any) -> Any:
+                sync(self.device)
+                t0 = time.perf_counter()
+                try:
+                    return originals[name](*args, **kw)
+                finally:
+                    sync(self.device)
+                    if self.started is not None:  # inside the timed steps (not during the warm-up ones)
+                        self.excluded[name] += time.perf_counter() - t0
+                        self.calls[name] += 1
+
+            return timed
+
+        loop.train_step = train_step  # type: ignore[assignment]
+        loop.evaluate = excluded("evaluate")  # type: ignore[assignment]
+        loop.save_checkpoint = excluded("save_checkpoint")  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            for name, fn in originals.items():
+                setattr(loop, name, fn)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_loop(cfg: TrainConfig, warmup: int) -> tuple[float, LoopTimer]:
+    """worker.loop.train(cfg); returns (seconds of steps warmup.., the timer)."""
+    timer = LoopTimer(torch.device("cuda" if cfg.use_gpu else "cpu"), warmup)
+    with timer.installed():
+        final = loop.train(cfg, LocalSession())
+    sync(timer.device)
+    end = time.perf_counter()
+    if final["status"] != "completed" or final["step"] != cfg.total_steps:
+        raise SystemExit(f"the loop did not complete its {cfg.total_steps} steps: {final}")
+    assert timer.started is not None
+    return end - timer.started - sum(timer.excluded.values()), timer
+
+
+def run_bare(cfg: TrainConfig, warmup: int, device: torch.device) -> float:
+    """The bare PyTorch loop on cfg's model, data, batch split and optimizer; seconds of steps warmup.."""
+    micro, accum = split_batch(cfg.batch_size, 1, cfg.max_micro_batch)
+    seq_len = cfg.model.seq_len
+    data = prepare_data(cfg.data)
+    stream = torch.from_numpy(np.asarray(data.train, dtype=np.int64))  # the train split, in memory
+    n_windows = (len(stream) - 1) // (seq_len + 1)
+    offsets = torch.arange(seq_len + 1)
+    gen = torch.Generator().manual_seed(cfg.seed)
+
+    model = build_model(cfg.model, vocab_size=data.vocab_size, seed=cfg.seed).to(device)
+    model.set_attn_implementation("sdpa")  # transformers' own SDPA attention: no probe hook
+    model.train()
+    trained: torch.nn.Module = torch.compile(model) if cfg.compile else model
+    optimizer = build_optimizer(
+        loop.optimizer_for_device(cfg.optimizer, device), model, tokens_per_step=cfg.tokens_per_step
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    autocast = (
+        torch.autocast(device.type, dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
+    )
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    started = 0.0
+    for step in range(cfg.total_steps):
+        if step == warmup:
+            sync(device)
+            started = time.perf_counter()
+        for _ in range(accum):
+            windows = torch.randint(n_windows, (micro,), generator=gen)
+            rows = stream[windows[:, None] * (seq_len + 1) + offsets]  # (micro, T + 1)
+            if device.type == "cuda":
+                rows = rows.pin_memory().to(device, non_blocking=True)
+            x, y = rows[:, :-1], rows[:, 1:]
+            with autocast:
+                logits = trained(x).logits  # (micro, T, V)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+            (loss / accum).backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    sync(device)
+    return time.perf_counter() - started
+
+
+def mfu_text(tokens_per_s: float, flops: float, peak: float | None) -> str:
+    return f"MFU {100 * tokens_per_s * flops / peak:.1f}%" if peak else "MFU n/a"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="gpt2-micro", choices=sorted(MODEL_PRESETS))
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=16, help="global batch, sequences")
+    parser.add_argument("--max-micro-batch", type=int, default=8, help="default 8: grad accumulation 2")
+    parser.add_argument("--steps", type=int, default=16, help="optimizer steps per run, warm-up included")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps at the start of each run")
+    parser.add_argument("--rounds", type=int, default=5, help="loop and bare runs, alternating")
+    parser.add_argument("--optimizer", default="adamw", choices=BARE_OPTIMIZERS)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model in both loops")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--evals", type=int, default=2, help="evaluations per loop run (timed, excluded)")
+    parser.add_argument("--vocab-size", type=int, default=4096, help="the built-in corpus's BPE vocabulary")
+    args = parser.parse_args(argv)
+    if not 0 <= args.warmup < args.steps:
+        parser.error(f"--warmup must be in [0, --steps), got --warmup={args.warmup}, --steps={args.steps}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+
+    tokens_per_step = args.batch_size * args.seq_len
+    budget = args.steps * tokens_per_step
+    cfg = TrainConfig(
+        model=ModelConfig(preset=args.preset, seq_len=args.seq_len),
+        data=DataConfig(vocab_size=args.vocab_size),
+        optimizer=OptimizerConfig(name=args.optimizer, lr=args.lr),
+        batch_size=args.batch_size,
+        max_micro_batch=args.max_micro_batch,
+        use_gpu=device.type == "cuda",
+        threads_per_worker=torch.get_num_threads(),
+        token_budget=budget,
+        eval_every_tokens=max(tokens_per_step, budget // max(1, args.evals)),
+        eval_tokens=8 * args.seq_len,  # the probe's 8 sequences
+        precision=args.precision,
+        compile=args.compile,
+    )
+    micro, accum = split_batch(cfg.batch_size, 1, cfg.max_micro_batch)
+    data = prepare_data(cfg.data)
+    model = build_model(cfg.model, vocab_size=data.vocab_size, seed=0)
+    flops, n_params = flops_per_token(model, args.seq_len), count_params(model)
+    built = build_optimizer(loop.optimizer_for_device(cfg.optimizer, device), model, tokens_per_step=tokens_per_step)
+    kernel = next((k for k in ("fused", "foreach") if built.defaults.get(k)), None)  # AdamW's implementation
+    del model, built
+    peak = loop.peak_flops(device)
+    device_name = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
+    print(
+        f"{args.preset}: {n_params / 1e6:.2f}M parameters, {flops / 1e6:.1f} MFLOP per token; seq_len {args.seq_len}, "
+        f"batch {args.batch_size} (micro {micro} x accumulation {accum}), {args.optimizer}"
+        f"{f' ({kernel})' if kernel else ''}, {args.precision}, compile {'on' if args.compile else 'off'}; "
+        f"{device_name}, {torch.get_num_threads()} threads, torch {torch.__version__}; {args.steps} steps a run "
+        f"({args.warmup} untimed), {args.rounds} rounds"
+    )
+
+    timed_tokens = (args.steps - args.warmup) * tokens_per_step
+    loop_rates, bare_rates, ratios = [], [], []
+    excluded = {"evaluate": [0.0, 0], "save_checkpoint": [0.0, 0]}
+    # one untimed round first: a fresh process's first steps are 10x slower (page faults on first touch of
+    # memory, kernels' lazy set-up), for a whole run of this size
+    run_loop(cfg, args.warmup)
+    run_bare(cfg, args.warmup, device)
+    for r in range(args.rounds):
+        if r % 2 == 0:  # alternate which goes first, so neither always follows the other's setup
+            loop_s, timer = run_loop(cfg, args.warmup)
+            bare_s = run_bare(cfg, args.warmup, device)
+        else:
+            bare_s = run_bare(cfg, args.warmup, device)
+            loop_s, timer = run_loop(cfg, args.warmup)
+        for name in excluded:
+            excluded[name][0] += timer.excluded[name]
+            excluded[name][1] += timer.calls[name]
+        loop_rates.append(timed_tokens / loop_s)
+        bare_rates.append(timed_tokens / bare_s)
+        ratios.append(loop_rates[-1] / bare_rates[-1])
+        print(
+            f"  round {r + 1}: loop {loop_rates[-1]:,.0f} tokens/s, bare {bare_rates[-1]:,.0f} tokens/s, "
+            f"ratio {ratios[-1]:.3f}",
+            flush=True,
+        )
+
+    loop_rate, bare_rate = max(loop_rates), max(bare_rates)
+    ratio = loop_rate / bare_rate
+    print(f"loop (worker.loop.train, default metrics): {loop_rate:,.0f} tokens/s, {mfu_text(loop_rate, flops, peak)}")
+    print(f"bare PyTorch loop:                         {bare_rate:,.0f} tokens/s, {mfu_text(bare_rate, flops, peak)}")
+    if not peak:
+        print(f"MFU: no peak FLOP/s known for {device}; $BATCHSWEEP_PEAK_TFLOPS sets one")
+    print(
+        f"excluded from the loop's time: {excluded['evaluate'][1]} evaluations ({excluded['evaluate'][0]:.2f} s), "
+        f"{excluded['save_checkpoint'][1]} checkpoints ({excluded['save_checkpoint'][0]:.2f} s)"
+    )
+    print(f"loop / bare = {ratio:.3f} (target >= {TARGET_RATIO})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
