@@ -8,22 +8,23 @@ loop written here, on the same model, batch, sequence length and optimizer, in o
 The bare loop is what a training loop cannot do without: per optimizer step, `accum` micro-batches of
 forward (under the same autocast), float32 cross-entropy and backward, gradient clipping at the same
 `grad_clip`, the optimizer's step and `zero_grad`. Its batches are random windows of the same token
-stream, gathered from memory; it never reads a number back from the device. The model is the one
-`worker.model.build_model` builds, with transformers' stock "sdpa" attention (no probe hook); the
-optimizer is the one the loop builds (`worker.optim.build_optimizer` on the loop's device-adjusted
-config: fused AdamW on CUDA).
+stream, gathered from memory; it reads no number back from the device. The model is the one
+`worker.model.build_model` builds, with transformers' stock "sdpa" attention (no probe hook), compiled
+when the loop's is; the optimizer is the one the loop builds (`worker.optim.build_optimizer` on the loop's
+device-adjusted config: fused AdamW on CUDA). Sophia-G is not compared: its Hessian pass is the loop's.
 
 The loop runs with TrainConfig's defaults: loss, gradient norm, gradient noise scale (the default split
 here has grad accumulation 2), lr schedule, divergence check, tokens/s, the max-attention-logit probe and
-a checkpoint at each eval. Its time is the wall time from the start of step `warmup` to the end of the
-run, less the time inside `evaluate` and `save_checkpoint` (timed here, by wrapping them, and printed):
-evaluations and checkpoints happen every `eval_every_tokens`, a setting (budget / 10 by default), not a
-cost per step; in a real run of millions of tokens per eval they are a small share, in this short one
-they would be most of it. The bare loop's time is from the start of its step `warmup` to the end. Both
-synchronise the device before reading the clock. Rounds alternate (loop then bare, bare then loop, ...),
-each with a fresh model, after an untimed round of both. Each side's throughput is its best round, and the ratio that of the two bests:
-other work on the machine only ever slows a run down, so the best round is the closest to the hardware's
-speed (on a shared 2-core machine one round's ratio moves by +-5 %, and by 2x when another job starts).
+a checkpoint at each eval. Each step of each loop is timed, from its start to its end once the device has
+finished its work (a sync in both loops); the loop's time between steps (bookkeeping, reports) counts,
+the time inside `evaluate` and `save_checkpoint` (timed by wrapping them, and printed) does not:
+evaluations and checkpoints come every `eval_every_tokens`, a setting (budget / 10 by default), not a
+cost per step, and in a real run of millions of tokens per eval they are a small share (in this short one
+they would be most of it). The first `warmup` steps of every run are not counted. After an untimed round
+of both (a fresh process's first steps are 10x slower), rounds run both loops one after the other, each
+with a fresh model, alternating which goes first; each side's tokens/s is the median over the rounds, and
+the ratio the median of the rounds' ratios (on a shared 2-core machine one round's ratio moves by +-5 %
+with the load, and more when another job starts).
 
 MFU = tokens/s x FLOPs per token (`worker.model.flops_per_token`: 6N + 12 L T d) / the device's peak
 (`worker.loop.peak_flops`: a known GPU, or $BATCHSWEEP_PEAK_TFLOPS); none on a CPU without that variable.
@@ -37,9 +38,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,74 +63,80 @@ BARE_OPTIMIZERS = [name for name, entry in OPTIMIZERS.items() if not entry.needs
 TARGET_MFU = 0.40  # GPT-2 small, bf16, one GPU
 
 
-@dataclass
-class LoopTimer:
-    """Wraps worker.loop's train_step, evaluate and save_checkpoint for one train() call: when step
-    `warmup` began, and how long evaluations and checkpoints took (each after a device sync, so the
-    steps' queued work is not counted as theirs)."""
+class StepClock:
+    """Seconds per optimizer step of each loop, each step's clock stopped once the device has finished the
+    step's work (a sync at the end of every step, in both loops; the project's loop syncs once a step anyway).
+    What the loop does between steps (its bookkeeping, reports) counts toward the step before."""
 
-    device: torch.device
-    warmup: int
-    steps_seen: int = 0
-    started: float | None = None
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._begun: dict[str, float] = {}
+        self.seconds: dict[str, list[float]] = {"loop": [], "bare": []}  # one per step, in order
+
+    def begin(self, side: str) -> None:
+        self._begun[side] = time.perf_counter()
+
+    def end(self, side: str, excluded: float = 0.0) -> None:
+        sync(self.device)
+        self.seconds[side].append(time.perf_counter() - self._begun.pop(side) - excluded)
+
+
+@dataclass
+class LoopSide:
+    """worker.loop.train(cfg) on the clock: its train_step wrapped to stop the previous step's clock and start
+    the next one's; evaluate and save_checkpoint timed (after a device sync) and left out of the step they
+    follow."""
+
+    cfg: TrainConfig
+    clock: StepClock
+    pending: float = 0.0  # seconds of evaluations and checkpoints since the running step began
     excluded: dict[str, float] = field(default_factory=lambda: {"evaluate": 0.0, "save_checkpoint": 0.0})
     calls: dict[str, int] = field(default_factory=lambda: {"evaluate": 0, "save_checkpoint": 0})
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
+    def run(self) -> None:
         originals = {name: getattr(loop, name) for name in ("train_step", "evaluate", "save_checkpoint")}
+        started = [False]
 
         def train_step(*args: Any, **kw: Any) -> Any:
-            if self.steps_seen == self.warmup:
-                sync(self.device)
-                self.started = time.perf_counter()
-            self.steps_seen += 1
+            if started[0]:
+                self._end_step()
+            self.clock.begin("loop")
+            started[0] = True
             return originals["train_step"](*args, **kw)
 
-        def excluded(name: str) -> Callable[..., Any]:
+        def left_out(name: str) -> Callable[..., Any]:
             def timed(*args: Any, **kw: Any) -> Any:
-                sync(self.device)
+                sync(self.clock.device)
                 t0 = time.perf_counter()
                 try:
                     return originals[name](*args, **kw)
                 finally:
-                    sync(self.device)
-                    if self.started is not None:  # inside the timed steps (not during the warm-up ones)
-                        self.excluded[name] += time.perf_counter() - t0
-                        self.calls[name] += 1
+                    sync(self.clock.device)
+                    self.pending += time.perf_counter() - t0
+                    self.excluded[name] += time.perf_counter() - t0
+                    self.calls[name] += 1
 
             return timed
 
         loop.train_step = train_step  # type: ignore[assignment]
-        loop.evaluate = excluded("evaluate")  # type: ignore[assignment]
-        loop.save_checkpoint = excluded("save_checkpoint")  # type: ignore[assignment]
+        loop.evaluate = left_out("evaluate")  # type: ignore[assignment]
+        loop.save_checkpoint = left_out("save_checkpoint")  # type: ignore[assignment]
         try:
-            yield
+            final = loop.train(self.cfg, LocalSession())
+            self._end_step()  # the last step: to the end of train(), its final evaluation left out
         finally:
             for name, fn in originals.items():
                 setattr(loop, name, fn)
+        if final["status"] != "completed" or final["step"] != self.cfg.total_steps:
+            raise RuntimeError(f"the loop did not complete its {self.cfg.total_steps} steps: {final}")
+
+    def _end_step(self) -> None:
+        self.clock.end("loop", excluded=self.pending)
+        self.pending = 0.0
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def run_loop(cfg: TrainConfig, warmup: int) -> tuple[float, LoopTimer]:
-    """worker.loop.train(cfg); returns (seconds of steps warmup.., the timer)."""
-    timer = LoopTimer(torch.device("cuda" if cfg.use_gpu else "cpu"), warmup)
-    with timer.installed():
-        final = loop.train(cfg, LocalSession())
-    sync(timer.device)
-    end = time.perf_counter()
-    if final["status"] != "completed" or final["step"] != cfg.total_steps:
-        raise SystemExit(f"the loop did not complete its {cfg.total_steps} steps: {final}")
-    assert timer.started is not None
-    return end - timer.started - sum(timer.excluded.values()), timer
-
-
-def run_bare(cfg: TrainConfig, warmup: int, device: torch.device) -> float:
-    """The bare PyTorch loop on cfg's model, data, batch split and optimizer; seconds of steps warmup.."""
+def bare_loop(cfg: TrainConfig, device: torch.device, clock: StepClock) -> None:
+    """The bare PyTorch loop on cfg's model, data, batch split and optimizer, each step on the clock."""
     micro, accum = split_batch(cfg.batch_size, 1, cfg.max_micro_batch)
     seq_len = cfg.model.seq_len
     data = prepare_data(cfg.data)
@@ -152,11 +160,8 @@ def run_bare(cfg: TrainConfig, warmup: int, device: torch.device) -> float:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-    started = 0.0
-    for step in range(cfg.total_steps):
-        if step == warmup:
-            sync(device)
-            started = time.perf_counter()
+    for _ in range(cfg.total_steps):
+        clock.begin("bare")
         for _ in range(accum):
             windows = torch.randint(n_windows, (micro,), generator=gen)
             rows = stream[windows[:, None] * (seq_len + 1) + offsets]  # (micro, T + 1)
@@ -171,8 +176,22 @@ def run_bare(cfg: TrainConfig, warmup: int, device: torch.device) -> float:
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    sync(device)
-    return time.perf_counter() - started
+        clock.end("bare")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_round(cfg: TrainConfig, device: torch.device, *, loop_first: bool) -> tuple[StepClock, LoopSide]:
+    """One run of each loop, one after the other, each with a fresh model."""
+    clock = StepClock(device)
+    side = LoopSide(cfg, clock)
+    runs = [side.run, lambda: bare_loop(cfg, device, clock)]
+    for run in runs if loop_first else runs[::-1]:
+        run()
+    return clock, side
 
 
 def mfu_text(tokens_per_s: float, flops: float, peak: float | None) -> str:
@@ -238,34 +257,28 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.warmup} untimed), {args.rounds} rounds"
     )
 
-    timed_tokens = (args.steps - args.warmup) * tokens_per_step
-    loop_rates, bare_rates, ratios = [], [], []
-    excluded = {"evaluate": [0.0, 0], "save_checkpoint": [0.0, 0]}
     # one untimed round first: a fresh process's first steps are 10x slower (page faults on first touch of
     # memory, kernels' lazy set-up), for a whole run of this size
-    run_loop(cfg, args.warmup)
-    run_bare(cfg, args.warmup, device)
+    run_round(cfg, device, loop_first=True)
+    rates: dict[str, list[float]] = {"loop": [], "bare": []}  # tokens/s of each round's run
+    excluded = {"evaluate": [0.0, 0], "save_checkpoint": [0.0, 0]}
     for r in range(args.rounds):
-        if r % 2 == 0:  # alternate which goes first, so neither always follows the other's setup
-            loop_s, timer = run_loop(cfg, args.warmup)
-            bare_s = run_bare(cfg, args.warmup, device)
-        else:
-            bare_s = run_bare(cfg, args.warmup, device)
-            loop_s, timer = run_loop(cfg, args.warmup)
+        # loop first, then bare first, ...: neither always runs right after the other's run
+        clock, side = run_round(cfg, device, loop_first=r % 2 == 0)
         for name in excluded:
-            excluded[name][0] += timer.excluded[name]
-            excluded[name][1] += timer.calls[name]
-        loop_rates.append(timed_tokens / loop_s)
-        bare_rates.append(timed_tokens / bare_s)
-        ratios.append(loop_rates[-1] / bare_rates[-1])
+            excluded[name][0] += side.excluded[name]
+            excluded[name][1] += side.calls[name]
+        for who, seconds in clock.seconds.items():
+            assert len(seconds) == args.steps, (who, len(seconds))
+            rates[who].append(tokens_per_step * (args.steps - args.warmup) / sum(seconds[args.warmup :]))
         print(
-            f"  round {r + 1}: loop {loop_rates[-1]:,.0f} tokens/s, bare {bare_rates[-1]:,.0f} tokens/s, "
-            f"ratio {ratios[-1]:.3f}",
+            f"  round {r + 1}: loop {rates['loop'][-1]:,.0f} tokens/s, bare {rates['bare'][-1]:,.0f} tokens/s, "
+            f"ratio {rates['loop'][-1] / rates['bare'][-1]:.3f}",
             flush=True,
         )
 
-    loop_rate, bare_rate = max(loop_rates), max(bare_rates)
-    ratio = loop_rate / bare_rate
+    loop_rate, bare_rate = statistics.median(rates["loop"]), statistics.median(rates["bare"])
+    ratio = statistics.median(a / b for a, b in zip(rates["loop"], rates["bare"], strict=True))
     print(f"loop (worker.loop.train, default metrics): {loop_rate:,.0f} tokens/s, {mfu_text(loop_rate, flops, peak)}")
     print(f"bare PyTorch loop:                         {bare_rate:,.0f} tokens/s, {mfu_text(bare_rate, flops, peak)}")
     if not peak:
