@@ -44,10 +44,11 @@ pure tensor ops, which inductor fuses into a few kernels (moments and u with the
 max-norms, the ratio-clip-update pass) instead of ~20. It never reads a number back (no host sync), its
 result equals the eager path's to float rounding (tests/worker/test_optim_speed.py, against the authors'
 code), and one graph serves every 2-D shape and lr (dynamic shapes; floats are graph inputs). Used on CUDA,
-where the eager path is some 20 launches per matrix; not on CPU, where it measured no faster than the
-blocked eager path (benchmarks/optimizer_step.py, GPT-2-small shapes, 2-core EPYC: eager ~210 ms,
-compiled ~190 ms, AdamW(fused) ~40 ms a step; inductor's column reduction walks the matrix with a stride
-and re-reads it) and would cost a compilation (~10 s cold, ~2 s from inductor's cache) in every process.
+where the eager path is some 20 launches per matrix (not measured on a GPU yet: deploy/gpu_check.sh
+does); not on CPU, where it measured no faster than the blocked eager path (benchmarks/optimizer_step.py,
+GPT-2-small shapes, 2-core EPYC, three runs: eager 220-280 ms = 3.7-4.7x AdamW(fused), compiled
+240-350 ms = 3.8-4.5x; inductor's C++ column reduction walks the matrix with a stride and re-reads it)
+and would cost a compilation (~10 s cold, ~2 s from inductor's cache) in every process.
 `MERIT._compiled` overrides the choice (tests, the benchmark).
 """
 
