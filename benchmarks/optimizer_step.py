@@ -5,9 +5,9 @@
 Every optimizer is timed in alternation with AdamW(foreach=True) and AdamW(fused=True) over the same
 parameters, so its ratios to both are measured under the same machine load (this matters on shared CPUs).
 Each row reports the median step time; a ratio is median(optimizer) / median(that AdamW's steps interleaved
-with it). MERIT runs twice: its blocked eager step and its compiled step (`torch.compile`, see
-worker/optim/_merit.py), one of which is its default on the device. Before timing, both MERIT paths and the
-authors' per-parameter MERIT (`worker.optim._merit_reference.AuthorsMERIT`, the one transcription, which
+with it). MERIT runs three ways: its fused C kernel (worker/optim/_merit_cpu.c, CPU only), its blocked
+eager step and its compiled step (`torch.compile`, see worker/optim/_merit.py), one of which is its
+default on the device. Before timing, every MERIT path and the authors' per-parameter MERIT (`worker.optim._merit_reference.AuthorsMERIT`, the one transcription, which
 tests/worker/test_optim.py also uses) take one step from identical states and must agree (allclose, rtol
 1e-5 / atol 1e-7). The compiled step's compilation happens in its warm-up step, untimed. The last line is
 MERIT's default path against AdamW(fused): the target is <= 2x on CPU, <= 1.5x on a GPU.
@@ -82,15 +82,29 @@ def groups(params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
     ]
 
 
-def merit(param_groups: list[dict[str, Any]], *, compiled: bool) -> MERIT:
+MERIT_PATHS = ("fused", "eager", "compiled")  # the C kernel (CPU), the eager ops, torch.compile
+
+
+def merit(param_groups: list[dict[str, Any]], *, path: str) -> MERIT:
     opt = MERIT(param_groups, lr=1e-3)
-    opt._compiled = compiled
+    opt._compiled = path == "compiled"
+    opt._fused_cpu = path == "fused"
     return opt
 
 
+def default_path(device: torch.device) -> str:
+    """MERIT's own choice on `device`: compiled on CUDA, else the fused kernel where it applies."""
+    opt = MERIT([torch.nn.Parameter(torch.zeros(1))])
+    if opt._uses_compiled(device):
+        return "compiled"
+    probe = torch.zeros(2, 2, device=device)
+    return "fused" if opt._uses_fused_cpu(probe, probe, probe, probe) else "eager"
+
+
 FACTORIES: dict[str, Callable[[list[dict[str, Any]]], torch.optim.Optimizer]] = {
-    "MERIT (eager)": lambda g: merit(g, compiled=False),
-    "MERIT (compiled)": lambda g: merit(g, compiled=True),
+    "MERIT (fused)": lambda g: merit(g, path="fused"),
+    "MERIT (eager)": lambda g: merit(g, path="eager"),
+    "MERIT (compiled)": lambda g: merit(g, path="compiled"),
     "MERIT (authors)": lambda g: AuthorsMERIT(g, lr=1e-3),
     "Lion": lambda g: pytorch_optimizer.Lion(g, lr=1e-4),
     "LAMB": lambda g: pytorch_optimizer.Lamb(g, lr=1e-3),
@@ -111,16 +125,15 @@ def timed_step(opt: torch.optim.Optimizer, device: torch.device) -> float:
     return (time.perf_counter() - start) * 1e3  # ms
 
 
-def check_merit_matches_authors(preset: str, device: torch.device, *, compiled: bool = False) -> float:
-    """One step of ours (eager, or `compiled`) and the authors' MERIT from identical states; returns the max
-    abs difference."""
+def check_merit_matches_authors(preset: str, device: torch.device, *, path: str = "eager") -> float:
+    """One step of ours (on `path`) and the authors' MERIT from identical states; returns the max abs
+    difference."""
     ours, theirs = make_params(preset, device, seed=1), make_params(preset, device, seed=1)
-    merit(groups(ours), compiled=compiled).step()
+    merit(groups(ours), path=path).step()
     AuthorsMERIT(groups(theirs), lr=1e-3).step()
     worst = 0.0
     for a, b in zip(ours, theirs):
         if not torch.allclose(a, b, rtol=1e-5, atol=1e-7):
-            path = "compiled" if compiled else "eager"
             raise SystemExit(f"MERIT ({path}) and MERIT (authors) disagree on a {tuple(a.shape)} parameter")
         worst = max(worst, (a - b).abs().max().item())
     return worst
@@ -145,10 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         f"threads={torch.get_num_threads()}, repeats={args.repeats}"
     )
 
-    for compiled in (False, True):
-        diff = check_merit_matches_authors(args.preset, device, compiled=compiled)
+    for path in MERIT_PATHS:
+        if path == "fused" and device.type != "cpu":
+            continue
+        diff = check_merit_matches_authors(args.preset, device, path=path)
         print(
-            f"check: MERIT ({'compiled' if compiled else 'eager'}) == MERIT (authors) after one step "
+            f"check: MERIT ({path}) == MERIT (authors) after one step "
             f"(allclose rtol 1e-5, atol 1e-7; max |diff| {diff:.2e})"
         )
     gc.collect()
@@ -165,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, factory in FACTORIES.items():
         if args.only is not None and name not in args.only:
             continue
+        if name == "MERIT (fused)" and device.type != "cpu":
+            continue  # a CPU kernel
         opt = factory(groups(params))
         for _ in range(args.warmup):
             opt.step()
@@ -187,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'AdamW(fused)':<18}{fused_ms:>12.1f}{fused_ms / foreach_ms:>18.2f}x{1.0:>16.2f}x")
     for name, ms, x_foreach, x_fused in rows:
         print(f"{name:<18}{ms:>12.1f}{x_foreach:>18.2f}x{x_fused:>16.2f}x")
-    default = (
-        "MERIT (compiled)" if MERIT([torch.nn.Parameter(torch.zeros(1))])._uses_compiled(device) else "MERIT (eager)"
-    )
+    default = f"MERIT ({default_path(device)})"
     by_name = {name: (x_foreach, x_fused) for name, _, x_foreach, x_fused in rows}
     if default in by_name:
         x_foreach, x_fused = by_name[default]

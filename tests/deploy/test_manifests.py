@@ -576,6 +576,28 @@ def test_dockerfile_installs_the_pinned_torch_and_every_package() -> None:
     assert {f"!{src}" for src in copied} <= kept
 
 
+def test_the_image_has_a_c_compiler_and_installs_every_data_file() -> None:
+    # torch.compile (Triton's CUDA launcher, inductor's CPU kernels) and MERIT's CPU kernel compile C at
+    # run time: the slim base image has no compiler until the Dockerfile installs one
+    run = " ".join(a for w, a in dockerfile_instructions() if w == "RUN")
+    installed = re.search(r"apt-get install ([^&]*)", run)
+    assert installed is not None and {"gcc", "libc6-dev"} <= set(installed.group(1).split())
+    # `pip install .` copies a package's non-Python files only where package-data names them: every such
+    # file in the packages (the kernel's C source, templates, migrations, examples) must match a glob
+    data = pyproject()["tool"]["setuptools"]["package-data"]
+    packages = [p.rstrip("*") for p in pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]]
+    missing = []
+    for package in packages:
+        for file in (ROOT / package).rglob("*"):
+            if not file.is_file() or file.suffix in {".py", ".pyc"} or "__pycache__" in file.parts:
+                continue
+            relative = file.relative_to(ROOT / package)
+            if not any(relative.match(glob) for glob in data.get(package, [])):
+                missing.append(f"{package}/{relative}")
+    assert (ROOT / "worker/optim/_merit_cpu.c").exists()
+    assert missing == [], f"not in [tool.setuptools.package-data]: {missing}"
+
+
 # ---- the GPU check --------------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ Nested = list  # a matrix as a list of rows of floats, or a vector as a list of 
 
 
 _merit_module = importlib.import_module("worker.optim._merit")
+_merit_cpu = importlib.import_module("worker.optim._merit_cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -34,16 +35,19 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(previous)
 
 
-# How MERIT walks a matrix: CPU default (host checks, one block per small matrix), CPU with blocks of
-# a few rows (the blocked path big matrices take), and the accelerator path (no host checks: the mask
-# and the clip always run). All three must give the same numbers.
-_MERIT_MODES = ["cpu", "cpu-small-blocks", "no-host-checks"]
+# How MERIT walks a matrix: CPU default (float32 matrices through the fused C kernel, anything else
+# eager), CPU eager (host checks, one block per small matrix), CPU eager with blocks of a few rows (the
+# blocked path big matrices take), and the accelerator path (no host checks: the mask and the clip always
+# run). All four must give the same numbers.
+_MERIT_MODES = ["cpu", "cpu-eager", "cpu-small-blocks", "no-host-checks"]
 
 
 def _merit(params: list, mode: str, monkeypatch: pytest.MonkeyPatch, **kw: float) -> MERIT:  # noqa: ANN001
     if mode == "cpu-small-blocks":
         monkeypatch.setattr(_merit_module, "_CPU_BLOCK_ELEMS", 8)
     opt = MERIT(params, **kw)
+    if mode in ("cpu-eager", "cpu-small-blocks"):
+        opt._fused_cpu = False
     if mode == "no-host-checks":
         opt._host_checks = False
     return opt
@@ -135,8 +139,47 @@ def _merit_cases() -> dict[str, tuple[torch.Tensor, list[torch.Tensor]]]:
 @pytest.mark.parametrize("case", list(_merit_cases()))
 def test_merit_matches_per_element_reference(case: str, wd: float, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     w0, grads = _merit_cases()[case]
-    hp = {"lr": 0.05, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "wd": wd}
+    _check_against_per_element_reference(case, w0, grads, wd, mode, monkeypatch, rtol=1e-10, atol=1e-13)
 
+
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+@pytest.mark.parametrize("case", [name for name, (w0, _) in _merit_cases().items() if w0.dim() == 2])
+def test_fused_cpu_kernel_matches_per_element_reference(case: str, wd: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # float32 matrices take the C kernel on CPU (float64 ones, above, do not): every case, mask and clip
+    # included, against the reference run in float64 on the same float32 inputs
+    w0, grads = _merit_cases()[case]
+    calls = _count_kernel_calls(monkeypatch)
+    w32, grads32 = w0.float(), [g.float() for g in grads]
+    _check_against_per_element_reference(case, w32, grads32, wd, "cpu", monkeypatch, rtol=1e-5, atol=1e-7)
+    assert calls == {"pass1": len(grads), "pass2": len(grads)}
+
+
+def _count_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts calls of the fused kernel's passes (pass 2 only runs when pass 1 found everything finite)."""
+    calls = {"pass1": 0, "pass2": 0}
+    for name in calls:
+        real = getattr(_merit_cpu, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(_merit_cpu, name, counted)
+    return calls
+
+
+def _check_against_per_element_reference(
+    case: str,
+    w0: torch.Tensor,
+    grads: list[torch.Tensor],
+    wd: float,
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    rtol: float,
+    atol: float,
+) -> None:
+    hp = {"lr": 0.05, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "wd": wd}
     p = torch.nn.Parameter(w0.clone())
     opt = _merit([p], mode, monkeypatch, lr=hp["lr"], betas=(hp["b1"], hp["b2"]), eps=hp["eps"], weight_decay=wd)
     ref_w, ref_m, ref_v = w0.tolist(), torch.zeros_like(w0).tolist(), torch.zeros_like(w0).tolist()
@@ -146,10 +189,12 @@ def test_merit_matches_per_element_reference(case: str, wd: float, mode: str, mo
         p.grad = g.clone()
         opt.step()
         clipped += ref_step(ref_w, g.tolist(), ref_m, ref_v, **hp)
-        torch.testing.assert_close(p.detach(), torch.tensor(ref_w, dtype=torch.float64), rtol=1e-10, atol=1e-13)
+        torch.testing.assert_close(p.detach(), torch.tensor(ref_w, dtype=w0.dtype), rtol=rtol, atol=atol)
     state = opt.state[p]
-    torch.testing.assert_close(state["exp_avg"], torch.tensor(ref_m, dtype=torch.float64), rtol=1e-12, atol=1e-15)
-    torch.testing.assert_close(state["exp_avg_sq"], torch.tensor(ref_v, dtype=torch.float64), rtol=1e-12, atol=1e-15)
+    # float64: the moments see no ratio, so they agree closer; float32: both at float32's rounding
+    close = {"rtol": rtol / 100, "atol": atol / 100} if w0.dtype == torch.float64 else {"rtol": rtol, "atol": atol}
+    torch.testing.assert_close(state["exp_avg"], torch.tensor(ref_m, dtype=w0.dtype), **close)
+    torch.testing.assert_close(state["exp_avg_sq"], torch.tensor(ref_v, dtype=w0.dtype), **close)
     assert state["step"] == len(grads)
     if "clip_bites" in case:
         assert clipped > 0, "the case must exercise the clip to [-1, 1]"
@@ -245,8 +290,10 @@ def test_the_benchmark_checks_against_the_same_reference() -> None:
     assert bench.AuthorsMERIT is AuthorsMERIT
     assert bench.FACTORIES["MERIT (authors)"]([torch.nn.Parameter(torch.zeros(2, 2))]).__class__ is AuthorsMERIT
     # its pre-timing check on real GPT-2 shapes (gpt2-nano: 3.3M parameters) passes, and measures a difference
-    worst = bench.check_merit_matches_authors("gpt2-nano", torch.device("cpu"))
-    assert 0.0 <= worst < 1e-6
+    for path in ("fused", "eager"):  # the compiled path's check: tests/worker/test_optim_speed.py
+        worst = bench.check_merit_matches_authors("gpt2-nano", torch.device("cpu"), path=path)
+        assert 0.0 <= worst < 1e-6
+    assert bench.default_path(torch.device("cpu")) == "fused"
 
 
 def test_merit_skips_params_without_grad() -> None:

@@ -17,9 +17,22 @@ Tensors with more than two dims are reduced exactly as the authors do: over dim 
 over dim 0 for the "column" norm (keepdim, so the remaining dims stay element-wise). GPT-2 has only 1-D
 and 2-D parameters, so this only matters for other models.
 
-How it is made fast without changing the algorithm: results agree with the authors' code to float
-rounding (the final multiply-add is one fused op here, two there). CPU, GPT-2-small shapes, see
-benchmarks/optimizer_step.py:
+Three ways through a matrix, one algorithm; every one agrees with the authors' code to float rounding
+(tests/worker/test_optim.py and test_optim_speed.py) and benchmarks/optimizer_step.py times them all.
+Measured there on GPT-2-small shapes (124M parameters, float32, 2-core EPYC, three runs each):
+
+    path                       where                                   step      x AdamW(fused)
+    fused C kernel             CPU, contiguous float32 2-D (default)   80-86 ms  1.53-1.56x
+    eager (blocked torch ops)  CPU otherwise; accelerators' fallback   180-230   3.3-5.6x
+    compiled (inductor)        CUDA (default)                          240-350   3.8-4.5x (CPU)
+
+The fused kernel (`_merit_cpu`, built with the system's C compiler on first use): two sweeps of the matrix,
+moments + u + the four max-norm vectors, then ratio + clip + update: 10 float streams through memory
+against AdamW(fused)'s 7, which is about the ratio measured. Where a |w| or |u| is NaN or inf it hands the
+norms to torch (their NaN propagation is the authors'); without a compiler MERIT runs eager and logs why.
+
+The eager path, made fast without changing the algorithm (the final multiply-add is one fused op here,
+two in the authors' code):
 
 * No per-step allocations of parameter-sized tensors: |w|, |u|, u and the ratio matrix live in two
   scratch buffers the size of the largest matrix, reused for every matrix. (Fresh large tensors cost a
@@ -27,7 +40,7 @@ benchmarks/optimizer_step.py:
 * A matrix's first pass (moments, u, the four max-norm vectors) runs over blocks of ~0.5M elements of
   whole rows, so the six operands of a block stay in the last-level cache between the dozen ops that
   touch them. Column maxima are combined across blocks with an element-wise maximum.
-* max|w| and max|u| of the whole matrix are the max of the row-max vectors (exact).
+* max|w| and max|u| of the whole matrix are the max of the row-max vectors (exact); so in the fused path.
 * The `whole` floor is folded into the small column-ratio vector before broadcasting:
   max(max(a, b), c) == max(a, max(b, c)), also under NaN propagation.
 * The zero-norm mask is applied only when a batched check on the small vectors finds a zero norm
@@ -40,16 +53,12 @@ On accelerators the data-dependent checks would each cost a host sync, so there 
 always run (still exact) and matrices are processed whole.
 
 Compiled (`_matrix_update` through `torch.compile`, inductor): the whole matrix step as one function of
-pure tensor ops, which inductor fuses into a few kernels (moments and u with the row max-norms, the column
-max-norms, the ratio-clip-update pass) instead of ~20. It never reads a number back (no host sync), its
-result equals the eager path's to float rounding (tests/worker/test_optim_speed.py, against the authors'
-code), and one graph serves every 2-D shape and lr (dynamic shapes; floats are graph inputs). Used on CUDA,
-where the eager path is some 20 launches per matrix (not measured on a GPU yet: deploy/gpu_check.sh
-does); not on CPU, where it measured no faster than the blocked eager path (benchmarks/optimizer_step.py,
-GPT-2-small shapes, 2-core EPYC, three runs: eager 220-280 ms = 3.7-4.7x AdamW(fused), compiled
-240-350 ms = 3.8-4.5x; inductor's C++ column reduction walks the matrix with a stride and re-reads it)
-and would cost a compilation (~10 s cold, ~2 s from inductor's cache) in every process.
-`MERIT._compiled` overrides the choice (tests, the benchmark).
+pure tensor ops, which inductor fuses into a few kernels instead of ~20 launches. It never reads a number
+back (no host sync), and one graph serves every 2-D shape and lr (dynamic shapes; floats are graph
+inputs). Used on CUDA (not measured on a GPU yet: deploy/gpu_check.sh does); not on CPU, where inductor's
+C++ makes some eight passes over each matrix (its column reductions walk the matrix with a stride) and
+measured no faster than the eager path, at a compilation (~10 s cold, ~2 s cached) in every process.
+`MERIT._compiled` and `MERIT._fused_cpu` override the choices (tests, the benchmark).
 """
 
 from __future__ import annotations
@@ -59,6 +68,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+
+from worker.optim import _merit_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -149,12 +160,15 @@ class MERIT(torch.optim.Optimizer):
         self._host_checks: bool | None = None
         # Matrices through the compiled `_matrix_update`. None: on CUDA (see the module docstring).
         self._compiled: bool | None = None
+        # Matrices through the hand-fused CPU kernel (`_merit_cpu`). None: where it applies and builds.
+        self._fused_cpu: bool | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.__dict__.setdefault("_scratch", {})
         self.__dict__.setdefault("_host_checks", None)
         self.__dict__.setdefault("_compiled", None)
+        self.__dict__.setdefault("_fused_cpu", None)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -239,6 +253,14 @@ class MERIT(torch.optim.Optimizer):
             self._scratch[key] = bufs
         return bufs[0][: p.numel()].view(p.shape), bufs[1][: p.numel()].view(p.shape)
 
+    def _uses_fused_cpu(self, *tensors: torch.Tensor) -> bool:
+        """Whether a matrix (its tensors: parameter, gradient, moments) takes the hand-fused CPU kernel
+        (`_merit_cpu`): `_fused_cpu`, else where it applies (contiguous float32 2-D on CPU, host checks on)
+        and builds."""
+        if self._fused_cpu is False or not self._uses_host_checks(tensors[0].device):
+            return False
+        return _merit_cpu.usable(*tensors) and _merit_cpu.kernel() is not None
+
     def _matrix_step(
         self,
         p: torch.Tensor,
@@ -251,50 +273,33 @@ class MERIT(torch.optim.Optimizer):
         beta1, beta2 = group["betas"]
         eps: float = group["eps"]
         wd: float = group["weight_decay"]
-        on_cpu = p.device.type == "cpu"
         host_checks = self._uses_host_checks(p.device)
+        lib = _merit_cpu.kernel() if self._uses_fused_cpu(p, grad, exp_avg, exp_avg_sq) else None
 
-        # Blocks are slices along dim 0, so they need row-contiguous operands; anything else (a
-        # transposed view, channels-last) is processed whole through contiguous copies.
-        w = p if p.is_contiguous() else p.contiguous()
-        g = grad.contiguous()
-        m, v = exp_avg, exp_avg_sq
-        if not (m.is_contiguous() and v.is_contiguous()):
-            m, v = m.contiguous(), v.contiguous()
-        u, scratch = self._buffers(w)
-
-        n_rows = w.shape[0]
-        row_elems = max(1, w[0].numel())
-        rows_per_block = max(1, _CPU_BLOCK_ELEMS // row_elems) if on_cpu else n_rows
-        blocks = [slice(i, min(n_rows, i + rows_per_block)) for i in range(0, n_rows, rows_per_block)]
-
-        # Max-norm vectors, keepdim shapes: rows (R, 1, *rest), columns (1, C, *rest).
-        row_w = w.new_empty((n_rows, 1, *w.shape[2:]))
-        row_u = torch.empty_like(row_w)
-        col_w: torch.Tensor | None = None
-        col_u: torch.Tensor | None = None
-
-        for rows in blocks:
-            wb, gb, mb, vb, ub, sb = w[rows], g[rows], m[rows], v[rows], u[rows], scratch[rows]
-            # Moments in the authors' op order (m and v come out bit-identical to theirs).
-            mb.mul_(beta1).add_(gb, alpha=1 - beta1)
-            vb.mul_(beta2).addcmul_(gb, gb, value=1 - beta2)
-            torch.sqrt(vb, out=ub)
-            ub.add_(eps)
-            torch.div(mb, ub, out=ub)  # u = m / (sqrt(v) + eps)
-            if wd != 0:
-                ub.add_(wb, alpha=wd)
-            # amax of |x| written into scratch: amax is a plain reduction, much faster than
-            # vector_norm(ord=inf), and NaN propagates through both.
-            torch.abs(wb, out=sb)
-            torch.amax(sb, dim=1, keepdim=True, out=row_w[rows])
-            block_col = sb.amax(dim=0, keepdim=True)
-            col_w = block_col if col_w is None else torch.maximum(col_w, block_col, out=col_w)
-            torch.abs(ub, out=sb)
-            torch.amax(sb, dim=1, keepdim=True, out=row_u[rows])
-            block_col = sb.amax(dim=0, keepdim=True)
-            col_u = block_col if col_u is None else torch.maximum(col_u, block_col, out=col_u)
-        assert col_w is not None and col_u is not None
+        if lib is not None:
+            # pass 1 in C: moments, u and the four max-norm vectors in one sweep of the matrix
+            w, m, v = p, exp_avg, exp_avg_sq
+            u, scratch = self._buffers(w)
+            blocks = [slice(None)]
+            norms = _merit_cpu.pass1(lib, w, grad, m, v, u, beta1, beta2, eps, wd)
+            if norms is None:  # a NaN or inf: the norms from torch, whose max propagates NaN like the authors'
+                lib = None
+                norms = _first_pass(w, grad, m, v, u, scratch, blocks, group, moments=False)
+        else:
+            # Blocks are slices along dim 0, so they need row-contiguous operands; anything else (a
+            # transposed view, channels-last) is processed whole through contiguous copies.
+            w = p if p.is_contiguous() else p.contiguous()
+            g = grad.contiguous()
+            m, v = exp_avg, exp_avg_sq
+            if not (m.is_contiguous() and v.is_contiguous()):
+                m, v = m.contiguous(), v.contiguous()
+            u, scratch = self._buffers(w)
+            n_rows = w.shape[0]
+            row_elems = max(1, w[0].numel())
+            rows_per_block = max(1, _CPU_BLOCK_ELEMS // row_elems) if p.device.type == "cpu" else n_rows
+            blocks = [slice(i, min(n_rows, i + rows_per_block)) for i in range(0, n_rows, rows_per_block)]
+            norms = _first_pass(w, g, m, v, u, scratch, blocks, group, moments=True)
+        row_w, row_u, col_w, col_u = norms
 
         max_w = row_w.amax()  # == max|w|: the max of the row maxima
         whole = max_w / row_u.amax()
@@ -315,6 +320,10 @@ class MERIT(torch.optim.Optimizer):
             clip = masked or not (max_w_value <= limit)
         else:
             masked = clip = True  # no host sync on accelerators; both passes are exact no-ops when not needed
+
+        if lib is not None:  # pass 2 in C: ratio, clip and update in one sweep
+            _merit_cpu.pass2(lib, w, u, row_ratio, col_ratio, row_bad, col_bad, masked=masked, clip=clip, lr=lr)
+            return
 
         for rows in blocks:
             wb, ub, rb = w[rows], u[rows], scratch[rows]
@@ -372,6 +381,53 @@ class MERIT(torch.optim.Optimizer):
             torch._foreach_clamp_min_(updates, -1.0)
             torch._foreach_clamp_max_(updates, 1.0)
             torch._foreach_add_(params, updates, alpha=-lr)
+
+
+def _first_pass(
+    w: torch.Tensor,
+    g: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    u: torch.Tensor,
+    scratch: torch.Tensor,
+    blocks: list[slice],
+    group: dict[str, Any],
+    *,
+    moments: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The eager first pass over `blocks` of rows: with `moments`, m, v and u = m / (sqrt(v) + eps) + wd*w
+    in place (u into `u`); then the max-norm vectors of |w| and |u| (rows (R, 1, *rest), columns
+    (1, C, *rest)), each block's while it is in cache. Without `moments` u is taken as given."""
+    beta1, beta2 = group["betas"]
+    eps, wd = group["eps"], group["weight_decay"]
+    row_w = w.new_empty((w.shape[0], 1, *w.shape[2:]))
+    row_u = torch.empty_like(row_w)
+    col_w: torch.Tensor | None = None
+    col_u: torch.Tensor | None = None
+    for rows in blocks:
+        wb, ub, sb = w[rows], u[rows], scratch[rows]
+        if moments:
+            mb, vb, gb = m[rows], v[rows], g[rows]
+            # Moments in the authors' op order (m and v come out bit-identical to theirs).
+            mb.mul_(beta1).add_(gb, alpha=1 - beta1)
+            vb.mul_(beta2).addcmul_(gb, gb, value=1 - beta2)
+            torch.sqrt(vb, out=ub)
+            ub.add_(eps)
+            torch.div(mb, ub, out=ub)  # u = m / (sqrt(v) + eps)
+            if wd != 0:
+                ub.add_(wb, alpha=wd)
+        # amax of |x| written into scratch: amax is a plain reduction, much faster than
+        # vector_norm(ord=inf), and NaN propagates through both.
+        torch.abs(wb, out=sb)
+        torch.amax(sb, dim=1, keepdim=True, out=row_w[rows])
+        block_col = sb.amax(dim=0, keepdim=True)
+        col_w = block_col if col_w is None else torch.maximum(col_w, block_col, out=col_w)
+        torch.abs(ub, out=sb)
+        torch.amax(sb, dim=1, keepdim=True, out=row_u[rows])
+        block_col = sb.amax(dim=0, keepdim=True)
+        col_u = block_col if col_u is None else torch.maximum(col_u, block_col, out=col_u)
+    assert col_w is not None and col_u is not None
+    return row_w, row_u, col_w, col_u
 
 
 def _is_compile_error(exc: Exception) -> bool:
