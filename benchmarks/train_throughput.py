@@ -10,8 +10,8 @@ forward (under the same autocast), float32 cross-entropy and backward, gradient 
 `grad_clip`, the optimizer's step and `zero_grad`. Its batches are random windows of the same token
 stream, gathered from memory; it reads no number back from the device. The model is the one
 `worker.model.build_model` builds, with transformers' stock "sdpa" attention (no probe hook), compiled
-when the loop's is; the optimizer is the one the loop builds (`worker.optim.build_optimizer` on the loop's
-device-adjusted config: fused AdamW on CUDA). Sophia-G is not compared: its Hessian pass is the loop's.
+when the loop's is; the optimizer is the one the loop builds (`worker.optim.build_optimizer`, whose
+defaults depend on the model's device: fused AdamW on CUDA). Sophia-G is not compared: its Hessian pass is the loop's.
 
 The loop runs with TrainConfig's defaults: loss, gradient norm, gradient noise scale (the default split
 here has grad accumulation 2), lr schedule, divergence check, tokens/s, the max-attention-logit probe and
@@ -54,7 +54,7 @@ from worker.config import DataConfig, ModelConfig, OptimizerConfig, TrainConfig,
 from worker.data import prepare_data
 from worker.model import build_model, count_params, flops_per_token
 from worker.names import MODEL_PRESETS, OPTIMIZERS
-from worker.optim import build_optimizer
+from worker.optim import build_optimizer, optimizer_keywords
 from worker.session import LocalSession
 
 TARGET_RATIO = 0.95  # loop / bare
@@ -149,9 +149,7 @@ def bare_loop(cfg: TrainConfig, device: torch.device, clock: StepClock) -> None:
     model.set_attn_implementation("sdpa")  # transformers' own SDPA attention: no probe hook
     model.train()
     trained: torch.nn.Module = torch.compile(model) if cfg.compile else model
-    optimizer = build_optimizer(
-        loop.optimizer_for_device(cfg.optimizer, device), model, tokens_per_step=cfg.tokens_per_step
-    )
+    optimizer = build_optimizer(cfg.optimizer, model, tokens_per_step=cfg.tokens_per_step)
     params = [p for p in model.parameters() if p.requires_grad]
     autocast = (
         torch.autocast(device.type, dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
@@ -244,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_data(cfg.data)
     model = build_model(cfg.model, vocab_size=data.vocab_size, seed=0)
     flops, n_params = flops_per_token(model, args.seq_len), count_params(model)
-    built = build_optimizer(loop.optimizer_for_device(cfg.optimizer, device), model, tokens_per_step=tokens_per_step)
-    kernel = next((k for k in ("fused", "foreach") if built.defaults.get(k)), None)  # AdamW's implementation
-    del model, built
+    keywords = optimizer_keywords(cfg.optimizer, device_type=device.type, tokens_per_step=tokens_per_step)
+    kernel = next((k for k in ("fused", "foreach") if keywords.get(k)), None)  # AdamW's implementation
+    del model
     peak = loop.peak_flops(device)
     device_name = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
     print(

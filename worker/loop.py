@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from worker.config import OptimizerConfig, TrainConfig, split_batch
+from worker.config import TrainConfig, split_batch
 from worker.data import TokenData, TrainBatches, prepare_data, train_sequences_available, val_batches, val_windows
 from worker.model import attention_logit_probe, build_model, flops_per_token
 from worker.noise_scale import NoiseScaleEMA
@@ -166,9 +166,7 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
         # compiled on the first step (inductor; a graph per distinct input shape, and the training shape is
         # fixed); around DDP, so dynamo splits the graph at DDP's buckets and the all-reduces still overlap
         model = torch.compile(model)
-    optimizer = build_optimizer(
-        optimizer_for_device(cfg.optimizer, layout.device), raw_model, tokens_per_step=cfg.tokens_per_step
-    )
+    optimizer = build_optimizer(cfg.optimizer, raw_model, tokens_per_step=cfg.tokens_per_step)
     params = [p for p in raw_model.parameters() if p.requires_grad]
 
     state = RunState(noise=NoiseScaleEMA(decay=cfg.noise_scale_ema))
@@ -503,14 +501,6 @@ def _grad_sq_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
     """Squared L2 norm of all gradients, a float64 scalar on their device (no host read)."""
     grads = [p.grad for p in params if p.grad is not None]
     return torch.stack(torch._foreach_norm(grads)).double().square().sum()
-
-
-def optimizer_for_device(cfg: OptimizerConfig, device: torch.device) -> OptimizerConfig:
-    """The optimizer config a run on `device` builds: on CUDA, AdamW takes torch's fused kernel (one pass
-    over each tensor instead of a dozen foreach launches) unless `extra` chooses (fused or foreach)."""
-    if device.type == "cuda" and cfg.name == "adamw" and not {"fused", "foreach"} & cfg.extra.keys():
-        return cfg.model_copy(update={"extra": {**cfg.extra, "fused": True}})
-    return cfg
 
 
 def _configure_backends(device: torch.device) -> None:

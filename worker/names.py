@@ -35,10 +35,13 @@ def _extra(**keywords_by_kind: str) -> dict[str, ExtraKind]:
 
 @dataclass(frozen=True)
 class KeywordDefault:
-    """A constructor keyword build_optimizer passes unless `extra` sets it, or sets `unless` to true."""
+    """A constructor keyword build_optimizer passes unless `extra` sets it, or sets `unless` to true, or
+    sets any keyword of `unless_chosen` at all; with `device`, only for parameters on that device type."""
 
     value: Any
     unless: str | None = None
+    unless_chosen: tuple[str, ...] = ()
+    device: str | None = None  # "cuda", "cpu": a torch.device's type
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,13 @@ OPTIMIZERS: dict[str, OptimizerEntry] = {
             default_betas=(0.9, 0.999),
             default_eps=1e-8,
             extra=_extra(bool="amsgrad maximize capturable differentiable", optional_bool="foreach fused"),
-            # torch refuses foreach=True with fused=True: fused=True in `extra` wins
-            build_defaults={"foreach": KeywordDefault(True, unless="fused")},
+            # On CUDA torch's fused kernel (one pass over each tensor instead of a dozen foreach launches)
+            # unless `extra` chooses an implementation; else foreach. torch refuses foreach=True with
+            # fused=True: fused=True in `extra` wins. (Order matters: fused is decided first.)
+            build_defaults={
+                "fused": KeywordDefault(True, unless_chosen=("fused", "foreach"), device="cuda"),
+                "foreach": KeywordDefault(True, unless="fused"),
+            },
         ),
         # Library defaults kept: no bias correction, decoupled decay, ||w|| clamped at 10 in the trust ratio
         # ||w|| / ||adam step||. Its max_grad_norm=1.0 only acts with pre_norm=True (off by default), so Lamb

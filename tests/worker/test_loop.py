@@ -13,6 +13,7 @@ from worker.data import prepare_data, val_windows
 from worker.loop import Layout, evaluate, train
 from worker.model import build_model
 from worker.names import OPTIMIZER_NAMES
+from worker.optim import build_optimizer
 from worker.session import LocalSession
 
 TINY = dict(model=ModelConfig(preset="gpt2-nano", seq_len=32), max_micro_batch=4, threads_per_worker=1)
@@ -453,16 +454,28 @@ def test_the_attention_probe_runs_at_eval_only_and_training_attention_is_flash_e
 
 
 def test_adamw_takes_the_fused_kernel_on_cuda_unless_extra_chooses() -> None:
-    from worker.loop import optimizer_for_device
+    # the rule is the optimizer table's (worker.names.OPTIMIZERS["adamw"].build_defaults)
+    from worker.optim import optimizer_keywords
 
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    def impl(cfg: OptimizerConfig, device_type: str) -> dict:
+        kw = optimizer_keywords(cfg, device_type=device_type, tokens_per_step=1)
+        return {k: kw[k] for k in ("fused", "foreach") if k in kw}
+
     adamw = OptimizerConfig(name="adamw", lr=1e-3)
-    assert optimizer_for_device(adamw, cuda).extra == {"fused": True}
-    assert optimizer_for_device(adamw, cpu) == adamw
-    for chosen in ({"fused": False}, {"foreach": True}):
-        assert optimizer_for_device(adamw.model_copy(update={"extra": chosen}), cuda).extra == chosen
+    assert impl(adamw, "cuda") == {"fused": True}
+    assert impl(adamw, "cpu") == {"foreach": True}
+    for chosen, on_cuda in (
+        ({"fused": False}, {"fused": False, "foreach": True}),
+        ({"foreach": True}, {"foreach": True}),
+        ({"foreach": False}, {"foreach": False}),  # the for-loop implementation, as asked
+        ({"fused": True}, {"fused": True}),
+    ):
+        assert impl(adamw.model_copy(update={"extra": chosen}), "cuda") == on_cuda, chosen
     merit = OptimizerConfig(name="merit", lr=1e-3)
-    assert optimizer_for_device(merit, cuda) == merit
+    assert impl(merit, "cuda") == {}
+    # the model's device decides: a CPU model builds foreach
+    built = build_optimizer(adamw, torch.nn.Linear(2, 2), tokens_per_step=1)
+    assert built.defaults["foreach"] is True and not built.defaults["fused"]
 
 
 def test_precision_and_compile_are_validated() -> None:

@@ -541,6 +541,7 @@ def test_extra_table_names_exactly_the_real_constructor_keywords(name: str) -> N
     for key, default in entry.build_defaults.items():
         assert keyword_problems(name, None, {key: default.value}) == [], (name, key, default)
         assert default.unless is None or default.unless in entry.extra
+        assert set(default.unless_chosen) <= set(entry.extra) and default.device in (None, "cpu", "cuda")
 
 
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)

@@ -3,7 +3,7 @@
 The registry is the torch-free table `worker.names.OPTIMIZERS` (the service validates specs against it);
 each entry names its class as "module:Class", imported here:
 
-    adamw   torch.optim.AdamW, foreach=True unless `extra` asks for fused=True
+    adamw   torch.optim.AdamW: fused=True on CUDA, else foreach=True, unless `extra` chooses
     lamb    pytorch_optimizer.Lamb (layer-wise trust ratio ||w|| / ||adam step||, ||w|| clamped at 10)
     lion    pytorch_optimizer.Lion (sign of an interpolated momentum; takes no eps)
     merit   MERIT (ours, worker.optim._merit): element-wise max-norm trust ratios
@@ -29,7 +29,16 @@ from worker.optim._sophia import SophiaG, sampled_labels
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MERIT", "OPTIMIZERS", "SophiaG", "build_optimizer", "optimizer_class", "param_groups", "sampled_labels"]
+__all__ = [
+    "MERIT",
+    "OPTIMIZERS",
+    "SophiaG",
+    "build_optimizer",
+    "optimizer_class",
+    "optimizer_keywords",
+    "param_groups",
+    "sampled_labels",
+]
 
 
 def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
@@ -63,15 +72,13 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
     return groups
 
 
-def build_optimizer(cfg: OptimizerConfig, model: torch.nn.Module, *, tokens_per_step: int) -> torch.optim.Optimizer:
-    """The optimizer `cfg` names, over `model`'s trainable parameters in two weight-decay groups.
-
-    lr is the peak lr (the training loop overwrites group["lr"] every step); betas and eps default to
-    the registry entry's; `cfg.extra` adds optimizer-specific keywords (e.g. sophia's rho, adamw's
-    fused), then the entry's `build_defaults` those it leaves unset; sophia's `bs` is `tokens_per_step`.
-    """
-    cls = optimizer_class(cfg.name)
-    entry = OPTIMIZERS[cfg.name]
+def optimizer_keywords(cfg: OptimizerConfig, *, device_type: str, tokens_per_step: int) -> dict[str, Any]:
+    """The constructor keywords (beyond params and lr) `cfg` builds its optimizer with, for parameters on
+    a `device_type` device: betas and eps from `cfg` or the registry entry's defaults, sophia's `bs` =
+    `tokens_per_step`, `cfg.extra`, then the entry's `build_defaults` that apply and `extra` leaves unset."""
+    entry = OPTIMIZERS.get(cfg.name)
+    if entry is None:
+        raise ValueError(unknown_optimizer_message(cfg.name))
     # OptimizerConfig checks these on entry; this catches a config made with model_construct
     problems = keyword_problems(cfg.name, cfg.eps, cfg.extra)
     if problems:
@@ -86,8 +93,25 @@ def build_optimizer(cfg: OptimizerConfig, model: torch.nn.Module, *, tokens_per_
         kw["bs"] = tokens_per_step
     kw.update(cfg.extra)
     for key, default in entry.build_defaults.items():
-        if key not in kw and not (default.unless is not None and kw.get(default.unless)):
-            kw[key] = default.value
+        if key in kw or (default.device is not None and default.device != device_type):
+            continue
+        if default.unless is not None and kw.get(default.unless):
+            continue
+        if any(chosen in cfg.extra for chosen in default.unless_chosen):
+            continue
+        kw[key] = default.value
+    return kw
+
+
+def build_optimizer(cfg: OptimizerConfig, model: torch.nn.Module, *, tokens_per_step: int) -> torch.optim.Optimizer:
+    """The optimizer `cfg` names, over `model`'s trainable parameters in two weight-decay groups, with the
+    keywords of `optimizer_keywords` for the device the model is on.
+
+    lr is the peak lr (the training loop overwrites group["lr"] every step).
+    """
+    cls = optimizer_class(cfg.name)
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    kw = optimizer_keywords(cfg, device_type=device.type, tokens_per_step=tokens_per_step)
 
     groups = param_groups(model, cfg.weight_decay)
     optimizer = cls(groups, lr=cfg.lr, **kw)
