@@ -24,12 +24,14 @@ asks for replacements.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,16 +98,34 @@ class Cell:
     previous: Cell | None = None  # same optimizer, next smaller batch size
     # tune trial id -> the Optuna trial of a search run, or (seed, lr) of a seed re-run
     running: dict[str, optuna.trial.Trial | tuple[int, float]] = field(default_factory=dict)
+    # Within `CellSearcher.reading_once()`: the study's trials as read once (None: not read yet), so that
+    # one `suggest` reads each cell's trials from the storage once, not a dozen times; `changed()` drops it.
+    _memo_on: bool = field(default=False, repr=False)
+    _memo: list[optuna.trial.FrozenTrial] | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
         return cell_key(self.optimizer, self.batch_size)
 
+    def all_trials(self) -> list[optuna.trial.FrozenTrial]:
+        """The study's trials, every state (one storage read; none again within `reading_once`)."""
+        if not self._memo_on:
+            return self.study.get_trials(deepcopy=False)
+        if self._memo is None:
+            self._memo = self.study.get_trials(deepcopy=False)
+        return self._memo
+
+    def changed(self) -> None:
+        """The driver wrote to the study (enqueue, ask, tell): the next read goes to the storage."""
+        self._memo = None
+
     def trials(self, role: str, states: tuple[TrialState, ...] = FINISHED_STATES) -> list[optuna.trial.FrozenTrial]:
         return [
             t
-            for t in self.study.get_trials(deepcopy=False, states=states)
-            if t.user_attrs.get("role") == role and t.user_attrs.get("status") not in RERUN_STATUSES
+            for t in self.all_trials()
+            if t.state in states
+            and t.user_attrs.get("role") == role
+            and t.user_attrs.get("status") not in RERUN_STATUSES
         ]
 
     def search_finished(self) -> int:
@@ -221,8 +241,21 @@ class CellSearcher(DriverOnly, Searcher):
 
     # ---- Tune's Searcher interface ---------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def reading_once(self) -> Iterator[None]:
+        """Each cell's trials read from the storage once in this block (and again only after the driver
+        writes to that cell's study): Tune asks `suggest` again and again while slots are free, and each
+        call consults every cell a dozen ways."""
+        for cell in self.cells:
+            cell._memo_on, cell._memo = True, None
+        try:
+            yield
+        finally:
+            for cell in self.cells:
+                cell._memo_on, cell._memo = False, None
+
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        with self._lock:
+        with self._lock, self.reading_once():
             if self.lost_trials > self.max_lost_trials:
                 raise InfrastructureFailures(
                     f"{self.lost_trials} trials were lost to infrastructure failures (worker processes killed, "
@@ -342,7 +375,7 @@ class CellSearcher(DriverOnly, Searcher):
                 # the smaller batch's final best lr seeds this cell's search: wait for its search to end
                 return None
             lr_min, lr_max = self.spec.lr.min, self.spec.lr.max
-            if not cell.study.trials:
+            if not cell.all_trials():
                 if prev is not None and (best := prev.best()) is not None:
                     design = "bracket"
                     lrs = warm_start_lrs(
@@ -352,12 +385,13 @@ class CellSearcher(DriverOnly, Searcher):
                     design, lrs = "coarse", coarse_lrs(lr_min, lr_max)
                 for lr in lrs[: cell.n_search]:
                     cell.study.enqueue_trial({"lr": lr}, user_attrs={"design": design})
-            elif not cell.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            elif not any(t.state == TrialState.WAITING for t in cell.all_trials()):
                 kind, lr = cell.next_lr()
                 if kind == "wait":
                     return None
                 if kind in ("vertex", "step"):
                     cell.study.enqueue_trial({"lr": lr}, user_attrs={"design": kind})
+            cell.changed()
             trial = cell.study.ask({"lr": self.distribution})
             trial.set_user_attr("role", "search")
             trial.set_user_attr("seed", 0)
@@ -394,7 +428,7 @@ class CellSearcher(DriverOnly, Searcher):
     # ---- progress ------------------------------------------------------------------------------
 
     def progress(self) -> dict[str, Any]:
-        with self._lock:
+        with self._lock, self.reading_once():
             cells = []
             for c in self.cells:
                 best = c.best()

@@ -3,11 +3,13 @@ against a real Optuna storage (SQLite in tmp)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
@@ -95,6 +97,40 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     progress = s.progress()
     assert progress["trials_done"] == progress["trials_total"] == 10  # 2 cells x (3 search + 2 confirmations)
     assert progress["cells_done"] == 2
+
+
+def test_a_suggest_reads_each_cells_trials_from_the_storage_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tune calls suggest again and again while slots are free, and with an RDB storage every read of a
+    # cell's trials is SQL: count the statements of one suggest that consults every cell, with the memo
+    # and without it (the same searcher state, each in its own storage)
+    spec = SweepSpec.from_yaml(SPEC.replace("batch_sizes: [4, 16]", "batch_sizes: [4, 8, 16, 32]"))
+
+    def statements_of_a_waiting_suggest(name: str) -> tuple[int, CellSearcher]:
+        storage = open_storage(f"sqlite:///{tmp_path / name}.db")
+        s = CellSearcher(spec, "unit", storage)
+        for i in range(3):  # bs4's three search trials
+            assert s.suggest(f"t{i}")["cell"] == "adamw/bs4"
+        statements: list[str] = []
+        listener = lambda *args: statements.append(args[2])  # noqa: E731  (conn, cursor, statement, ...)
+        sqlalchemy.event.listen(storage.engine, "before_cursor_execute", listener)
+        assert s.suggest("t3") is None  # everything waits on bs4's search: every cell is consulted
+        s.progress()
+        sqlalchemy.event.remove(storage.engine, "before_cursor_execute", listener)
+        return len(statements), s
+
+    with_memo, s = statements_of_a_waiting_suggest("memo")
+    monkeypatch.setattr(CellSearcher, "reading_once", lambda self: contextlib.nullcontext())
+    without, _ = statements_of_a_waiting_suggest("no-memo")
+    assert with_memo * 3 <= without, (with_memo, without)
+    monkeypatch.undo()
+    # and the memo ends with the call: what was written since is read by the next one
+    s.on_trial_complete("t0", done(4.0))
+    s.on_trial_complete("t1", done(3.5))
+    s.on_trial_complete("t2", done(3.7))
+    assert s.suggest("t4")["role"] == "seed"
+    assert all(not c._memo_on and c._memo is None for c in s.cells)
 
 
 def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: optuna.storages.BaseStorage) -> None:
