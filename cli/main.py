@@ -10,7 +10,7 @@ Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
   sweeps list [--status running]                          your sweeps, newest first
   sweeps status ID | cancel ID | report ID                one sweep
   sweeps serve [--host 127.0.0.1] [--port 8000]           start the service (and, with no RAY_ADDRESS, its Ray head)
-  sweeps ray-stop [--data-dir DIR]                        stop the local Ray head that `serve` started
+  sweeps stop-head [--data-dir DIR]                        stop the local Ray head that `serve` started
 """
 
 from __future__ import annotations
@@ -533,7 +533,7 @@ def serve(
 
     With no RAY_ADDRESS the service runs its own local Ray head (127.0.0.1 only, token auth, state
     under $SWEEPS_DATA_DIR/ray/) in a process group of its own: it outlives the service, so a restarted
-    service finds its running sweeps again. Stop it with `sweeps ray-stop` (same SWEEPS_DATA_DIR).
+    service finds its running sweeps again. Stop it with `sweeps stop-head` (same SWEEPS_DATA_DIR).
     """
     from service.server import serve as run_server
     from service.settings import Settings
@@ -542,8 +542,8 @@ def serve(
     run_server(Settings(**overrides), log_level=log_level)
 
 
-@app.command("ray-stop")
-def ray_stop(
+@app.command("stop-head")
+def stop_head(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="default $SWEEPS_DATA_DIR or ./.batchsweep"),
 ) -> None:
     """Stop the local Ray head that `sweeps serve` started for this data dir (its sweeps stop with it).

@@ -7,7 +7,7 @@
 #   It prints one URL to open: a one-time sign-in link (POST /login/once) to the service's pages,
 #   where the sweep runs live, its dashboard and its MLflow runs are one click away.
 # On exit it stops what it started, by process id: the service, the MLflow UI and the service's Ray
-# head (`sweeps ray-stop` for this data dir). Other Ray clusters on the machine are left alone.
+# head (`sweeps stop-head` for this data dir). Other Ray clusters on the machine are left alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
@@ -29,7 +29,7 @@ cleanup() {
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -KILL -- "-$pid" 2>/dev/null || true
   done
-  "$BIN/sweeps" ray-stop --data-dir "$SWEEPS_DATA_DIR" || true
+  "$BIN/sweeps" stop-head --data-dir "$SWEEPS_DATA_DIR" || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

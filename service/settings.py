@@ -4,7 +4,7 @@ Every setting has an env var; most carry the `SWEEPS_` prefix. Three keep the na
 use, so one environment serves the service, `sweeps run` and the driver alike:
 
   RAY_ADDRESS            Ray cluster (default: the service's own local head on 127.0.0.1, which outlives
-                         the service; `sweeps ray-stop` stops it, see service/ray_head.py)
+                         the service; `sweeps stop-head` stops it, see service/ray_head.py)
   MLFLOW_TRACKING_URI    MLflow store (default sqlite:///<data dir>/mlflow.db)
   MLFLOW_UI_URL          base URL of an MLflow UI for links (default: no link)
 

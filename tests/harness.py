@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from service.processes import LOOPBACK, descendants, free_port, free_ports, stop_tree, wait_for_port
-from service.ray_head import LOOPBACK_ENV, head_command, head_env
+from service.ray_head import LOOPBACK_ENV, head_command, head_env, stop_head_process
+from worker.config import ModelConfig, OptimizerConfig, TrainConfig
 
 __all__ = [
     "AWS_ENV",
@@ -106,7 +108,7 @@ class RayHead:
 
     def stop(self) -> None:
         if self.proc is not None:
-            stop_tree(self.proc.pid, proc=self.proc)
+            stop_head_process(self.proc.pid, proc=self.proc)
             self.proc = None
 
 
@@ -475,3 +477,31 @@ class MultiNodeRay:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+# ---- one tiny DDP run, and what makes it equal to one worker ------------------------------------------
+
+# gpt2-nano, 16 steps of 16 sequences in micro-batches of 4, 4 evaluations: seconds on one CPU per worker.
+# tests/integration/test_worker_on_ray.py runs it on one node, tests/cluster/ddp_across_nodes.py across two.
+TINY_DDP_CONFIG = TrainConfig(
+    model=ModelConfig(preset="gpt2-nano", seq_len=32),
+    optimizer=OptimizerConfig(name="adamw", lr=3e-3),
+    batch_size=16,
+    max_micro_batch=4,
+    token_budget=16 * 32 * 16,
+    eval_every_tokens=16 * 32 * 4,
+    eval_tokens=256,
+    threads_per_worker=1,
+)
+
+
+def assert_ddp_matches_one_worker(single: list[dict], ddp: list[dict], ddp_final: dict) -> None:
+    """DDP over 2 workers is the 1-worker run (histories of `TINY_DDP_CONFIG`): the same global batches in
+    the same order, so the same curve up to float summation order (which training amplifies a little step
+    by step); both ranks ended with identical weights (all-gathered and compared inside the run)."""
+    assert ddp_final["ranks_in_sync"] is True
+    assert [m["tokens"] for m in ddp] == [m["tokens"] for m in single]
+    assert ddp[0]["val_loss"] == pytest.approx(single[0]["val_loss"], rel=1e-5)
+    for a, b in zip(single, ddp, strict=True):
+        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-3)
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)

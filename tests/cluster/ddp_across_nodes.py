@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import worker  # noqa: F401  (before ray: loopback only)
-from worker.config import ModelConfig, OptimizerConfig, TrainConfig
 from worker.launch import init_ray, run_training
 
-CFG = TrainConfig(
-    model=ModelConfig(preset="gpt2-nano", seq_len=32),
-    optimizer=OptimizerConfig(name="adamw", lr=3e-3),
-    batch_size=16,
-    max_micro_batch=4,
-    token_budget=16 * 32 * 16,
-    eval_every_tokens=16 * 32 * 4,
-    eval_tokens=256,
-    threads_per_worker=1,
-)
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, for the harness (run as a script)
+from harness import TINY_DDP_CONFIG as CFG  # noqa: E402
 
 
 def main(address: str) -> None:

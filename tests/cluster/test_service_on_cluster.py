@@ -26,6 +26,7 @@ from harness import (
     MultiNodeRay,
     PostgresServer,
     ServiceProcess,
+    assert_ddp_matches_one_worker,
     create_database,
     venv_env,
 )
@@ -186,10 +187,4 @@ def test_a_ddp_trial_spans_both_worker_nodes_and_matches_one_worker(multinode: M
     workers = {n.node_id for n in multinode.worker_nodes()}
     # the DDP workers' nodes: both worker nodes (and the single-worker run's, one of them), never the head
     assert set(out["worker_nodes"]) == workers and multinode.head_id not in out["worker_nodes"]
-    assert out["ddp_final"]["ranks_in_sync"] is True
-    single, ddp = out["single"], out["ddp"]
-    assert [m["tokens"] for m in ddp] == [m["tokens"] for m in single]
-    assert ddp[0]["val_loss"] == pytest.approx(single[0]["val_loss"], rel=1e-5)
-    for a, b in zip(single, ddp, strict=True):
-        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-3)
-        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
+    assert_ddp_matches_one_worker(out["single"], out["ddp"], out["ddp_final"])

@@ -2,7 +2,7 @@
 defaults (its own Ray head), an MLflow UI, submits a sweep over HTTP and watches it to the answer.
 A tiny spec keeps it to about a minute; BATCHSWEEP_DEMO_EXIT=1 stops it after the answer instead of
 waiting for Ctrl-C. Afterwards nothing it started is left running: not the API, not the MLflow UI,
-not the Ray head (`sweeps ray-stop` by pid)."""
+not the Ray head (`sweeps stop-head` by pid)."""
 
 from __future__ import annotations
 

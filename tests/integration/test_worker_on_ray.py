@@ -9,37 +9,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import TINY_DDP_CONFIG, assert_ddp_matches_one_worker
 
-from worker.config import ModelConfig, OptimizerConfig, TrainConfig
 from worker.launch import run_training
 
 pytestmark = pytest.mark.ray
 
-CFG = TrainConfig(
-    model=ModelConfig(preset="gpt2-nano", seq_len=32),
-    optimizer=OptimizerConfig(name="adamw", lr=3e-3),
-    batch_size=16,
-    max_micro_batch=4,
-    token_budget=16 * 32 * 16,
-    eval_every_tokens=16 * 32 * 4,
-    eval_tokens=256,
-    threads_per_worker=1,
-)
+CFG = TINY_DDP_CONFIG
 
 
 def test_ddp_on_two_workers_matches_one_worker(ray_session: str) -> None:
     single = run_training(CFG)
     ddp = run_training(CFG.model_copy(update={"num_workers": 2}))
     assert single.status == ddp.status == "completed"
-    # both ranks ended with identical weights (all-gathered and compared inside the run)
-    assert ddp.final["ranks_in_sync"] is True
-    # the same global batches in the same order: DDP over 2 workers is the 1-worker run, up to
-    # float summation order (which training amplifies a little step by step)
-    assert [m["tokens"] for m in ddp.history] == [m["tokens"] for m in single.history]
-    assert ddp.history[0]["val_loss"] == pytest.approx(single.history[0]["val_loss"], rel=1e-5)
-    for a, b in zip(single.history, ddp.history):
-        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-3)
-        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
+    assert_ddp_matches_one_worker(single.history, ddp.history, ddp.final)
 
 
 def _crash_once_loop(config: dict[str, Any]) -> dict[str, Any]:
