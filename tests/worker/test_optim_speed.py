@@ -114,21 +114,11 @@ _ODD_SHAPES = [(7, 5), (1, 9), (9, 1), (33, 17)]  # rows that split unevenly ove
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_fused_cpu_kernel_matches_the_authors_on_any_thread_count(
-    threads: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fused_cpu_kernel_matches_the_authors_on_any_thread_count(threads: int, kernel_calls: dict[str, int]) -> None:
     # each thread keeps its own column maxima, combined after the rows: 3 threads on 2 cores included
     torch.set_num_threads(threads)
     assert _merit_cpu.kernel() is not None, _merit_cpu.build_failed  # gcc is on this machine
-    calls = {"pass1": 0, "pass2": 0}
-    for name in calls:
-        real = getattr(_merit_cpu, name)
-
-        def counted(*args, _real=real, _name=name, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            calls[_name] += 1
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(_merit_cpu, name, counted)
+    calls = kernel_calls
     shapes = _gpt2_like_shapes() + _ODD_SHAPES
     n_matrices = sum(len(s) == 2 for s in shapes)
     _compare(shapes, _small_grads, scale=0.02, device=torch.device("cpu"), path="fused")
