@@ -18,6 +18,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.telemetry import TelemetryConfig
+from fastapi_offline import FastAPIOffline
 
 from service import errors
 from service.auth import TokenTable
@@ -77,7 +78,9 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
             await anyio.to_thread.run_sync(ray_launcher.close)
             store.dispose()
 
-    app = FastAPI(
+    # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from the service itself
+    # (/static-offline-docs/), so they work offline and on machines that reach no CDN, as this one
+    app = FastAPIOffline(
         title="batchsweep",
         summary="Batch-size sweeps: how large can the batch get before quality degrades?",
         version="0.1.0",

@@ -338,6 +338,18 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
     charts.close()
     mlflow.close()
 
+    # ---- the API docs `make demo` links to: Swagger UI draws the operations from this origin alone
+    docs = Watch(stack.url)
+    docs_page = docs.attach(context.new_page())
+    docs_page.goto(f"{stack.url}/docs", wait_until="load")
+    docs_page.wait_for_selector(".opblock", timeout=60_000)
+    paths = docs_page.locator(".opblock-summary-path").all_inner_texts()
+    assert "/sweeps" in paths and "/sweeps/{sweep_id}/report" in paths, paths
+    assert all(u.startswith((stack.url, "data:", "blob:", "about:")) for u in docs.requests), docs.requests
+    assert docs.errors == []
+    shots(docs_page, "07c-api-docs")
+    docs_page.close()
+
     # ---- sign out: back to the form, and the old cookie is dead on the server too
     page.click("#sign-out")
     page.wait_for_selector("#sign-in")

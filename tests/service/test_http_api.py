@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -432,6 +433,23 @@ def test_openapi_documents_the_spec_body(client: TestClient) -> None:
     assert "token_budget" in schema["components"]["schemas"]["SweepSpec"]["properties"]
     assert "LRSearchSpec" in schema["components"]["schemas"]
     assert client.get("/docs").status_code == 200
+
+
+def test_the_api_docs_load_nothing_from_another_origin(client: TestClient) -> None:
+    # /docs (Swagger UI) and /redoc work on a machine that reaches no CDN: their scripts, styles and
+    # the schema they read are the service's own, and it serves them
+    for path in ("/docs", "/redoc"):
+        page = client.get(path)
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+        assert any(a.endswith(".js") for a in assets), assets
+        assert all(a.startswith("/") and not a.startswith("//") for a in assets), assets
+        for asset in assets:
+            served = client.get(asset)
+            assert served.status_code == 200 and len(served.content) > 1000, asset
+        assert "/openapi.json" in page.text
+    assert "SwaggerUIBundle" in client.get("/docs").text
+    assert "cdn" not in (client.get("/docs").text + client.get("/redoc").text).lower()
 
 
 # ---- the read cache of GET /sweeps/{id} -----------------------------------------------------------
