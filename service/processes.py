@@ -97,9 +97,12 @@ def stop_tree(
     """SIGTERM `pid` (its process group when `group`), then SIGKILL what is left of it and its descendants.
 
     Descendants are listed first: Ray workers start process groups of their own, so the group alone
-    misses them. `proc`, when this process started `pid`, is reaped.
+    misses them. Direct children outside the group (the Ray head `sweeps serve` starts runs in a group of
+    its own) get a SIGTERM once `pid` is gone, so that they stop what is below them in order, before
+    whatever is left of the tree 10 s later is SIGKILLed. `proc`, when this process started `pid`, is reaped.
     """
     tree = descendants(pid)
+    children = [p for p in tree if (fields := _stat_fields(p)) is not None and int(fields[1]) == pid]
 
     def signal_it(sig: signal.Signals) -> None:
         try:
@@ -121,6 +124,11 @@ def stop_tree(
     signal_it(signal.SIGKILL)
     if proc is not None:
         proc.wait()
+    for child in children:
+        try:
+            os.kill(child, signal.SIGTERM)
+        except ProcessLookupError:
+            pass  # gone with the group
     deadline = time.monotonic() + 10
     while any(alive(p) for p in tree) and time.monotonic() < deadline:
         time.sleep(0.2)  # workers notice their raylet is gone and exit by themselves
