@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -159,6 +160,18 @@ def test_without_a_c_compiler_merit_runs_eager_and_says_why(
     assert _merit_cpu.kernel() is None and "no C compiler" in (_merit_cpu.build_failed or "")
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1  # said once
     assert "running the eager step" in caplog.records[0].message
+
+
+def test_a_cache_folder_someone_else_could_write_to_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_merit_cpu.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(_merit_cpu, "_library", None)
+    monkeypatch.setattr(_merit_cpu, "build_failed", None)
+    folder = tmp_path / f"batchsweep-kernels-{os.getuid()}"
+    folder.mkdir()
+    folder.chmod(0o777)  # as if made by another user for everyone (a planted library would be loaded)
+    assert _merit_cpu.kernel() is None
+    assert "is not this user's alone" in _merit_cpu.build_failed and "0o777" in _merit_cpu.build_failed
+    assert list(folder.iterdir()) == []  # nothing built there, nothing loaded
 
 
 def test_a_failed_build_says_what_the_compiler_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,9 +5,9 @@ passes over each matrix and measured no faster than the eager ops; MERIT's step 
 (moments, u and its four max-norm vectors) and pass 2 (ratio, clip, update), which no library fuses.
 
 The library is compiled with the system's C compiler (gcc or cc: the one inductor needs too) with
-`-O3 -march=native -fopenmp` into a per-user cache directory under the temporary directory, keyed by a
-hash of the source, the flags and the machine, written atomically (several Ray workers may build at
-once). Where there is no compiler or the build fails, `kernel()` returns None once, logs why, and MERIT
+`-O3 -march=native -fopenmp` into a per-user cache directory under the temporary directory (refused
+unless this user owns it and nobody else may write to it), keyed by a hash of the source, the flags and
+the machine, written atomically (several Ray workers may build at once). Where there is no compiler or the build fails, `kernel()` returns None once, logs why, and MERIT
 runs its eager step. OpenMP: the library links libgomp.so.1, which is the copy torch already loaded
 (one thread pool); it runs on `torch.get_num_threads()` threads.
 """
@@ -48,10 +48,18 @@ def _build(compiler: str) -> Path:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), platform.machine().encode()])).hexdigest()
     cache = Path(tempfile.gettempdir()) / f"batchsweep-kernels-{os.getuid()}"
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # a library is loaded from here: the folder must be this user's alone (the temporary directory is
+    # shared, and another user could have made this folder first and left a library in it)
+    info = cache.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise RuntimeError(
+            f"{cache} is not this user's alone (owner uid {info.st_uid}, mode {oct(info.st_mode & 0o777)}); "
+            "not loading a library from it"
+        )
     target = cache / f"merit_cpu-{key[:16]}.so"
     if target.exists():
         return target
-    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = cache / f".{target.name}.{os.getpid()}.{threading.get_ident()}"
     result = subprocess.run(
         [compiler, *FLAGS, str(SOURCE), "-o", str(partial)], capture_output=True, text=True, timeout=120
