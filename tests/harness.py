@@ -336,12 +336,14 @@ def _boto_credentials() -> dict[str, str]:
 
 @dataclass
 class MlflowServer:
-    """`mlflow server`: runs in the metadata database `backend_uri`, artifacts proxied to `artifacts_uri`."""
+    """`mlflow server`: runs in the metadata database `backend_uri`, artifacts proxied to `artifacts_uri`
+    (a folder, or s3://bucket/prefix on the S3 server at `s3_endpoint`). `stop()` then `start()` brings it
+    back on the same port (an outage)."""
 
     backend_uri: str
-    artifacts_uri: str  # s3://bucket/prefix
-    s3_endpoint: str
-    workdir: Path  # its working directory: nothing may land here
+    artifacts_uri: str
+    workdir: Path  # its working directory and log
+    s3_endpoint: str | None = None
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -358,7 +360,7 @@ class MlflowServer:
             "--serve-artifacts",
             "--host", LOOPBACK, "--port", str(self.port), "--workers", "1",
         ]  # fmt: skip
-        env = venv_env(AWS_ENV | {"MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint})
+        env = venv_env(AWS_ENV | {"MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint} if self.s3_endpoint else None)
         with open(self.workdir / "server.log", "ab") as out:
             self.proc = subprocess.Popen(
                 cmd, env=env, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT, process_group=0

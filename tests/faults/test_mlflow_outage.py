@@ -11,8 +11,6 @@ run holds the report.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,9 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fault_helpers import AUTH, assert_recorded_once, wait
-from harness import ServiceProcess
-
-from service.processes import free_port, stop_tree, wait_for_port
+from harness import MlflowServer, ServiceProcess
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -44,35 +40,6 @@ pruning: {{enabled: false}}
 """
 
 
-class MlflowServer:
-    def __init__(self, root: Path) -> None:
-        self.root, self.port = root, free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> MlflowServer:
-        self.root.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            str(Path(sys.executable).parent / "mlflow"), "server",
-            "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-            "--artifacts-destination", str(self.root / "artifacts"),
-            "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-        ]  # fmt: skip
-        with open(self.root / "server.log", "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, process_group=0)
-        wait_for_port(self.port, 120, self.proc)
-        wait(lambda: _healthy(self.url), 60, "MLflow /health")
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_tree(self.proc.pid, proc=self.proc)
-            self.proc = None
-
-
 def _healthy(url: str) -> bool:
     try:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200
@@ -82,7 +49,10 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
-    server = MlflowServer(tmp_path / "mlflow").start()
+    root = tmp_path / "mlflow"
+    server = MlflowServer(
+        backend_uri=f"sqlite:///{root / 'mlflow.db'}", artifacts_uri=str(root / "artifacts"), workdir=root
+    ).start()
     try:
         yield server
     finally:
