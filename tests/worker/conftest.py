@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 
 import pytest
+import torch
 
 _merit_cpu = importlib.import_module("worker.optim._merit_cpu")
 
@@ -23,3 +25,12 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
         monkeypatch.setattr(_merit_cpu, name, counted)
     return calls
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch on one intra-op thread for the test, then as it was."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -8,7 +8,6 @@ import importlib
 import importlib.util
 import inspect
 import math
-from collections.abc import Iterator
 
 import pytest
 import pytorch_optimizer
@@ -28,11 +27,8 @@ _merit_cpu = importlib.import_module("worker.optim._merit_cpu")
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _one_thread(one_thread: None) -> None:
+    """Every test here on one torch thread (a test may set more itself)."""
 
 
 # How MERIT walks a matrix: CPU default (float32 matrices through the fused C kernel, anything else

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,11 +28,8 @@ GradFn = Callable[[torch.Size, torch.Generator, int], torch.Tensor]
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _one_thread(one_thread: None) -> None:
+    """Every test here on one torch thread (a test may set more itself)."""
 
 
 def _gpt2_like_shapes(vocab: int = 97, n_pos: int = 16, d: int = 32) -> list[tuple[int, ...]]:
