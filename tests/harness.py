@@ -507,3 +507,24 @@ def assert_ddp_matches_one_worker(single: list[dict], ddp: list[dict], ddp_final
     for a, b in zip(single, ddp, strict=True):
         assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-3)
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
+
+
+# ---- the smallest real sweep ----------------------------------------------------------------------
+
+
+def tiny_spec(name: str = "tiny", **overrides: Any) -> dict[str, Any]:
+    """The smallest real sweep: 4 trials of 6000 tokens of gpt2-nano."""
+    spec: dict[str, Any] = {
+        "name": name,
+        "model": {"preset": "gpt2-nano", "seq_len": 32},
+        "data": {"source": "builtin"},
+        "optimizers": [{"name": "adamw"}],
+        "batch_sizes": [4, 8],
+        "token_budget": 6000,
+        "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 2},
+        "seeds": 1,
+        "degradation": {"tolerance": 0.05, "baseline": "adamw"},
+        "resources": {"max_concurrent_trials": 2},
+    }
+    spec.update(overrides)
+    return spec

@@ -28,6 +28,7 @@ from harness import (
     ServiceProcess,
     assert_ddp_matches_one_worker,
     create_database,
+    tiny_spec,
     venv_env,
 )
 
@@ -36,18 +37,7 @@ from sweeps.layout import Role, Tag
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 TOKEN = "cluster-token-0123456789"
-SPEC = {
-    "name": "on-cluster",
-    "model": {"preset": "gpt2-nano", "seq_len": 32},
-    "data": {"source": "builtin"},
-    "optimizers": [{"name": "adamw"}],
-    "batch_sizes": [4, 8],
-    "token_budget": 6144,
-    "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 2},
-    "seeds": 1,
-    "degradation": {"tolerance": 0.05, "baseline": "adamw"},
-    "resources": {"max_concurrent_trials": 2},
-}
+SPEC = tiny_spec("on-cluster", token_budget=6144)  # 4 trials of gpt2-nano
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from harness import ServiceProcess
+from harness import ServiceProcess, tiny_spec
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Response
 
 from service.processes import free_port
@@ -47,21 +47,8 @@ EMBEDDED = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "SWEEPS_OPTUNA_STORAGE", "SWEE
 
 def tiny(name: str, **overrides: Any) -> dict[str, Any]:
     """gpt2-nano, 2 batch sizes, 1 search trial and 1 confirmation run each: 4 trials of 8192 tokens."""
-    spec: dict[str, Any] = {
-        "name": name,
-        "model": {"preset": "gpt2-nano", "seq_len": 32},
-        "data": {"source": "builtin"},
-        "optimizers": [{"name": "adamw"}],
-        "batch_sizes": [4, 8],
-        "token_budget": 8192,
-        "eval_every_tokens": 2048,
-        "eval_tokens": 4096,
-        "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 1},
-        "seeds": 1,
-        "degradation": {"tolerance": 0.05, "baseline": "adamw"},
-        "resources": {"max_concurrent_trials": 2},
-    }
-    return spec | overrides
+    small = {"token_budget": 8192, "eval_every_tokens": 2048, "eval_tokens": 4096}
+    return tiny_spec(name, **(small | {"lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 1}} | overrides))
 
 
 @dataclass

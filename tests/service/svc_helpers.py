@@ -1,4 +1,4 @@
-"""Helpers of the service tests: tokens, a tiny spec, polling, and a launcher without Ray."""
+"""Helpers of the service tests: tokens, polling, and a launcher without Ray (the tiny spec: tests/harness.py)."""
 
 from __future__ import annotations
 
@@ -23,24 +23,6 @@ TOKENS = f"alice={ALICE},bob={BOB}"
 
 def auth(token: str = ALICE) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def tiny_spec(name: str = "tiny", **overrides: Any) -> dict[str, Any]:
-    """The smallest real sweep: 4 trials of 6000 tokens of gpt2-nano."""
-    spec: dict[str, Any] = {
-        "name": name,
-        "model": {"preset": "gpt2-nano", "seq_len": 32},
-        "data": {"source": "builtin"},
-        "optimizers": [{"name": "adamw"}],
-        "batch_sizes": [4, 8],
-        "token_budget": 6000,
-        "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 2},
-        "seeds": 1,
-        "degradation": {"tolerance": 0.05, "baseline": "adamw"},
-        "resources": {"max_concurrent_trials": 2},
-    }
-    spec.update(overrides)
-    return spec
 
 
 def wait_until(

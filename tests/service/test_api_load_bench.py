@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 from bench_helpers import load_bench
-from svc_helpers import ALICE, FakeLauncher, ThreadServer, tiny_spec
+from harness import tiny_spec
+from svc_helpers import ALICE, FakeLauncher, ThreadServer
 
 from service.settings import Settings
 

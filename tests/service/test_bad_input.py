@@ -22,7 +22,8 @@ import httpx
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from svc_helpers import BOB, FakeLauncher, ThreadServer, auth, tiny_spec, wait_until
+from harness import tiny_spec
+from svc_helpers import BOB, FakeLauncher, ThreadServer, auth, wait_until
 
 from service import policy
 from service.app import create_app

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from svc_helpers import ALICE, ThreadServer, tiny_spec, wait_until
+from harness import tiny_spec
+from svc_helpers import ALICE, ThreadServer, wait_until
 from typer.testing import CliRunner
 
 from cli.main import app

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from svc_helpers import tiny_spec
+from harness import tiny_spec
 
 from service.errors import ApiError
 from service.policy import data_source_problem, parse_body, validate_spec

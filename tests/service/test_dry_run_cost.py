@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from svc_helpers import ALICE, FakeLauncher, ThreadServer, auth, tiny_spec
+from harness import tiny_spec
+from svc_helpers import ALICE, FakeLauncher, ThreadServer, auth
 from typer.testing import CliRunner
 
 from cli.main import app

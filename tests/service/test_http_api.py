@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from harness import tiny_spec
 from httpx_sse import ServerSentEvent, connect_sse
-from svc_helpers import ALICE, BOB, FakeLauncher, auth, tiny_spec, wait_until
+from svc_helpers import ALICE, BOB, FakeLauncher, auth, wait_until
 
 from service.app import create_app
 

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from harness import PostgresServer, ServiceProcess
-from svc_helpers import BOB, auth, live_client, start_service, tiny_spec
+from harness import PostgresServer, ServiceProcess, tiny_spec
+from svc_helpers import BOB, auth, live_client, start_service
 
 pytestmark = pytest.mark.ray
 

@@ -11,7 +11,8 @@ import sys
 from fastapi.testclient import TestClient
 sys.path.insert(0, {helpers!r})
 sys.path.insert(0, {tests!r})  # tests/harness.py, which svc_helpers uses
-from svc_helpers import FakeLauncher, fast_settings, tiny_spec, auth
+from svc_helpers import FakeLauncher, fast_settings, auth
+from harness import tiny_spec
 from service.app import create_app
 import service.launcher, service.server, service.migrations
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from svc_helpers import ALICE, FakeLauncher, auth, tiny_spec, wait_until
+from harness import tiny_spec
+from svc_helpers import ALICE, FakeLauncher, auth, wait_until
 
 from dashboards.page import PLOTLYJS_TAG, plotlyjs_from
 from service.app import create_app

@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from harness import tiny_spec
 from itsdangerous import URLSafeTimedSerializer
-from svc_helpers import ALICE, BOB, FakeLauncher, auth, tiny_spec, wait_until
+from svc_helpers import ALICE, BOB, FakeLauncher, auth, wait_until
 from test_pages import HTML, sign_in, submit
 
 from service.app import create_app

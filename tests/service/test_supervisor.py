@@ -9,7 +9,8 @@ from typing import Any
 
 import anyio.to_thread
 import pytest
-from svc_helpers import FakeLauncher, tiny_spec
+from harness import tiny_spec
+from svc_helpers import FakeLauncher
 
 from service.settings import Settings
 from service.store import Store
