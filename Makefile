@@ -28,10 +28,14 @@ $(SYSDEPS): | $(STAMP)
 	else echo "make test needs Debian's chromium and postgresql: sudo apt-get install chromium postgresql"; exit 1; fi
 	touch $@
 
+# The suite runs in a fresh, empty temporary directory of its own (TMPDIR, which Python's tempfile and
+# Ray's default folder follow), removed afterwards: nothing an earlier run or another program left in
+# /tmp can make it pass or fail.
 test: $(STAMP) $(SYSDEPS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest
+	@tmp=$$(mktemp -d /tmp/batchsweep-test.XXXXXX) && echo "TMPDIR=$$tmp" && \
+	  TMPDIR=$$tmp $(PY) -m pytest; rc=$$?; rm -rf "$$tmp"; exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -23,7 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,19 @@ class PostgresServer:
             self._run(str(postgres_bin() / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
 
 
+@contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgresServer in a folder of its own under /tmp, removed after: not pytest's tmp_path, whose
+    parents are private to root, while the server runs as `postgres`."""
+    root = Path(tempfile.mkdtemp(prefix="batchsweep-pg-", dir="/tmp"))
+    server = PostgresServer(root).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------------------------------
 # The multi-node suite: a cluster of several Ray nodes, S3, an MLflow tracking server
 # --------------------------------------------------------------------------------------------------
@@ -416,12 +430,16 @@ class MultiNodeRay:
 
         from worker.launch import TRAIN_ENV
 
-        # Ray processes inherit this process's environment: set it for them, restore it at stop
-        for key, value in {**TRAIN_ENV, **self.env}.items():
-            self._saved_env[key] = os.environ.get(key)
-            os.environ[key] = value
         # Unix socket paths must stay short: a folder of its own under /tmp (it must exist first)
         self.temp_dir = tempfile.mkdtemp(prefix="bsc-", dir="/tmp")
+        # Cluster writes its address file into Ray's default folder (`$RAY_TMPDIR/ray`) whatever temp_dir
+        # it is given, and fails where that folder does not exist yet (a machine where Ray never ran):
+        # point that default into the cluster's own folder, so it exists and no other cluster sees it
+        os.mkdir(os.path.join(self.temp_dir, "ray"))
+        # Ray processes inherit this process's environment: set it for them, restore it at stop
+        for key, value in {**TRAIN_ENV, **self.env, "RAY_TMPDIR": self.temp_dir}.items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
         dashboard_port, gcs_port = free_ports(2)  # GCS and dashboard: free ones, never the defaults
         self.cluster = Cluster(
             initialize_head=True,
@@ -474,6 +492,7 @@ class MultiNodeRay:
         if self.cluster is not None:
             self.cluster.shutdown()  # kills the processes of its own nodes, by process id
             self.cluster = None
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
         for key, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(key, None)

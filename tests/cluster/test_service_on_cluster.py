@@ -9,10 +9,8 @@ order)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ from harness import (
     ServiceProcess,
     assert_ddp_matches_one_worker,
     create_database,
+    postgres_server,
     tiny_spec,
     venv_env,
 )
@@ -42,13 +41,8 @@ SPEC = tiny_spec("on-cluster", token_budget=6144)  # 4 trials of gpt2-nano
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PostgresServer]:
-    root = Path(tempfile.mkdtemp(prefix="batchsweep-pg-"))  # not tmp_path: the server runs as `postgres`
-    server = PostgresServer(root).start()
-    try:
+    with postgres_server() as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_sweep_through_the_service_runs_across_the_cluster_into_shared_stores(

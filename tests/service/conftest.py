@@ -9,14 +9,12 @@ Fast tests run the app in-process with a fake launcher (no Ray): `client` (FastA
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from harness import PostgresServer, RayHead, ServiceProcess
+from harness import PostgresServer, RayHead, ServiceProcess, postgres_server
 from svc_helpers import ExistingRay, FakeLauncher, ThreadServer, fast_settings, start_service
 
 from service.app import create_app
@@ -70,14 +68,8 @@ def fake_server(settings: Settings, launcher: FakeLauncher) -> Iterator[ThreadSe
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
-    # not pytest's tmp_path: its parents are private to root, and the server runs as `postgres`
-    root = Path(tempfile.mkdtemp(prefix="batchsweep-pg-"))
-    server = PostgresServer(root).start()
-    try:
+    with postgres_server() as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
