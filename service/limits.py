@@ -1,4 +1,4 @@
-"""Per-owner request limits: a token bucket for dry runs, a count of open event streams.
+"""Per-owner request limits: token buckets for dry runs and submits, a count of open event streams.
 
 Both answer 429 with Retry-After beyond their limit (the routes raise it). State lives in this process
 (one `Limits` per app, made on first use by `service.deps.get_limits`): with several service processes
@@ -79,26 +79,24 @@ class Slots:
 @dataclass(frozen=True)
 class Limits:
     dry_runs: TokenBucket
+    submits: TokenBucket
     streams: Slots
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:
         return cls(
             dry_runs=TokenBucket(settings.dry_run_burst, settings.dry_run_refill_s),
+            submits=TokenBucket(settings.submit_burst, settings.submit_refill_s),
             streams=Slots(settings.max_event_streams_per_owner),
         )
 
     def take_dry_run(self, owner: str) -> None:
         """Count one dry run of `owner`, or raise 429 when its bucket is empty."""
-        wait = self.dry_runs.take(owner)
-        if wait > 0:
-            raise ApiError(
-                429,
-                "too_many_dry_runs",
-                f"{owner} has used its {self.dry_runs.burst} dry runs; one more is allowed every "
-                f"{self.dry_runs.refill_s:g} s (retry in {math.ceil(wait)} s)",
-                headers={"Retry-After": str(math.ceil(wait))},
-            )
+        _take(self.dry_runs, owner, "dry run")
+
+    def take_submit(self, owner: str) -> None:
+        """Count one submit of `owner` (before its body is read), or raise 429 when its bucket is empty."""
+        _take(self.submits, owner, "submit")
 
     def open_stream(self, owner: str) -> Callable[[], None]:
         """A stream slot of `owner` (call the result when the stream ends), or raise 429."""
@@ -111,3 +109,15 @@ class Limits:
                 headers={"Retry-After": str(STREAM_RETRY_AFTER_S)},
             )
         return release
+
+
+def _take(bucket: TokenBucket, owner: str, what: str) -> None:
+    wait = bucket.take(owner)
+    if wait > 0:
+        raise ApiError(
+            429,
+            f"too_many_{what.replace(' ', '_')}s",
+            f"{owner} has used its {bucket.burst} {what}s; one more is allowed every "
+            f"{bucket.refill_s:g} s (retry in {math.ceil(wait)} s)",
+            headers={"Retry-After": str(math.ceil(wait))},
+        )

@@ -14,6 +14,7 @@ SWEEPS_MAX_TRIALS, SWEEPS_MAX_TOKEN_BUDGET, SWEEPS_MAX_CONCURRENT_PER_OWNER, SWE
 (comma-separated directories), SWEEPS_HF_DATASETS (comma-separated names), SWEEPS_MAX_BODY_BYTES,
 SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_SSE_HEARTBEAT_S,
 SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S, SWEEPS_DRY_RUN_BURST, SWEEPS_DRY_RUN_REFILL_S,
+SWEEPS_SUBMIT_BURST, SWEEPS_SUBMIT_REFILL_S,
 SWEEPS_MAX_EVENT_STREAMS_PER_OWNER, and for the browser pages SWEEPS_SESSION_SECRET, SWEEPS_SESSION_TTL_S,
 SWEEPS_SIGN_IN_LINK_TTL_S, SWEEPS_SIGN_IN_BURST, SWEEPS_SIGN_IN_REFILL_S, SWEEPS_TRUSTED_PROXIES.
 """
@@ -89,6 +90,10 @@ class Settings(BaseSettings):
     # holds dry_run_burst dry runs and refills one every dry_run_refill_s seconds (10 per 10 s).
     dry_run_burst: int = Field(default=10, ge=1)
     dry_run_refill_s: float = Field(default=1.0, gt=0)
+    # Submits are bounded by max_concurrent_per_owner once stored, but parsing and validating a refused
+    # one is work too: a bucket per owner of submit_burst submits, one more every submit_refill_s seconds
+    submit_burst: int = Field(default=30, ge=1)
+    submit_refill_s: float = Field(default=1.0, gt=0)
     # open GET /sweeps/{id}/events streams per owner (each re-reads the store every sse_interval_s)
     max_event_streams_per_owner: int = Field(default=16, ge=1)
 

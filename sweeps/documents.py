@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import yaml
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "SpecLoadError", "parse_document", "parse_json", "parse_yaml"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "SpecLoadError", "compose_yaml", "parse_document", "parse_json", "parse_yaml"]
 
 # A spec nests 5 levels deep (spec > optimizers > entry > extra > value) and holds ~100 values.
 MAX_DEPTH = 32
@@ -99,12 +99,27 @@ def parse_yaml(text: str) -> Any:
         loader.dispose()
 
 
+def compose_yaml(text: str) -> yaml.Node | None:
+    """The node tree of `text` (lines and columns of every value) under the same bounds as
+    `parse_yaml`; None when the text is not a document those bounds accept."""
+    loader = _SpecLoader(text)
+    try:
+        return loader.get_single_node()
+    except (SpecLoadError, yaml.YAMLError):
+        return None
+    finally:
+        loader.dispose()
+
+
 # --------------------------------------------------------------------------------------------------
 # JSON
 # --------------------------------------------------------------------------------------------------
 
-# A JSON string literal (escapes included): brackets inside strings do not nest.
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A JSON string literal, escapes included, or an unclosed one to the end of the text: brackets inside
+# strings do not nest. Possessive (`++`, `*+`) and closed or not, it matches at every quote it starts
+# from without backtracking, so the scan is linear; requiring the closing quote made each unclosed
+# quote rescan the rest of the text (quadratic: 256 KiB of `\\"` took minutes).
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
 _BRACKET_STEPS = str.maketrans({"[": "\x01", "{": "\x01", "]": "\x02", "}": "\x02"})
 _NOT_BRACKETS = re.compile(r"[^\x01\x02]")
 

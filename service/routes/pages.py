@@ -45,6 +45,7 @@ from service.schemas import SweepSummary, error_responses
 from service.sessions import COOKIE, Sessions, SignInLimiter, WebSession, client_address
 from service.settings import Settings
 from service.store import Store, SweepRow
+from sweeps.documents import compose_yaml
 from worker.config import excerpt
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ TEMPLATES = Jinja2Templates(directory=HERE / "templates")
 STATIC_DIR = HERE / "static"
 STATIC_TYPES = {"app.js": "text/javascript", "app.css": "text/css"}
 PAGE_SIZE = 20
+MAX_LISTED_LINES = 1000  # the problems' listing beside the form; a spec has ~50 lines, the body limit allows 100,000s
 MAX_OFFSET = 1_000_000
 EXAMPLE_SPEC = resources.files("sweeps") / "examples" / "demo.yaml"
 
@@ -393,17 +395,14 @@ def _line_of(root: Any, field: str) -> int | None:
 def annotate(text: str, details: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Each problem with its line in `text`, and the text's lines with the problems of each."""
     problems = [dict(d) for d in details]
-    # only a document that parsed has field paths to find (a parse error names its line in its message);
-    # it parsed through sweeps.documents' bounded loader already, so composing it again is cheap and safe
-    root = None
-    if not any(p.get("field") == "body" for p in problems):
-        try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError:
-            root = None
+    # only problems with field paths have lines to find (a parse error names its line in its message,
+    # a refusal before parsing, such as the rate limit, has none): compose only then, under the
+    # parser's own bounds (CPU work: the route calls this in a worker thread)
+    root = compose_yaml(text) if any(p.get("field") not in (None, "body") for p in problems) else None
     for p in problems:
         p["line"] = _line_of(root, str(p.get("field") or "")) if root is not None else None
-    lines = [{"text": t, "problems": []} for t in text.splitlines()]
+    text_lines = text.splitlines()
+    lines = [{"text": t, "problems": []} for t in text_lines] if len(text_lines) <= MAX_LISTED_LINES else []
     for p in problems:
         if p["line"] is not None and 0 < p["line"] <= len(lines):
             lines[p["line"] - 1]["problems"].append(p)
@@ -469,6 +468,7 @@ async def submit_form(
                 f"{result.trained_tokens:,} tokens. Submit it to start."
             )
             return submit_page(request, text, message=message, key=idempotency_key or None)
+        limits.take_submit(owner)
         created = await manager.submit(
             body=body,
             content_type="application/yaml",
@@ -479,7 +479,7 @@ async def submit_form(
             supervisor=supervisor,
         )
     except ApiError as exc:
-        problems, lines = annotate(text, exc.details)
+        problems, lines = await anyio.to_thread.run_sync(annotate, text, exc.details)
         retry = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "retry-after"}
         return submit_page(
             request,

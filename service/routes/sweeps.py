@@ -73,8 +73,11 @@ async def submit_sweep(
     ] = None,
 ) -> SweepCreated | DryRunResult:
     pricing = manager.price_config(dry_run, gpu=gpu, mfu=mfu, peak_tflops=peak_tflops)  # 422 names a bad one
+    # before the body is read: a refused request costs nothing
     if dry_run:
-        limits.take_dry_run(owner)  # before the body is read: a refused dry run costs nothing
+        limits.take_dry_run(owner)
+    else:
+        limits.take_submit(owner)
     body = await request.body()
     content_type = request.headers.get("content-type")
     if dry_run:

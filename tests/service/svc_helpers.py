@@ -131,6 +131,7 @@ def fast_settings(data_dir: Path, **overrides: Any) -> Settings:
         "mlflow_tracking_uri": f"sqlite:///{data_dir / 'mlflow.db'}",
         "ray_address": None,
         "max_concurrent_per_owner": 10,
+        "submit_burst": 1000,  # tests submit in bursts; tests/service/test_bad_input.py tests the limit itself
     }
     values.update(overrides)
     return Settings(**values)

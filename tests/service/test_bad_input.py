@@ -320,6 +320,22 @@ def test_dry_runs_are_rate_limited_per_owner(make_settings: Callable[..., Settin
         assert client.post("/sweeps", json=tiny_spec(), headers=auth()).status_code == 201  # submits are not dry runs
 
 
+def test_submits_are_rate_limited_per_owner_before_the_body_is_read(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher
+) -> None:
+    settings = make_settings(submit_burst=2, submit_refill_s=60.0, dry_run_burst=5)
+    with TestClient(create_app(settings, launcher=launcher)) as client:
+        assert client.post("/sweeps", json=tiny_spec(), headers=auth()).status_code == 201
+        # a refused submit counts: parsing and validating it is the work being limited
+        assert_error(client.post("/sweeps", content="[" * 100, headers=auth() | JSON), 422, "invalid_spec")
+        resp = client.post("/sweeps", json=tiny_spec(), headers=auth())
+        err = assert_error(resp, 429, "too_many_submits")
+        assert 1 <= int(resp.headers["retry-after"]) <= 60 and "2 submits" in err["message"]
+        assert stored(client) == 1
+        assert client.post("/sweeps", json=tiny_spec(), headers=auth(BOB)).status_code == 201  # per owner
+        assert client.post("/sweeps?dry_run=true", json=tiny_spec(), headers=auth()).status_code == 200  # own bucket
+
+
 def test_token_bucket_refills_at_its_rate() -> None:
     now = [100.0]
     bucket = TokenBucket(burst=2, refill_s=10.0, clock=lambda: now[0])

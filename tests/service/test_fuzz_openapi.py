@@ -29,7 +29,7 @@ EXAMPLES_OTHERS = 8
 @pytest.fixture
 def server(make_settings: Callable[..., Settings], launcher: FakeLauncher) -> Iterator[ThreadServer]:
     # limits raised so the fuzz reaches validation instead of stopping at 429s
-    settings = make_settings(dry_run_burst=10_000, max_concurrent_per_owner=10_000)
+    settings = make_settings(dry_run_burst=10_000, submit_burst=10_000, max_concurrent_per_owner=10_000)
     with ThreadServer(settings, launcher) as s:
         yield s
 

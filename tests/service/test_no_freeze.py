@@ -1,0 +1,146 @@
+"""No request can freeze the service: the parsers of untrusted text are linear in their input, and a
+request at the body limit is refused in milliseconds while /healthz from another client keeps answering.
+
+The served app runs under uvicorn in a thread of this process (FakeLauncher, no Ray), so a request that
+held the GIL or the event loop would stall the /healthz probe measured beside it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from svc_helpers import FakeLauncher, ThreadServer, auth
+
+from service.settings import Settings
+from sweeps.documents import SpecLoadError, compose_yaml, parse_json, parse_yaml
+
+# The body that took minutes at the body limit: 33 open brackets, a quote that never closes, then
+# escaped quotes (each one a new start for a string pattern that must find its closing quote).
+PATHOLOGICAL_JSON = "[" * 33 + '"'
+
+
+def pathological_json(size: int) -> str:
+    return PATHOLOGICAL_JSON + '\\"' * ((size - len(PATHOLOGICAL_JSON)) // 2)
+
+
+@contextmanager
+def healthz_probe(url: str) -> Iterator[Callable[[], float]]:
+    """GET /healthz in a loop from a client of its own; yields a function giving the slowest answer so far."""
+    worst = [0.0]
+    answered = [0]
+    stop = threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(base_url=url, timeout=30) as http:
+            while not stop.is_set():
+                started = time.perf_counter()
+                assert http.get("/healthz").status_code in (200, 503)
+                worst[0] = max(worst[0], time.perf_counter() - started)
+                answered[0] += 1
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.2)  # a few answers before the load: the first request warms the client
+        worst[0] = 0.0
+        yield lambda: worst[0]
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert answered[0] >= 5, "the probe barely ran"
+
+
+def test_a_pathological_json_body_at_the_limit_is_refused_fast_and_healthz_keeps_answering(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher
+) -> None:
+    settings_ = make_settings()
+    body = pathological_json(settings_.max_body_bytes)
+    assert settings_.max_body_bytes - 2 <= len(body) <= settings_.max_body_bytes
+    with ThreadServer(settings_, launcher) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        http.get("/healthz")
+        with healthz_probe(server.url) as slowest:
+            for path in ("/sweeps", "/sweeps?dry_run=true") * 3:
+                started = time.perf_counter()
+                resp = http.post(path, content=body, headers=auth() | {"Content-Type": "application/json"})
+                elapsed = time.perf_counter() - started
+                assert resp.status_code == 422 and "nested deeper than" in resp.text, resp.text[:300]
+                assert elapsed < 0.1, f"{path}: {elapsed:.3f} s"
+            assert slowest() < 0.2, f"/healthz took {slowest():.3f} s"
+        assert launcher.started == []
+
+
+def test_the_submit_pages_check_is_bounded_after_the_dry_run_limit_said_no(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher
+) -> None:
+    settings_ = make_settings(dry_run_burst=1, dry_run_refill_s=600.0)
+    limit = settings_.max_body_bytes
+    deep = "[" * (limit // 3 - 64)  # form-encoded: 3 bytes a bracket
+    wide = "a: [" + "1, " * (limit // 4) + "]"  # long to compose: it took 1.4 s on the event loop
+    wide = wide[: len(wide) - max(0, len(urllib.parse.quote_plus(wide)) - limit + 256)]
+    with ThreadServer(settings_, launcher) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        first = http.post("/submit", data={"spec": "name: x\n", "action": "check"}, headers=auth())
+        assert first.status_code == 422  # the one dry run of the bucket
+        with healthz_probe(server.url) as slowest:
+            for text in (deep, wide, deep, wide):
+                started = time.perf_counter()
+                resp = http.post("/submit", data={"spec": text, "action": "check"}, headers=auth())
+                elapsed = time.perf_counter() - started
+                assert resp.status_code == 429 and "dry runs" in resp.text, resp.text[:300]
+                assert elapsed < 0.25, f"{elapsed:.3f} s"  # the page echoes the text back: a 256 KiB render
+            assert slowest() < 0.2, f"/healthz took {slowest():.3f} s"
+
+
+def test_a_deep_document_on_the_submit_page_is_a_4xx_naming_the_depth(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher
+) -> None:
+    with ThreadServer(make_settings(), launcher) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        resp = http.post("/submit", data={"spec": "[" * 20_000, "action": "check"}, headers=auth())
+        assert resp.status_code == 422 and "nested deeper than" in resp.text
+
+
+# ---- the parsers are linear: time at 4x the size stays far below 16x (quadratic) ----------------------
+
+# Fragments that parsers of JSON and YAML treat specially: brackets, quotes, escapes, keys, anchors
+FRAGMENTS = ["[", "]", "{", "}", '"', '\\"', "\\", "'", ":", ": ", "- ", "#", "\n", " ", "&a ", "*a", ",", "a", "1"]
+
+
+def best_time(parse: Callable[[str], object], text: str, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        try:
+            parse(text)
+        except SpecLoadError:
+            pass
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def scaling(parse: Callable[[str], object], unit: str, small: int) -> tuple[float, float]:
+    text = unit * max(1, small // len(unit))
+    return best_time(parse, text), best_time(parse, text * 4)
+
+
+@pytest.mark.parametrize("parse", [parse_json, parse_yaml, compose_yaml], ids=["json", "yaml", "compose"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(unit=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=12).map("".join))
+def test_parsers_take_time_linear_in_the_input(parse: Callable[[str], object], unit: str) -> None:
+    small, large = scaling(parse, unit, 16 * 1024)
+    # linear: 4x; quadratic: 16x. 0.01 s of slack absorbs timer noise on tiny absolute times
+    assert large < 8 * small + 0.01, f"{unit!r}: {small:.4f} s -> {large:.4f} s at 4x the size"
+
+
+@pytest.mark.parametrize("parse", [parse_json, parse_yaml], ids=["json", "yaml"])
+def test_the_known_pathological_inputs_scale_linearly(parse: Callable[[str], object]) -> None:
+    for make in (pathological_json, lambda n: "[" * n, lambda n: '"' + '\\"' * (n // 2), lambda n: "'" * n):
+        small, large = best_time(parse, make(32 * 1024)), best_time(parse, make(128 * 1024))
+        assert large < 8 * small + 0.01, f"{make(40)!r}...: {small:.4f} s -> {large:.4f} s"
