@@ -57,8 +57,6 @@ answers).
 from __future__ import annotations
 
 import argparse
-import heapq
-import itertools
 import math
 import statistics
 import sys
@@ -296,17 +294,6 @@ class MethodOutcome:
         return sum(t.tokens for t in self.results)
 
 
-class SimTrial:
-    """What Tune's schedulers read of a `ray.tune.experiment.Trial`: its id and config."""
-
-    def __init__(self, trial_id: str, config: dict[str, Any]) -> None:
-        self.trial_id = trial_id
-        self.config = config
-
-    def __repr__(self) -> str:
-        return f"SimTrial({self.trial_id})"
-
-
 def _answers(report: dict[str, Any]) -> dict[str, dict[str, int | None]]:
     return {opt: dict(r["largest_degradation_free_batch_size"]) for opt, r in report["optimizers"].items()}
 
@@ -315,64 +302,29 @@ def _best_lrs(report: dict[str, Any]) -> dict[tuple[str, int], float | None]:
     return {(opt, c["batch_size"]): c["best_lr"] for opt, r in report["optimizers"].items() for c in r["cells"]}
 
 
-def run_searcher(problem: Problem, spec: Any, *, sweep_id: str = "bench") -> MethodOutcome:
-    """The project's search on `problem`: CellSearcher + PerCellASHA in a simulated Tune loop."""
-    import optuna
-    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
-    from ray.tune.search import Searcher
-
-    from sweeps.analysis import AnalysisInput, build_report
-    from sweeps.driver import collect_results
-    from sweeps.search import CellSearcher, make_scheduler
-
-    searcher = CellSearcher(spec, sweep_id, optuna.storages.InMemoryStorage(), seed=problem.seed)
-    scheduler = make_scheduler(spec) or FIFOScheduler()  # as sweeps.driver.run_sweep builds it
+def objective_of(problem: Problem, spec: Any) -> Any:
+    """`problem` as `sweeps.simulate.simulate`'s objective: the val losses at the run's evaluations,
+    `inf` from the evaluation at which `simulate_run` has it diverge."""
     sched = schedules(spec)
-    speed = np.random.default_rng([problem.seed, 99])  # tokens per unit of time of each trial
-    slots = spec.resources.max_concurrent_trials
-    ids = itertools.count()
-    events: list[tuple[float, int, str, int]] = []  # (time, tie, trial id, report index)
-    live: dict[str, tuple[SimTrial, list[dict[str, Any]], float, float]] = {}
-    clock, tokens, launched, finished = 0.0, 0, 0, False
-    while True:
-        while not finished and len(live) < slots:
-            tid = f"trial_{next(ids):05d}"
-            config = searcher.suggest(tid)
-            if config is None:
-                break  # waiting: Tune asks again after the next event
-            if config == Searcher.FINISHED:
-                finished = True
-                break
-            b = int(config["batch_size"])
-            assert config["train"]["batch_size"] == b and config["train"]["token_budget"] == spec.trained_tokens
-            trial = SimTrial(tid, config)
-            scheduler.on_trial_add(None, trial)
-            reports = simulate_run(problem, config["optimizer"], b, float(config["lr"]), int(config["seed"]), sched[b])
-            rate = float(speed.uniform(0.85, 1.15))
-            live[tid] = (trial, reports, clock, rate)
-            heapq.heappush(events, (clock + reports[0]["tokens"] / rate, next(ids), tid, 0))
-            launched += 1
-        if not events:
-            if finished:
-                break
-            raise RuntimeError(f"the searcher suggests nothing and no trial runs ({launched} trials so far)")
-        clock, _, tid, i = heapq.heappop(events)
-        trial, reports, start, rate = live[tid]
-        result = dict(reports[i], trial_id=tid)
-        # Tune: a `done` result stops the trial without the scheduler; otherwise the scheduler decides,
-        # and the searcher sees the result only when the trial goes on
-        decision = TrialScheduler.STOP if result["done"] else scheduler.on_trial_result(None, trial, result)
-        if decision == TrialScheduler.STOP:
-            scheduler.on_trial_complete(None, trial, result)
-            searcher.on_trial_complete(tid, result)
-            tokens += int(result["tokens"])
-            del live[tid]
-        else:
-            searcher.on_trial_result(tid, result)
-            heapq.heappush(events, (start + reports[i + 1]["tokens"] / rate, next(ids), tid, i + 1))
-    results, _ = collect_results(searcher)
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
-    return MethodOutcome(_answers(report), tokens, launched, results, report, _best_lrs(report))
+
+    def objective(run: Any) -> list[float]:
+        reports = simulate_run(problem, run.optimizer, run.batch_size, run.lr, run.seed, sched[run.batch_size])
+        losses = [r["val_loss"] for r in reports if r["status"] != "diverged"]
+        return losses + [math.inf] * (len(run.eval_tokens) - len(losses))
+
+    return objective
+
+
+def run_searcher(problem: Problem, spec: Any) -> MethodOutcome:
+    """The project's search on `problem`, through `sweeps.simulate.simulate` (CellSearcher + PerCellASHA
+    in a simulated Tune loop, then the report a real sweep writes)."""
+    from sweeps.simulate import simulate
+
+    result = simulate(spec, objective_of(problem, spec), seed=problem.seed)
+    report = result.report
+    return MethodOutcome(
+        _answers(report), result.tokens_trained, result.trials, result.results, report, _best_lrs(report)
+    )
 
 
 def _trial_result(opt: str, b: int, lr: float, seed: int, role: str, reports: list[dict[str, Any]], number: int | None):

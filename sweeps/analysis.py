@@ -114,6 +114,7 @@ __all__ = [
     "Report",
     "TrialResult",
     "build_report",
+    "lr_edge_warnings",
     "cells_to_extend",
     "noise_level",
     "pick_best",
@@ -589,6 +590,19 @@ def build_report(
     }
     validate_report(report)  # the report always matches its documented schema
     return report
+
+
+def lr_edge_warnings(report: dict[str, Any]) -> list[str]:
+    """One warning per cell whose best lr is at the edge of the searched range (`lr_at_edge`)."""
+    out = []
+    for name, opt in report["optimizers"].items():
+        for cell in opt["cells"]:
+            if cell.get("lr_at_edge"):
+                out.append(
+                    f"{name} bs={cell['batch_size']}: best lr {cell['best_lr']:.2e} is at the edge of the searched "
+                    f"range; widen lr.min/lr.max"
+                )
+    return out
 
 
 # --------------------------------------------------------------------------------------------------

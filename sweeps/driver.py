@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.analysis import AnalysisInput, build_report
+from sweeps.analysis import AnalysisInput, build_report, lr_edge_warnings
 from sweeps.plan import DriverOnly
 from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
 from sweeps.search import (
@@ -165,7 +165,7 @@ def run_sweep(
 
     results, train_times = collect_results(searcher, recorder.trial_run_ids())
     report = build_report(results, inputs=AnalysisInput.from_spec(spec))
-    report["warnings"] = [*report["warnings"], *warnings, *_edge_warnings(report)]
+    report["warnings"] = [*report["warnings"], *warnings, *lr_edge_warnings(report)]
     status = SweepStatus.cancelled if cancelled else SweepStatus.succeeded
     summary_run_id = recorder.write_summary(report, status=status)
     if on_progress:
@@ -208,15 +208,3 @@ def close_leftovers(sweep_id: str, runtime: SweepRuntime) -> tuple[int, int]:
     return close_sweep_trials(open_storage(runtime.optuna_storage), sweep_id), close_sweep_runs(
         runtime.tracking_uri, sweep_id
     )
-
-
-def _edge_warnings(report: dict[str, Any]) -> list[str]:
-    out = []
-    for name, opt in report["optimizers"].items():
-        for cell in opt["cells"]:
-            if cell.get("lr_at_edge"):
-                out.append(
-                    f"{name} bs={cell['batch_size']}: best lr {cell['best_lr']:.2e} is at the edge of the searched "
-                    f"range; widen lr.min/lr.max"
-                )
-    return out

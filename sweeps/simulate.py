@@ -1,0 +1,162 @@
+"""Rehearse a sweep without Ray and without training: the sweep's own decisions against a model of the problem.
+
+    from sweeps.simulate import simulate
+    result = simulate(spec, objective, seed=0)   # spec: a SweepSpec
+    result.report          # the same Report a real sweep writes
+    result.tokens_trained  # every trial's tokens, pruned trials to where they stopped
+    result.trials          # how many trials it ran
+
+`objective(run)` is called once per trial. `run` (a `Run`) has `.optimizer`, `.batch_size`, `.lr`,
+`.seed` and `.eval_tokens`: the token counts at which the trial evaluates (the loop's evaluation
+steps x tokens per step, from the spec's own `TrainConfig`), ending at the trial's budget. It returns
+the val losses at those counts, in order; `inf` or `nan` means the run diverged there (the trial ends
+at that evaluation, status `diverged`).
+
+What runs is the driver's exact decision code: `sweeps.search.CellSearcher` (the line search, warm
+starts, confirmation seeds, adaptive confirmation) and `PerCellASHA` (pruning), called as Ray Tune's
+controller calls them (`suggest`; per result `PerCellASHA.on_trial_result`, then
+`CellSearcher.on_trial_result` unless the trial is stopped; a result with `done` ends the trial without
+asking the scheduler; an end calls both `on_trial_complete`s), against an in-memory Optuna storage;
+then `collect_results` and `build_report` make the report, with the driver's warnings about lrs at the
+edge of the range. Only training is replaced: `max_concurrent_trials` trials run at a time in simulated
+time, each taking its tokens of time (a trial that reaches an evaluation at tokens t has run t units).
+
+This signature is public and stable: benchmarks and outside checks of the method call it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeps.analysis import AnalysisInput, TrialResult, build_report, lr_edge_warnings
+from sweeps.spec import SweepSpec
+
+__all__ = ["Objective", "Run", "SimulationResult", "simulate"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One trial as the objective sees it."""
+
+    optimizer: str
+    batch_size: int
+    lr: float
+    seed: int  # 0: a search trial; 1, 2, ...: confirmation runs (the same seed has the same init and data order)
+    eval_tokens: tuple[int, ...]  # tokens seen at each evaluation, ascending; the last is the trial's budget
+    role: str = "search"  # "search" (chooses the lr) or "seed" (a confirmation run at the chosen lr)
+
+
+Objective = Callable[[Run], Sequence[float]]
+
+
+@dataclass
+class SimulationResult:
+    report: dict[str, Any]  # the Report (sweeps.analysis) a real sweep of the spec would write
+    tokens_trained: int  # summed over trials: pruned ones to the evaluation where ASHA stopped them
+    trials: int  # trials run
+    results: list[TrialResult] = field(default_factory=list)  # what the analysis judged
+
+
+class _Trial:
+    """What Tune's schedulers read of a `ray.tune.experiment.Trial`: its id and config."""
+
+    def __init__(self, trial_id: str, config: dict[str, Any]) -> None:
+        self.trial_id = trial_id
+        self.config = config
+
+    def __repr__(self) -> str:
+        return f"SimulatedTrial({self.trial_id})"
+
+
+def eval_steps(total_steps: int, every: int) -> list[int]:
+    """The steps at which `worker.loop.train` evaluates: every `every` steps, and the last step."""
+    return [s for s in range(1, total_steps + 1) if s % every == 0 or s == total_steps]
+
+
+def reports_of(run: Run, losses: Sequence[float], tokens_per_step: int) -> list[dict[str, Any]]:
+    """The results `worker.loop.train` would report for these losses, in order; the last has `done`.
+    A non-finite loss ends the run there, `diverged`, with the last good val loss (as the loop does)."""
+    if len(losses) != len(run.eval_tokens):
+        raise ValueError(
+            f"the objective must return one val loss per evaluation: {len(run.eval_tokens)} for "
+            f"{run.optimizer} bs={run.batch_size} lr={run.lr:.3g} seed={run.seed}, got {len(losses)}"
+        )
+    out: list[dict[str, Any]] = []
+    last: dict[str, Any] = {}
+    for tokens, loss in zip(run.eval_tokens, losses, strict=True):
+        step = tokens // tokens_per_step
+        if not math.isfinite(loss):
+            out.append({**last, "tokens": tokens, "step": step, "status": "diverged", "done": True})
+            return out
+        last = {"val_loss": float(loss)}
+        done = tokens == run.eval_tokens[-1]
+        out.append({**last, "tokens": tokens, "step": step, "status": "completed" if done else "running", "done": done})
+    return out
+
+
+def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> SimulationResult:
+    """Run the sweep of `spec` against `objective` (see the module); `seed` seeds the search's sampler."""
+    import optuna
+    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+    from ray.tune.search import Searcher
+
+    from sweeps.search import CellSearcher, collect_results, make_scheduler
+
+    searcher = CellSearcher(spec, f"{spec.name}-simulated", optuna.storages.InMemoryStorage(), seed=seed)
+    scheduler = make_scheduler(spec) or FIFOScheduler()  # as sweeps.driver.run_sweep builds it
+    slots = spec.resources.max_concurrent_trials
+    order = itertools.count()  # ties in time go to the trial started (or reporting) first
+    events: list[tuple[int, int, str, int]] = []  # (simulated time, tie, trial id, report index)
+    live: dict[str, tuple[_Trial, list[dict[str, Any]], int]] = {}  # id -> (trial, its reports, start time)
+    clock, tokens, launched, finished = 0, 0, 0, False
+    while True:
+        while not finished and len(live) < slots:
+            trial_id = f"trial_{launched:05d}"
+            config = searcher.suggest(trial_id)
+            if config is None:
+                break  # waiting: Tune asks again after the next event
+            if config == Searcher.FINISHED:
+                finished = True
+                break
+            train = spec.train_config(config["optimizer"], int(config["batch_size"]), float(config["lr"]), 0)
+            run = Run(
+                optimizer=config["optimizer"],
+                batch_size=int(config["batch_size"]),
+                lr=float(config["lr"]),
+                seed=int(config["seed"]),
+                eval_tokens=tuple(
+                    s * train.tokens_per_step for s in eval_steps(train.total_steps, train.eval_interval_steps)
+                ),
+                role=str(config["role"]),
+            )
+            reports = reports_of(run, objective(run), train.tokens_per_step)
+            trial = _Trial(trial_id, config)
+            scheduler.on_trial_add(None, trial)
+            live[trial_id] = (trial, reports, clock)
+            heapq.heappush(events, (clock + reports[0]["tokens"], next(order), trial_id, 0))
+            launched += 1
+        if not events:
+            if finished:
+                break
+            raise RuntimeError(f"the searcher suggests nothing and no trial runs ({launched} trials so far)")
+        clock, _, trial_id, i = heapq.heappop(events)
+        trial, reports, started = live[trial_id]
+        result = dict(reports[i], trial_id=trial_id)
+        decision = TrialScheduler.STOP if result["done"] else scheduler.on_trial_result(None, trial, result)
+        if decision == TrialScheduler.STOP:
+            scheduler.on_trial_complete(None, trial, result)
+            searcher.on_trial_complete(trial_id, result)
+            tokens += int(result["tokens"])
+            del live[trial_id]
+        else:
+            searcher.on_trial_result(trial_id, result)
+            heapq.heappush(events, (started + reports[i + 1]["tokens"], next(order), trial_id, i + 1))
+    results, _ = collect_results(searcher)
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report["warnings"] = [*report["warnings"], *lr_edge_warnings(report)]
+    return SimulationResult(report=report, tokens_trained=tokens, trials=launched, results=results)
