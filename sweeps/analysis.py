@@ -23,6 +23,12 @@ seed without one), so the input order does not matter. Pruned, diverged and fail
 the best lr. Its loss is reported as `search_best_val_loss`, and stays out of every statistic: it was
 selected from several noisy trials, so it is biased low.
 
+Retreat. A confirmation run that diverges at the best lr says the lr is too high, not that the batch
+size is bad: `pick_stable` moves the cell's lr to the best completed search trial below the lowest lr at
+which a confirmation run diverged, and the confirmation runs start again there (the tuning playbook's
+rule). `retreated_from_lr` names the lr it retreated from. Only when no search trial lies below does
+the cell stay at its best lr, unstable.
+
 Cell loss. The cell's samples are the final val losses of its completed confirmation runs at the
 best lr (relative tolerance 1e-9). `seeds` is their number, `val_losses` the samples (by seed),
 `val_loss_mean` their mean and `val_loss_ci95` the two-sided 95% Student-t interval
@@ -68,12 +74,28 @@ null. `within_noise` is true when any boundary interval straddles 0 (lo <= 0 <= 
 boundary cell has an interval and none straddles 0; null otherwise (no boundary cell, or an interval
 missing and none straddling). `noise_checks` lists each boundary check.
 
+Verdicts and the bracket. The point estimate above walks the means and says nothing about error; the
+verdicts do. Each cell is judged against each reference by its paired differences by seed,
+d_s = loss(B, s) - (1 + tol) x loss(reference, s) over the seeds both have (seed s has the same init
+and data order at every batch size, so what it shares cancels): `fine` when the upper end of the
+Student-t interval of mean(d_s) is below 0, `degraded` when its lower end is above 0 or the cell has no
+lr stable for every seed (or every trial diverged), else `undecided` (also with fewer than 2 common
+seeds). The reference cell is fine (degraded when unstable). Every interval is at
+1 - 0.05 / (looks x comparisons) (`verdict_level`: Bonferroni over the optimizer's compared batch sizes
+and the planned looks), so all verdicts of one optimizer and reference hold together with >= 95%.
+`bracket`: `largest_fine` is the largest batch size that is fine with every smaller one fine,
+`smallest_degraded` the smallest degraded one above it; if degradation is monotone in batch size, the
+largest degradation-free batch size lies in [largest_fine, smallest_degraded) with >= 95% confidence.
+Batch sizes found fine above a degraded one are listed as `contradictions` of that assumption.
+`verdict_rule` says all this in the report.
+
 Adaptive confirmation (`seeds: {min, max, step}` in the spec). Every cell first gets `min`
-confirmation runs. While a boundary check straddles 0, `cells_to_extend` names the cells it compares
-(the boundary cell and its reference cell), and the search gives them `step` more runs, up to `max`.
-Looking again after more runs would inflate the error rate of a fixed 95% interval, so every check
-is made at 1 - 0.05 / K, K = 1 + (max - min) / step planned looks (Bonferroni, `noise_level`); the
-report says so in `noise_rule`. A plain number of seeds is one look at 95%.
+confirmation runs. While a bracket is not narrow (undecided batch sizes lie between its ends),
+`cells_to_extend` names those cells and their reference cell, and the search gives them `step` more
+runs, up to `max`. Looking again after more runs would inflate the error rate of a fixed interval, so
+every verdict is made at the level above, split over K = 1 + (max - min) / step planned looks. A plain
+number of seeds is one look. The Welch noise checks below are kept as they were (`noise_level`,
+`noise_rule`).
 
 Steps/tokens to reference. From the curve (tokens, val loss) of the cell's first confirmation run
 (the lowest seed), the first point (by tokens) whose val loss <= (1 + tol) x the "self" reference
@@ -113,15 +135,19 @@ __all__ = [
     "OptimizerReport",
     "Report",
     "TrialResult",
+    "Bracket",
     "build_report",
     "lr_edge_warnings",
     "cells_to_extend",
     "noise_level",
+    "paired_diff_ci",
     "pick_best",
+    "pick_stable",
     "mean_ci95",
     "report_to_json",
     "t_quantile",
     "validate_report",
+    "verdict_level",
     "welch_diff_ci95",
 ]
 
@@ -319,6 +345,28 @@ def pick_best(candidates: Iterable[X], score: Callable[[X], tuple[float, float, 
     return scored[min(near, key=lambda key: (abs(math.log(key[1] / vertex)), key))]
 
 
+def pick_stable(
+    candidates: Iterable[X], score: Callable[[X], tuple[float, float, int] | None], diverged_lrs: Iterable[float]
+) -> X | None:
+    """The lr whose confirmation runs give the cell's loss; the one rule, for the search and the analysis.
+
+    `pick_best` of the completed search trials, unless a confirmation run diverged at that lr or below:
+    then `pick_best` of those below the lowest lr at which one diverged (the tuning playbook's retreat to
+    the next lower stable lr: one run diverging near a cliff says the lr is too high, not that the batch
+    size is bad). Where no search trial lies below, the plain best stays, and its diverged runs make the
+    cell unstable. `diverged_lrs`: the lrs of the cell's diverged confirmation runs."""
+    pool = list(candidates)
+    best = pick_best(pool, score)
+    ceiling = min(diverged_lrs, default=None)
+    if best is None or ceiling is None:
+        return best
+    below = ceiling * (1.0 - _LR_REL_TOL)
+    if score(best)[1] < below:  # type: ignore[index]
+        return best
+    lower = pick_best([c for c in pool if (key := score(c)) is not None and key[1] < below], score)
+    return lower if lower is not None else best
+
+
 def _score(t: TrialResult) -> tuple[float, float, int] | None:
     if t.role != "search" or t.status != "completed" or t.val_loss is None:
         return None
@@ -333,6 +381,7 @@ class _Cell:
     best: TrialResult | None = None
     confirmations: list[TrialResult] = field(default_factory=list)  # every run at the best lr, by seed
     planned: int = 0
+    retreated_from: float | None = None  # the lowest lr above the best at which a confirmation run diverged
 
     @property
     def completed(self) -> list[TrialResult]:
@@ -364,9 +413,12 @@ class _Cell:
 
 def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planned: int) -> _Cell:
     cell = _Cell(optimizer, batch_size, trials, planned=planned)
-    cell.best = pick_best(trials, _score)
+    diverged = [t.lr for t in trials if t.role == "seed" and t.status == "diverged"]
+    cell.best = pick_stable(trials, _score, diverged)
     if cell.best is not None:
         lr = cell.best.lr
+        above = [d for d in diverged if d > lr * (1.0 + _LR_REL_TOL)]
+        cell.retreated_from = min(above) if above else None
         cell.confirmations = sorted(
             (t for t in trials if t.role == "seed" and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)),
             key=lambda t: t.seed,
@@ -441,6 +493,96 @@ def _judge(
     return verdicts, answer, within, checks
 
 
+Verdict = Literal["fine", "degraded", "undecided"]
+
+
+def paired_diff_ci(
+    x: dict[int, float], y: dict[int, float], scale: float, level: float
+) -> tuple[float, float, float, int] | None:
+    """(d, lo, hi, n) for d = mean over the seeds s in both of x[s] - scale x y[s]: the Student-t interval
+    at `level` of the mean paired difference (seed s has the same init and data order in both cells, so
+    what the seed shares cancels). None with fewer than 2 common seeds."""
+    seeds = sorted(set(x) & set(y))
+    if len(seeds) < 2:
+        return None
+    diffs = [x[s] - scale * y[s] for s in seeds]
+    d = statistics.fmean(diffs)
+    half = t_quantile(0.5 + level / 2, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return d, d - half, d + half, len(diffs)
+
+
+def verdict_level(looks: int, comparisons: int) -> float:
+    """Confidence of each verdict: 95% for all `comparisons` verdicts of one optimizer against one
+    reference, over `looks` planned looks (Bonferroni), so the bracket holds with >= 95%."""
+    return 1.0 - (1.0 - CI_LEVEL) / (max(1, looks) * max(1, comparisons))
+
+
+def _verdicts(
+    cells: list[_Cell], ref: _Cell | None, tol: float, is_ref_cell: Callable[[_Cell], bool], looks: int
+) -> tuple[list[Verdict | None], list[tuple[float, float] | None]]:
+    """Per cell: fine / degraded / undecided against one reference, and the paired interval it rests on."""
+    if ref is None or ref.mean is None:
+        return [None] * len(cells), [None] * len(cells)
+    level = verdict_level(looks, sum(1 for c in cells if not is_ref_cell(c)))
+    ref_by_seed = {t.seed: t.val_loss for t in ref.completed}
+    verdicts: list[Verdict | None] = []
+    intervals: list[tuple[float, float] | None] = []
+    for c in cells:
+        ci = None
+        if is_ref_cell(c):
+            verdict: Verdict | None = "degraded" if c.unstable_reason is not None else "fine"
+        elif c.unstable_reason is not None:
+            verdict = "degraded"  # no stable lr for every seed: a degradation, whatever the mean
+        elif c.mean is None:
+            ended = [t.status for t in c.trials]
+            verdict = "degraded" if ended and all(s == "diverged" for s in ended) else "undecided"
+        else:
+            paired = paired_diff_ci({t.seed: t.val_loss for t in c.completed}, ref_by_seed, 1.0 + tol, level)  # type: ignore[misc]
+            if paired is None:
+                verdict = "undecided"
+            else:
+                ci = (paired[1], paired[2])
+                verdict = "fine" if paired[2] < 0.0 else "degraded" if paired[1] > 0.0 else "undecided"
+        verdicts.append(verdict)
+        intervals.append(ci)
+    return verdicts, intervals
+
+
+def _bracket(cells: list[_Cell], verdicts: list[Verdict | None]) -> dict[str, Any]:
+    """The answer as a bracket: the largest batch size that is fine with every smaller one fine, and the
+    smallest degraded one above it; batch sizes found fine above a degraded one contradict monotonicity."""
+    largest_fine = None
+    for c, v in zip(cells, verdicts, strict=True):
+        if v != "fine":
+            break
+        largest_fine = c.batch_size
+    above = [
+        (c.batch_size, v)
+        for c, v in zip(cells, verdicts, strict=True)
+        if largest_fine is None or c.batch_size > largest_fine
+    ]
+    smallest_degraded = next((b for b, v in above if v == "degraded"), None)
+    first_degraded = next((c.batch_size for c, v in zip(cells, verdicts, strict=True) if v == "degraded"), None)
+    contradictions = [
+        c.batch_size
+        for c, v in zip(cells, verdicts, strict=True)
+        if v == "fine" and first_degraded is not None and c.batch_size > first_degraded
+    ]
+    return {"largest_fine": largest_fine, "smallest_degraded": smallest_degraded, "contradictions": contradictions}
+
+
+def _verdict_rule(looks: int) -> str:
+    return (
+        "per batch size, the paired differences by seed d_s = loss(B, s) - (1 + tolerance) x loss(reference, s) "
+        "(seed s has the same init and data order at every batch size): fine when the upper end of their "
+        "Student-t interval is below 0, degraded when the lower end is above 0 or the batch size has no lr "
+        "stable for every seed, else undecided; each interval at 1 - 0.05 / (looks x comparisons) "
+        f"(Bonferroni over the batch sizes compared and {looks} planned look(s)), so that the bracket "
+        "[largest_fine, smallest_degraded) holds the answer with at least 95% confidence, assuming that "
+        "degradation is monotone in batch size and that each batch size is judged at the lr it confirmed"
+    )
+
+
 def _noise_rule(looks: int) -> str:
     if looks == 1:
         return "Welch 95% interval of each boundary difference, one look"
@@ -451,26 +593,31 @@ def _noise_rule(looks: int) -> str:
 
 
 def cells_to_extend(report: dict[str, Any], *, seeds_max: int) -> list[tuple[str, int]]:
-    """Adaptive confirmation's next step: the (optimizer, batch size) cells that need more runs. For
-    every boundary verdict within noise (its interval straddles 0), the boundary cell and the
-    reference cell it is compared with, unless they already have `seeds_max` runs. Sorted, unique."""
+    """Adaptive confirmation's next step: the (optimizer, batch size) cells that need more runs. For every
+    bracket not yet narrow (an undecided batch size above `largest_fine` and below `smallest_degraded`),
+    those undecided cells and the reference cell they are paired with, unless they already have
+    `seeds_max` runs. Sorted, unique."""
     out: set[tuple[str, int]] = set()
     ref_b = report["reference_batch_size"]
+    runs = {
+        (name, c["batch_size"]): len(c["confirmation_run_ids"])
+        for name, opt in report["optimizers"].items()
+        for c in opt["cells"]
+    }
     for name, opt in report["optimizers"].items():
-        seeds = {c["batch_size"]: len(c["confirmation_run_ids"]) for c in opt["cells"]}
-        base = {
-            c["batch_size"]: len(c["confirmation_run_ids"]) for c in report["optimizers"][report["baseline"]]["cells"]
-        }
-        for ref, ref_cell, ref_seeds in (("self", name, seeds), ("baseline", report["baseline"], base)):
-            for check in opt["noise_checks"][ref]:
-                if check["straddles_zero"] is not True:
-                    continue
-                for cell, have in (
-                    ((name, check["batch_size"]), seeds[check["batch_size"]]),
-                    ((ref_cell, ref_b), ref_seeds[ref_b]),
-                ):
-                    if have < seeds_max:
-                        out.add(cell)
+        for ref, ref_cell in (("self", name), ("baseline", report["baseline"])):
+            bracket = opt["bracket"][ref]
+            lo, hi = bracket["largest_fine"], bracket["smallest_degraded"]
+            undecided = [
+                (name, c["batch_size"])
+                for c in opt["cells"]
+                if c["verdict"][ref] == "undecided"
+                and (lo is None or c["batch_size"] > lo)
+                and (hi is None or c["batch_size"] < hi)
+            ]
+            if undecided:
+                undecided.append((ref_cell, ref_b))
+            out.update(cell for cell in undecided if runs[cell] < seeds_max)
     return sorted(out)
 
 
@@ -528,9 +675,11 @@ def build_report(
         self_ref = row[0]
         level = noise_level(inputs.noise_looks)
         v_self, ans_self, noise_self, checks_self = _judge(row, self_ref, tol, lambda c: c.batch_size == ref_b, level)
-        v_base, ans_base, noise_base, checks_base = _judge(
-            row, baseline_ref, tol, lambda c: c.optimizer == inputs.baseline and c.batch_size == ref_b, level
-        )
+        is_base_ref = lambda c: c.optimizer == inputs.baseline and c.batch_size == ref_b  # noqa: E731
+        v_base, ans_base, noise_base, checks_base = _judge(row, baseline_ref, tol, is_base_ref, level)
+        looks = inputs.noise_looks
+        verdict_self, ci_self = _verdicts(row, self_ref, tol, lambda c: c.batch_size == ref_b, looks)
+        verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, looks)
         cell_dicts = []
         for i, c in enumerate(row):
             status = {s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}
@@ -562,6 +711,9 @@ def build_report(
                     "trial_status": status,
                     "lr_at_edge": _lr_at_edge(best_lr, inputs.lr_min, inputs.lr_max) if best_lr is not None else None,
                     "degradation_free": {"self": v_self[i], "baseline": v_base[i]},
+                    "verdict": {"self": verdict_self[i], "baseline": verdict_base[i]},
+                    "verdict_diff_ci": {"self": ci_self[i], "baseline": ci_base[i]},
+                    "retreated_from_lr": c.retreated_from,
                     "steps_to_reference": steps,
                     "tokens_to_reference": tokens,
                 }
@@ -570,6 +722,7 @@ def build_report(
             "cells": cell_dicts,
             "reference_val_loss": {"self": self_ref.mean, "baseline": baseline_ref.mean},
             "largest_degradation_free_batch_size": {"self": ans_self, "baseline": ans_base},
+            "bracket": {"self": _bracket(row, verdict_self), "baseline": _bracket(row, verdict_base)},
             "within_noise": {"self": noise_self, "baseline": noise_base},
             "noise_checks": {"self": checks_self, "baseline": checks_base},
         }
@@ -585,6 +738,7 @@ def build_report(
         "seeds_planned": inputs.seeds,
         "token_budget": inputs.token_budget,
         "noise_rule": _noise_rule(inputs.noise_looks),
+        "verdict_rule": _verdict_rule(inputs.noise_looks),
         "optimizers": optimizers,
         "warnings": [],  # filled by the driver: data repeated, best lr at the edge of the range
     }
@@ -639,6 +793,15 @@ class NoiseCheck(_Schema):
     straddles_zero: bool | None
 
 
+class Bracket(_Schema):
+    """The answer with its confidence (`verdict_rule`): the largest degradation-free batch size lies in
+    [largest_fine, smallest_degraded); either end None where no tested batch size decided it."""
+
+    largest_fine: int | None = None  # every batch size up to it is fine with confidence
+    smallest_degraded: int | None = None  # degraded with confidence, above largest_fine
+    contradictions: list[int] = []  # batch sizes found fine above a degraded one: degradation was not monotone
+
+
 class CellReport(_Schema):
     batch_size: int
     best_lr: float | None  # None: no completed search trial
@@ -659,6 +822,12 @@ class CellReport(_Schema):
     trial_status: TrialStatusCounts  # sums to trials
     lr_at_edge: bool | None  # None: no best lr
     degradation_free: ByReference[bool | None]
+    # fine / degraded / undecided with confidence (`verdict_rule`); None without a reference
+    verdict: ByReference[Verdict | None] = ByReference(self=None, baseline=None)
+    # the paired interval of loss - (1 + tolerance) x reference the verdict rests on (None: not compared)
+    verdict_diff_ci: ByReference[tuple[float, float] | None] = ByReference(self=None, baseline=None)
+    # a confirmation run diverged at this lr (the lowest such): the cell retreated to best_lr below it
+    retreated_from_lr: float | None = None
     steps_to_reference: int | None
     tokens_to_reference: int | None
 
@@ -666,7 +835,8 @@ class CellReport(_Schema):
 class OptimizerReport(_Schema):
     cells: list[CellReport]  # batch size ascending
     reference_val_loss: ByReference[float | None]
-    largest_degradation_free_batch_size: ByReference[int | None]
+    largest_degradation_free_batch_size: ByReference[int | None]  # the point estimate: walk of the means
+    bracket: ByReference[Bracket] = ByReference(self=Bracket(), baseline=Bracket())  # what is decided with confidence
     within_noise: ByReference[bool | None]
     noise_checks: ByReference[list[NoiseCheck]]
 
@@ -684,6 +854,7 @@ class Report(_Schema):
     seeds_planned: int  # confirmation runs planned per cell
     token_budget: int | None  # tokens every trial trains on: the spec's, rounded down once for the whole sweep
     noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
+    verdict_rule: str = ""  # how each verdict and the bracket are decided, and what they assume
     optimizers: dict[str, OptimizerReport]  # in the spec's order
     warnings: list[str] = []  # things a reader must know before trusting the answer
 

@@ -42,7 +42,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from sweeps.analysis import AnalysisInput, TrialResult, build_report, cells_to_extend, pick_best
+from sweeps.analysis import AnalysisInput, TrialResult, build_report, cells_to_extend, pick_stable
 from sweeps.plan import (
     DriverOnly,
     cell_key,
@@ -135,20 +135,43 @@ class Cell:
         return self.search_finished() + sum(1 for v in self.running.values() if not isinstance(v, tuple))
 
     def best(self) -> optuna.trial.FrozenTrial | None:
-        """The cell's best search trial so far, by the analysis's own rule (`pick_best`)."""
-        return pick_best(self.trials("search", (TrialState.COMPLETE,)), _score)
+        """The search trial whose lr gets the confirmation runs, by the analysis's own rule (`pick_stable`:
+        the best, or the best below an lr at which a confirmation run diverged)."""
+        diverged = [float(t.params["lr"]) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"]
+        return pick_stable(self.trials("search", (TrialState.COMPLETE,)), _score, diverged)
+
+    def best_lr(self) -> float | None:
+        best = self.best()
+        return float(best.params["lr"]) if best is not None else None
 
     def confirmed(self) -> list[float]:
-        """Final val losses of the completed confirmation runs."""
-        return [float(t.value) for t in self.trials("seed", (TrialState.COMPLETE,)) if t.value is not None]
+        """Final val losses of the completed confirmation runs at the best lr."""
+        lr = self.best_lr()
+        return [
+            float(t.value)
+            for t in self.trials("seed", (TrialState.COMPLETE,))
+            if t.value is not None and lr is not None and _same_lr(float(t.params["lr"]), lr)
+        ]
 
-    def seeds_recorded(self) -> set[int]:
-        return {int(t.user_attrs["seed"]) for t in self.trials("seed")}
+    def seeds_recorded(self, lr: float | None = None) -> set[int]:
+        """Seeds of the finished confirmation runs, at `lr` where given."""
+        return {
+            int(t.user_attrs["seed"]) for t in self.trials("seed") if lr is None or _same_lr(float(t.params["lr"]), lr)
+        }
 
     def seeds_wanted(self) -> list[int]:
-        """Confirmation seeds 1..n_seeds (the search runs at seed 0) neither recorded nor running."""
-        running = {v[0] for v in self.running.values() if isinstance(v, tuple)}
-        return [s for s in range(1, self.n_seeds + 1) if s not in self.seeds_recorded() and s not in running]
+        """Confirmation seeds 1..n_seeds (the search runs at seed 0) neither recorded nor running at the
+        best lr, as many as the cell's trial budget still holds (n_search + n_seeds: what the spec's
+        trial cap counts; a retreat after a diverged run spends what the search did not)."""
+        lr = self.best_lr()
+        if lr is None:
+            return []
+        seeds = [v for v in self.running.values() if isinstance(v, tuple)]
+        running = {seed for seed, at in seeds if _same_lr(at, lr)}
+        recorded = self.seeds_recorded(lr)
+        wanted = [s for s in range(1, self.n_seeds + 1) if s not in recorded and s not in running]
+        spent = self.search_finished() + len(self.trials("seed")) + len(seeds)
+        return wanted[: max(0, self.n_search + self.n_seeds - spent)]
 
     def search_done(self) -> bool:
         """All `n_search` trials finished, or the search converged early (`next_lr`)."""
@@ -177,6 +200,10 @@ class Cell:
         if not self.search_done():
             return False
         return self.best() is None or (not self.seeds_wanted() and not self.running)
+
+
+def _same_lr(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9)  # lrs travel through the storage as floats
 
 
 def _score(t: optuna.trial.FrozenTrial) -> tuple[float, float, int] | None:
@@ -403,7 +430,8 @@ class CellSearcher(DriverOnly, Searcher):
         if cell.search_done() and cell.best() is not None:
             wanted = cell.seeds_wanted()
             if wanted:
-                lr = float(cell.best().params["lr"])  # type: ignore[union-attr]
+                lr = cell.best_lr()
+                assert lr is not None
                 cell.running[trial_id] = (wanted[0], lr)
                 return self._config(cell, lr, seed=wanted[0], role="seed", number=None)
         return None
@@ -440,7 +468,7 @@ class CellSearcher(DriverOnly, Searcher):
                         "search_done": c.search_finished(),
                         # at most n_search: a search that converged early ends with what it ran
                         "search_total": c.search_finished() if c.search_done() else c.n_search,
-                        "seeds_done": len(c.seeds_recorded()),
+                        "seeds_done": len(c.seeds_recorded(float(best.params["lr"]))) if best else 0,
                         "seeds_total": c.n_seeds,
                         "best_lr": float(best.params["lr"]) if best else None,
                         # the search's minimum (biased low: it picked the lr), and what the report will
@@ -453,13 +481,15 @@ class CellSearcher(DriverOnly, Searcher):
                         "running": len(c.running),
                     }
                 )
-            done = sum(c["search_done"] + len(self.cells[i].seeds_recorded()) for i, c in enumerate(cells))
+            # confirmation runs at an lr the cell retreated from count as done and as planned
+            retired = [len(cell.trials("seed")) - c["seeds_done"] for cell, c in zip(self.cells, cells, strict=True)]
+            done = sum(c["search_done"] + c["seeds_done"] for c in cells) + sum(retired)
             return {
                 "cells_done": sum(c["finished"] for c in cells),
                 "cells_total": len(cells),
                 "trials_done": done,
                 # the current plan: adaptive confirmation may add runs at boundary cells (at most spec.total_trials)
-                "trials_total": sum(c["search_total"] + c["seeds_total"] for c in cells),
+                "trials_total": sum(c["search_total"] + c["seeds_total"] for c in cells) + sum(retired),
                 "cells": cells,
             }
 

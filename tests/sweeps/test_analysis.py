@@ -396,6 +396,7 @@ def test_report_schema_keys_are_stable():
         "seeds_planned",
         "token_budget",
         "noise_rule",
+        "verdict_rule",
         "optimizers",
         "warnings",
     ]
@@ -406,6 +407,7 @@ def test_report_schema_keys_are_stable():
         "cells",
         "reference_val_loss",
         "largest_degradation_free_batch_size",
+        "bracket",
         "within_noise",
         "noise_checks",
     ]
@@ -428,6 +430,9 @@ def test_report_schema_keys_are_stable():
         "trial_status",
         "lr_at_edge",
         "degradation_free",
+        "verdict",
+        "verdict_diff_ci",
+        "retreated_from_lr",
         "steps_to_reference",
         "tokens_to_reference",
     ]

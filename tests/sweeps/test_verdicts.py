@@ -1,0 +1,245 @@
+"""The answer with error control: paired verdicts by seed, the bracket, and the retreat from a diverged lr.
+
+The statistics are tested with exact values; the confidence statement by simulating sweeps through the
+real `build_report` and `cells_to_extend` (adaptive seeds) and counting how often the bracket misses the
+truth; the retreat through `sweeps.simulate` (the searcher's own decisions) and `build_report`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from harness import tiny_spec
+
+from sweeps.analysis import (
+    AnalysisInput,
+    TrialResult,
+    build_report,
+    cells_to_extend,
+    paired_diff_ci,
+    pick_stable,
+    t_quantile,
+    verdict_level,
+)
+from sweeps.simulate import Run, simulate
+from sweeps.spec import SweepSpec
+
+BATCHES = (8, 16, 32, 64, 128)
+
+
+def inputs(*, looks: int = 1, seeds: int = 2, batches: tuple[int, ...] = BATCHES) -> AnalysisInput:
+    return AnalysisInput(
+        sweep="verdicts", batch_sizes=batches, optimizers=("adamw",), baseline="adamw", tolerance=0.01,
+        lr_min=1e-4, lr_max=1e-1, seeds=seeds, seq_len=1, noise_looks=looks,
+    )  # fmt: skip
+
+
+def rows(samples: dict[int, list[float]], lr: float = 1e-3) -> list[TrialResult]:
+    """One search trial and the confirmation runs (seeds 1..n) of each batch size, at one lr."""
+    out = []
+    for b, losses in samples.items():
+        out.append(TrialResult("adamw", b, lr, 0, "search", "completed", min(losses), 1, 1, number=0))
+        out += [TrialResult("adamw", b, lr, s + 1, "seed", "completed", v, 1, 1) for s, v in enumerate(losses)]
+    return out
+
+
+def cells(report: dict[str, Any], ref: str = "self") -> dict[int, str | None]:
+    return {c["batch_size"]: c["verdict"][ref] for c in report["optimizers"]["adamw"]["cells"]}
+
+
+# ---- the statistics, exact ---------------------------------------------------------------------------------
+
+
+def test_paired_interval_exact_values() -> None:
+    # diffs 0, 0.1, 0.1: mean 1/15, sd 0.057735, t(0.975, 2) = 4.302653
+    d, lo, hi, n = paired_diff_ci({1: 3.0, 2: 3.2, 3: 3.1}, {1: 3.0, 2: 3.1, 3: 3.0}, 1.0, 0.95)  # type: ignore[misc]
+    half = 4.302652729749464 * 0.05773502691896258 / math.sqrt(3)
+    assert (d, n) == (pytest.approx(1 / 15), 3)
+    assert (lo, hi) == (pytest.approx(1 / 15 - half), pytest.approx(1 / 15 + half))
+    # only the seeds both cells have are paired; the reference is scaled by 1 + tolerance
+    d, lo, hi, n = paired_diff_ci({1: 3.03, 2: 3.05, 7: 9.0}, {1: 3.0, 2: 3.0, 3: 1.0}, 1.01, 0.95)  # type: ignore[misc]
+    assert n == 2 and d == pytest.approx(0.01)
+    assert hi - d == pytest.approx(t_quantile(0.975, 1) * math.sqrt(2e-4) / math.sqrt(2))
+    assert paired_diff_ci({1: 3.0}, {1: 3.0, 2: 3.0}, 1.0, 0.95) is None  # one common seed: no interval
+
+
+def test_verdict_level_splits_5_percent_over_looks_and_comparisons() -> None:
+    assert verdict_level(1, 1) == pytest.approx(0.95)
+    assert verdict_level(3, 4) == pytest.approx(1 - 0.05 / 12)
+    assert verdict_level(0, 0) == pytest.approx(0.95)  # nothing compared: no split
+
+
+# ---- verdicts and the bracket -----------------------------------------------------------------------------
+
+
+def test_clear_cases_are_decided_and_the_bracket_is_tight() -> None:
+    # seed effects shared across batch sizes (same init, same data order) cancel in the pairing
+    seed_effect = [0.03, -0.02, 0.01, -0.01]
+    true = {8: 3.0, 16: 3.0, 32: 3.005, 64: 3.2, 128: 3.4}
+    report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), inputs=inputs(seeds=4))
+    assert cells(report) == {8: "fine", 16: "fine", 32: "fine", 64: "degraded", 128: "degraded"}
+    opt = report["optimizers"]["adamw"]
+    assert opt["bracket"]["self"] == {"largest_fine": 32, "smallest_degraded": 64, "contradictions": []}
+    lo, hi = opt["cells"][3]["verdict_diff_ci"]["self"]
+    assert lo > 0 and lo < 3.2 - 1.01 * 3.0 < hi
+    assert "Bonferroni" in report["verdict_rule"] and "monotone" in report["verdict_rule"]
+
+
+def test_near_the_line_and_with_independent_noise_it_is_undecided_not_guessed() -> None:
+    rng = np.random.default_rng(1)
+    samples = {b: list(3.0 * (1.01 if b == 16 else 1.0) + rng.normal(0, 0.05, 2)) for b in (8, 16)}
+    report = build_report(rows(samples), inputs=inputs(batches=(8, 16)))
+    assert cells(report) == {8: "fine", 16: "undecided"}
+    assert report["optimizers"]["adamw"]["bracket"]["self"] == {
+        "largest_fine": 8,
+        "smallest_degraded": None,
+        "contradictions": [],
+    }
+
+
+def test_an_unstable_cell_is_degraded_and_a_fine_one_above_it_contradicts_monotonicity() -> None:
+    samples = {8: [3.0, 3.01, 3.0], 16: [3.0, 3.01, 3.0], 32: [3.0, 3.01, 3.0]}
+    results = rows(samples)
+    # batch 16: the only search trial's lr diverged for seed 2, and nothing lies below to retreat to
+    results = [r for r in results if not (r.batch_size == 16 and r.seed == 2)]
+    results.append(TrialResult("adamw", 16, 1e-3, 2, "seed", "diverged", None, 1, 1))
+    report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16, 32)))
+    assert cells(report) == {8: "fine", 16: "degraded", 32: "fine"}
+    assert report["optimizers"]["adamw"]["bracket"]["self"] == {
+        "largest_fine": 8,
+        "smallest_degraded": 16,
+        "contradictions": [32],
+    }
+
+
+def test_adaptive_seeds_extend_the_undecided_cells_inside_the_bracket_and_their_reference() -> None:
+    rng = np.random.default_rng(2)
+    true = {8: 3.0, 16: 3.0, 32: 3.03, 64: 3.5}
+    samples = {b: list(m + rng.normal(0, 0.02, 2)) for b, m in true.items()}
+    report = build_report(rows(samples), inputs=inputs(looks=3, batches=(8, 16, 32, 64)))
+    verdicts = cells(report)
+    undecided = {b for b, v in verdicts.items() if v == "undecided"}
+    assert undecided, verdicts
+    bracket = report["optimizers"]["adamw"]["bracket"]["self"]
+    inside = {
+        b
+        for b in undecided
+        if (bracket["largest_fine"] is None or b > bracket["largest_fine"])
+        and (bracket["smallest_degraded"] is None or b < bracket["smallest_degraded"])
+    }
+    assert set(cells_to_extend(report, seeds_max=6)) == {("adamw", b) for b in inside | {8}}
+    assert cells_to_extend(report, seeds_max=2) == []  # every cell at max
+
+
+def run_sweep(true: dict[int, float], rng: np.random.Generator, *, sigma: float, shared: float) -> tuple[dict, int]:
+    """One simulated sweep with adaptive seeds {min 2, max 8, step 2}: seed s adds the same effect to
+    every batch size (the `shared` share of the variance) plus noise of its own; returns the bracket
+    and the runs spent."""
+    looks, seeds_max = 4, 8
+    effects = rng.normal(0, sigma * math.sqrt(shared), seeds_max)
+    own = math.sqrt(1 - shared) * sigma
+    samples = {b: [m + effects[s] + rng.normal(0, own) for s in range(2)] for b, m in true.items()}
+    while True:
+        report = build_report(rows(samples), inputs=inputs(looks=looks, batches=tuple(true)))
+        extend = cells_to_extend(report, seeds_max=seeds_max)
+        if not extend:
+            return report["optimizers"]["adamw"]["bracket"]["self"], sum(len(v) for v in samples.values())
+        for _, b in extend:
+            have = len(samples[b])
+            samples[b] += [true[b] + effects[s] + rng.normal(0, own) for s in range(have, min(have + 2, seeds_max))]
+
+
+@pytest.mark.parametrize("shared", [0.0, 0.7])
+def test_the_bracket_holds_the_truth_in_at_least_95_percent_of_sweeps(shared: float) -> None:
+    """Random monotone loss curves whose boundary falls anywhere, some batch sizes right at the line: the
+    truth is the largest batch size whose true loss is within tolerance (every smaller one too)."""
+    rng = np.random.default_rng(7)
+    sigma, tol, sweeps, misses, decided, runs = 0.02, 0.01, 300, 0, 0, 0
+    batches = BATCHES
+    for _ in range(sweeps):
+        steps = np.cumsum(rng.choice([0.0, 0.005, 0.02, 0.05], size=len(batches) - 1, p=[0.4, 0.2, 0.2, 0.2]))
+        true = {b: 3.0 * (1 + x) for b, x in zip(batches, [0.0, *steps], strict=True)}
+        truth = max(b for b in batches if all(true[c] <= (1 + tol) * true[8] for c in batches if c <= b))
+        bracket, spent = run_sweep(true, rng, sigma=sigma, shared=shared)
+        lo, hi = bracket["largest_fine"], bracket["smallest_degraded"]
+        holds = (lo is None or lo <= truth) and (hi is None or truth < hi)
+        misses += not holds
+        decided += lo is not None and hi is not None and batches.index(hi) == batches.index(lo) + 1
+        runs += spent
+    assert misses / sweeps <= 0.05, f"the bracket missed the truth in {misses} of {sweeps} sweeps"
+    assert decided / sweeps > 0.3, f"only {decided} of {sweeps} brackets narrowed to neighbours"
+    assert runs / sweeps < 8 * len(batches)  # below always running max seeds
+    print(f"shared {shared}: missed {misses}/{sweeps}, tight {decided}/{sweeps}, {runs / sweeps:.1f} runs a sweep")
+
+
+# ---- the retreat from a diverged lr -----------------------------------------------------------------------
+
+
+def score(t: TrialResult) -> tuple[float, float, int] | None:
+    return (t.val_loss, t.lr, t.number or 0) if t.role == "search" and t.status == "completed" else None  # type: ignore[return-value]
+
+
+def test_pick_stable_retreats_below_the_lowest_diverged_lr() -> None:
+    search = [
+        TrialResult("adamw", 8, lr, 0, "search", "completed", loss, 1, 1, number=i)
+        for i, (lr, loss) in enumerate([(1e-3, 3.2), (2e-3, 3.1), (4e-3, 3.0), (8e-3, 3.1)])
+    ]
+    assert pick_stable(search, score, []).lr == 4e-3  # type: ignore[union-attr]
+    assert pick_stable(search, score, [4e-3]).lr == 2e-3  # type: ignore[union-attr]
+    assert pick_stable(search, score, [4e-3, 2e-3]).lr == 1e-3  # type: ignore[union-attr]
+    assert pick_stable(search, score, [8e-3]).lr == 4e-3  # type: ignore[union-attr]  # above the best: no retreat
+    assert pick_stable(search, score, [1e-3]).lr == 4e-3  # type: ignore[union-attr]  # nothing below: stays, unstable
+
+
+def test_the_report_judges_the_retreated_lr_and_names_where_it_came_from() -> None:
+    results = [
+        TrialResult("adamw", 8, lr, 0, "search", "completed", loss, 1, 1, number=i)
+        for i, (lr, loss) in enumerate([(1e-3, 3.2), (2e-3, 3.1), (4e-3, 3.05)])
+    ]
+    results += [
+        TrialResult("adamw", 8, 4e-3, 1, "seed", "completed", 3.04, 1, 1),
+        TrialResult("adamw", 8, 4e-3, 2, "seed", "diverged", None, 1, 1),
+        TrialResult("adamw", 8, 2e-3, 1, "seed", "completed", 3.1, 1, 1),
+        TrialResult("adamw", 8, 2e-3, 2, "seed", "completed", 3.11, 1, 1),
+    ]
+    cell = build_report(results, inputs=inputs(batches=(8,)))["optimizers"]["adamw"]["cells"][0]
+    assert cell["best_lr"] == 2e-3 and cell["retreated_from_lr"] == 4e-3
+    assert cell["stable"] is True and cell["val_losses"] == [3.1, 3.11]
+    assert cell["trial_status"]["diverged"] == 1
+
+
+def test_a_sweep_retreats_when_a_confirmation_seed_diverges_at_the_chosen_lr() -> None:
+    """Seed 2's cliff sits just below the search's best lr: the search (seed 0) never saw it."""
+    lr_star = 3e-3
+    spec = SweepSpec.from_mapping(
+        tiny_spec(
+            "retreat",
+            optimizers=[{"name": "adamw"}],
+            batch_sizes=[4, 8],
+            token_budget=8 * 32 * 8,
+            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 6},
+            seeds=2,
+            degradation={"tolerance": 0.01, "baseline": "adamw"},
+        )
+    )
+    chosen: dict[int, float] = {}
+
+    def objective(run: Run) -> list[float]:
+        if run.role == "seed":
+            chosen.setdefault(run.batch_size, run.lr)
+        u = math.log(run.lr / lr_star)
+        final = 3.0 + 0.05 * u * u
+        if run.seed == 2 and run.lr >= 0.95 * chosen.get(run.batch_size, math.inf):
+            return [final] + [math.inf] * (len(run.eval_tokens) - 1)
+        return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
+
+    report = simulate(spec, objective).report
+    for cell in report["optimizers"]["adamw"]["cells"]:
+        b = cell["batch_size"]
+        assert cell["retreated_from_lr"] == pytest.approx(chosen[b])
+        assert cell["best_lr"] < chosen[b] and cell["stable"] is True and cell["seeds"] == 2
+        assert cell["trials"] <= spec.lr.trials_per_batch_size + spec.seeds_max  # within the cell's budget
+    assert report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"] == 8
