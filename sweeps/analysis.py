@@ -41,9 +41,12 @@ confirmation run that diverged or failed, or one that is missing, makes the cell
 lr: `unstable_reason` says how many of each, and the cell counts as degraded (its verdict is false,
 the chain breaks there), whatever its mean. Null without a best lr.
 
-lr at edge. `lr_at_edge` is true when the best lr lies within a factor `LR_EDGE_FACTOR` (1.5) of an end
-of the search range: best_lr <= lr_min x 1.5 or best_lr >= lr_max / 1.5 (a log distance of ln 1.5).
-The optimum may then lie outside the range, and the cell's loss is an upper bound. Null without a best lr.
+lr at edge. The line search may step past lr_min and lr_max by up to a factor `lr_extend` (the spec's
+lr.extend): the lr bounds are [lr_min / lr_extend, lr_max x lr_extend] (`lr_bounds`), and
+`lr_outside_range` says that the best lr lies past lr_min or lr_max. `lr_at_edge` is true when the best
+lr lies within a factor `LR_EDGE_FACTOR` (1.5) of an end of the bounds: best_lr <= low x 1.5 or
+best_lr >= high / 1.5 (a log distance of ln 1.5). The optimum may then lie beyond, and the cell's loss
+is an upper bound. Null without a best lr.
 
 References. The reference batch size is the smallest batch size of the spec. Each optimizer is judged
 against two reference losses: "self", its own cell mean at the reference batch size, and "baseline",
@@ -234,6 +237,7 @@ class AnalysisInput:
     # planned looks at each boundary verdict (adaptive confirmation: 1 + (max - min) / step); each
     # noise check is a Welch interval at 1 - 0.05 / noise_looks (Bonferroni)
     noise_looks: int = 1
+    lr_extend: float = 1.0  # the search may step past [lr_min, lr_max] by this factor (the spec's lr.extend)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
@@ -249,6 +253,8 @@ class AnalysisInput:
             raise ValueError(f"tolerance must be >= 0, got tolerance={self.tolerance}")
         if not 0 < self.lr_min < self.lr_max:
             raise ValueError(f"need 0 < lr_min < lr_max, got lr_min={self.lr_min}, lr_max={self.lr_max}")
+        if not self.lr_extend >= 1.0:
+            raise ValueError(f"lr_extend must be >= 1, got lr_extend={self.lr_extend}")
         if self.seeds < 1 or self.seq_len < 1:
             raise ValueError(f"seeds and seq_len must be >= 1, got seeds={self.seeds}, seq_len={self.seq_len}")
 
@@ -267,7 +273,13 @@ class AnalysisInput:
             seq_len=spec.model.seq_len,
             token_budget=spec.trained_tokens,
             noise_looks=spec.noise_looks,
+            lr_extend=spec.lr.extend,
         )
+
+    @property
+    def lr_bounds(self) -> tuple[float, float]:
+        """The lrs the search could reach: [lr_min / lr_extend, lr_max x lr_extend]."""
+        return self.lr_min / self.lr_extend, self.lr_max * self.lr_extend
 
 
 # --------------------------------------------------------------------------------------------------
@@ -709,7 +721,10 @@ def build_report(
                     "tokens_trained": max(trained) if trained else None,
                     "trials": len(c.trials),
                     "trial_status": status,
-                    "lr_at_edge": _lr_at_edge(best_lr, inputs.lr_min, inputs.lr_max) if best_lr is not None else None,
+                    "lr_at_edge": _lr_at_edge(best_lr, *inputs.lr_bounds) if best_lr is not None else None,
+                    "lr_outside_range": None
+                    if best_lr is None
+                    else not inputs.lr_min * (1 - _LR_REL_TOL) <= best_lr <= inputs.lr_max * (1 + _LR_REL_TOL),
                     "degradation_free": {"self": v_self[i], "baseline": v_base[i]},
                     "verdict": {"self": verdict_self[i], "baseline": verdict_base[i]},
                     "verdict_diff_ci": {"self": ci_self[i], "baseline": ci_base[i]},
@@ -735,6 +750,7 @@ def build_report(
         "tolerance": tol,
         "seq_len": inputs.seq_len,
         "lr_range": [inputs.lr_min, inputs.lr_max],
+        "lr_bounds": list(inputs.lr_bounds),
         "seeds_planned": inputs.seeds,
         "token_budget": inputs.token_budget,
         "noise_rule": _noise_rule(inputs.noise_looks),
@@ -747,15 +763,20 @@ def build_report(
 
 
 def lr_edge_warnings(report: dict[str, Any]) -> list[str]:
-    """One warning per cell whose best lr is at the edge of the searched range (`lr_at_edge`)."""
+    """One line per cell whose best lr is at the edge of what the search could reach (`lr_at_edge`: the
+    optimum may lie beyond, the cell reads worse than it is), or past lr.min/lr.max (`lr_outside_range`)."""
     out = []
+    lo, hi = report.get("lr_bounds") or report["lr_range"]
     for name, opt in report["optimizers"].items():
         for cell in opt["cells"]:
+            where = f"{name} bs={cell['batch_size']}: best lr {cell['best_lr']:.2e}" if cell["best_lr"] else ""
             if cell.get("lr_at_edge"):
                 out.append(
-                    f"{name} bs={cell['batch_size']}: best lr {cell['best_lr']:.2e} is at the edge of the searched "
-                    f"range; widen lr.min/lr.max"
+                    f"{where} is at the edge of the searched range [{lo:.2e}, {hi:.2e}]; widen lr.min/lr.max "
+                    f"or lr.extend"
                 )
+            elif cell.get("lr_outside_range"):
+                out.append(f"{where} lies outside lr.min/lr.max: the search stepped past the range to find it")
     return out
 
 
@@ -820,7 +841,8 @@ class CellReport(_Schema):
     tokens_trained: int | None  # tokens each completed confirmation run trained on: equal in every cell
     trials: int  # all trials of the cell, search and seed, any status
     trial_status: TrialStatusCounts  # sums to trials
-    lr_at_edge: bool | None  # None: no best lr
+    lr_at_edge: bool | None  # at the edge of the lr bounds (the optimum may lie beyond); None: no best lr
+    lr_outside_range: bool | None = None  # the search stepped past lr.min or lr.max to find it
     degradation_free: ByReference[bool | None]
     # fine / degraded / undecided with confidence (`verdict_rule`); None without a reference
     verdict: ByReference[Verdict | None] = ByReference(self=None, baseline=None)
@@ -850,7 +872,9 @@ class Report(_Schema):
     baseline: str
     tolerance: float
     seq_len: int
-    lr_range: tuple[float, float]
+    lr_range: tuple[float, float]  # the spec's lr.min, lr.max: where every search starts
+    # where the line search could step to past an edge (lr.extend); None in reports written before it
+    lr_bounds: tuple[float, float] | None = None
     seeds_planned: int  # confirmation runs planned per cell
     token_budget: int | None  # tokens every trial trains on: the spec's, rounded down once for the whole sweep
     noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)

@@ -227,7 +227,8 @@ class CellSearcher(DriverOnly, Searcher):
         # trials lost to the infrastructure after Tune's own retries; past the bound the sweep stops
         self.lost_trials = 0
         self.max_lost_trials = max(8, spec.total_trials)
-        self.distribution = FloatDistribution(spec.lr.min, spec.lr.max, log=True)
+        # the whole range the line search may reach (past [min, max] by lr.extend); TPE draws from it too
+        self.distribution = FloatDistribution(*spec.lr.bounds, log=True)
         self._lock = threading.Lock()
         fingerprint = spec_fingerprint(spec)
         self.cells: list[Cell] = []
@@ -254,8 +255,7 @@ class CellSearcher(DriverOnly, Searcher):
                 study,
                 spec.lr.trials_per_batch_size,
                 spec.seeds_min,
-                spec.lr.min,
-                spec.lr.max,
+                *spec.lr.bounds,
                 previous=by_opt.get(opt),
             )
             # a resumed sweep keeps the confirmation runs adaptive confirmation had already added
@@ -401,15 +401,14 @@ class CellSearcher(DriverOnly, Searcher):
             if prev is not None and not prev.search_done():
                 # the smaller batch's final best lr seeds this cell's search: wait for its search to end
                 return None
-            lr_min, lr_max = self.spec.lr.min, self.spec.lr.max
             if not cell.all_trials():
                 if prev is not None and (best := prev.best()) is not None:
-                    design = "bracket"
+                    design = "bracket"  # where the smaller batch's best lr scales to, up to the bounds
                     lrs = warm_start_lrs(
-                        best.params["lr"], prev.batch_size, cell.batch_size, lr_min=lr_min, lr_max=lr_max
+                        best.params["lr"], prev.batch_size, cell.batch_size, lr_min=cell.lr_min, lr_max=cell.lr_max
                     )
-                else:
-                    design, lrs = "coarse", coarse_lrs(lr_min, lr_max)
+                else:  # nothing to go on: the range the spec gave
+                    design, lrs = "coarse", coarse_lrs(self.spec.lr.min, self.spec.lr.max)
                 for lr in lrs[: cell.n_search]:
                     cell.study.enqueue_trial({"lr": lr}, user_attrs={"design": design})
             elif not any(t.state == TrialState.WAITING for t in cell.all_trials()):

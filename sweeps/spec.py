@@ -168,12 +168,24 @@ class AdaptiveSeeds(_Strict):
         return 1 + math.ceil((self.max - self.min) / self.step)
 
 
+MAX_LR_EXTEND = 100.0
+
+
 class LRSearchSpec(_Strict):
-    """Peak lr searched log-uniformly in [min, max], `trials_per_batch_size` trials per cell."""
+    """Peak lr searched in [min, max], `trials_per_batch_size` trials per cell. The line search may step
+    past either end, one step at a time, by up to a factor `extend` ([min / extend, max x extend]) when a
+    cell's best lr sits at that end: the optimum lr moves with the batch size, and a cell judged at the
+    edge of a fixed range reads worse than it is. 1: never past [min, max]."""
 
     min: float = Field(gt=0.0)
     max: float = Field(gt=0.0)
     trials_per_batch_size: int = Field(default=6, ge=1)
+    extend: float = Field(default=4.0, ge=1.0, le=MAX_LR_EXTEND)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The lrs the search may try: [min / extend, max x extend]."""
+        return self.min / self.extend, self.max * self.extend
 
     @model_validator(mode="after")
     def _order(self) -> LRSearchSpec:
@@ -448,7 +460,7 @@ class SweepSpec(_Strict):
         # that passes here cannot fail at launch for a config reason. Both lr ends are tried: at most
         # 5 optimizers x MAX_BATCH_SIZES x 2 TrainConfigs, ~5 ms.
         for opt, b in self.cells():
-            for lr in (self.lr.min, self.lr.max):
+            for lr in self.lr.bounds:
                 try:
                     self.train_config(opt, b, lr, seed=0)
                 except (ValidationError, ValueError) as exc:

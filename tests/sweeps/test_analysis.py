@@ -393,6 +393,7 @@ def test_report_schema_keys_are_stable():
         "tolerance",
         "seq_len",
         "lr_range",
+        "lr_bounds",
         "seeds_planned",
         "token_budget",
         "noise_rule",
@@ -429,6 +430,7 @@ def test_report_schema_keys_are_stable():
         "trials",
         "trial_status",
         "lr_at_edge",
+        "lr_outside_range",
         "degradation_free",
         "verdict",
         "verdict_diff_ci",
@@ -491,6 +493,7 @@ def test_analysis_input_from_the_demo_spec():
         seq_len=64,
         token_budget=81920,
         noise_looks=1,
+        lr_extend=4.0,
     )
     # with no results at all every cell is empty and every answer null
     report = build_report([], inputs=inputs)

@@ -263,7 +263,7 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
     assert (spec.seeds_min, spec.seeds_max, spec.noise_looks, spec.total_trials) == (2, 4, 2, 14)
     s = CellSearcher(spec, "unit", storage)
     losses = {"adamw/bs4": [4.0, 3.5, 3.9], "adamw/bs16": [4.1, 3.6, 3.95]}
-    confirm = {"adamw/bs4": iter([3.50, 3.56, 3.52, 3.53]), "adamw/bs16": iter([3.55, 3.62, 3.57, 3.58])}
+    confirm = {"adamw/bs4": iter([3.60, 3.50, 3.52, 3.53]), "adamw/bs16": iter([3.55, 3.72, 3.57, 3.58])}
     asked = []
     for i in range(40):
         config = s.suggest(f"t{i}")
@@ -273,12 +273,30 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
         asked.append((config["cell"], config["role"], config["seed"]))
         value = next(confirm[config["cell"]]) if config["role"] == "seed" else losses[config["cell"]].pop(0)
         s.on_trial_complete(f"t{i}", done(value))
-    # first look, 2 runs each: d = 3.585 - 1.05 x 3.53 = -0.12, but at 97.5% (Bonferroni over 2
-    # looks) with ~2 degrees of freedom the interval is about [-0.41, 0.17]: within noise, so both
-    # cells it compares get 2 more runs (seeds 3, 4); second look: about [-0.18, -0.07], cleared
+    # first look, 2 runs each: the paired differences by seed (3.55 - 1.05 x 3.60, 3.72 - 1.05 x 3.50)
+    # = (-0.23, +0.045) disagree, and at 97.5% (Bonferroni over 2 looks) with 1 degree of freedom the
+    # interval is about [-3.6, 3.4]: undecided, so bs16 and its reference get 2 more runs (seeds 3, 4)
     seeds = [(c, seed) for c, role, seed in asked if role == "seed"]
     assert sorted(seeds) == [(c, k) for c in ("adamw/bs16", "adamw/bs4") for k in (1, 2, 3, 4)]
     assert s.progress()["trials_total"] == 14 == len(asked)
+
+
+def test_adaptive_confirmation_stops_where_the_pairing_already_decides(storage: optuna.storages.BaseStorage) -> None:
+    spec = SweepSpec.from_yaml(SPEC.replace("seeds: 2", "seeds: {min: 2, max: 4, step: 2}"))
+    s = CellSearcher(spec, "unit", storage)
+    losses = {"adamw/bs4": [4.0, 3.5, 3.9], "adamw/bs16": [4.1, 3.6, 3.95]}
+    # seed 2 is worse than seed 1 in both cells by the same 0.06: the pairs agree (d = -0.125, -0.118)
+    confirm = {"adamw/bs4": iter([3.50, 3.56]), "adamw/bs16": iter([3.55, 3.62])}
+    seeds = []
+    for i in range(40):
+        config = s.suggest(f"t{i}")
+        if config == Searcher.FINISHED:
+            break
+        assert config is not None
+        seeds += [config["seed"]] if config["role"] == "seed" else []
+        value = next(confirm[config["cell"]]) if config["role"] == "seed" else losses[config["cell"]].pop(0)
+        s.on_trial_complete(f"t{i}", done(value))
+    assert sorted(seeds) == [1, 1, 2, 2]  # decided (fine) at the first look: no runs added
 
 
 def test_the_stored_curve_ends_with_the_final_evaluation(storage: optuna.storages.BaseStorage) -> None:

@@ -104,11 +104,19 @@ def test_divergence_above_a_cliff_is_recorded_and_never_chosen() -> None:
         assert cell["best_lr"] <= cliff
 
 
-def test_an_optimum_at_the_top_of_the_range_warns_as_the_driver_does() -> None:
-    spec = spec_of(batch_sizes=[4, 8], lr={"min": 1e-4, "max": 1e-3, "trials_per_batch_size": 6})
-    result = simulate(spec, bowl)
-    assert any("edge of the searched range" in w for w in result.report["warnings"])
-    assert all(c["lr_at_edge"] for c in result.report["optimizers"]["adamw"]["cells"])
+def test_an_optimum_above_the_range_is_found_past_it_and_said_so() -> None:
+    lr = {"min": 1e-4, "max": 1e-3, "trials_per_batch_size": 6}  # the optimum, 3e-3, lies above lr.max
+    stuck = simulate(spec_of(batch_sizes=[4, 8], lr=lr | {"extend": 1.0}), bowl)
+    assert any("edge of the searched range" in w for w in stuck.report["warnings"])
+    assert all(c["lr_at_edge"] for c in stuck.report["optimizers"]["adamw"]["cells"])
+    # the line search steps past lr.max (up to lr.extend) and finds the optimum there
+    found = simulate(spec_of(batch_sizes=[4, 8], lr=lr | {"extend": 8.0}), bowl)
+    assert found.report["lr_bounds"] == pytest.approx([1.25e-5, 8e-3])
+    for cell in found.report["optimizers"]["adamw"]["cells"]:
+        assert abs(math.log(cell["best_lr"] / LR_STAR)) < 0.3
+        assert cell["lr_outside_range"] is True and cell["lr_at_edge"] is False
+        assert cell["val_loss_mean"] < min(c["val_loss_mean"] for c in stuck.report["optimizers"]["adamw"]["cells"])
+    assert any("outside lr.min/lr.max" in w for w in found.report["warnings"])
 
 
 def test_reports_follow_the_losses_and_stop_at_the_first_non_finite_one() -> None:
