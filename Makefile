@@ -34,7 +34,7 @@ $(SYSDEPS): | $(STAMP)
 test: $(STAMP) $(SYSDEPS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	@tmp=$$(mktemp -d /tmp/batchsweep-test.XXXXXX) && echo "TMPDIR=$$tmp" && \
+	@tmp=$$(mktemp -d /tmp/bst.XXXXXX) && echo "TMPDIR=$$tmp" && \
 	  TMPDIR=$$tmp $(PY) -m pytest; rc=$$?; rm -rf "$$tmp"; exit $$rc
 
 clean:

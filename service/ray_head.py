@@ -19,10 +19,10 @@ drivers kept running.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +45,7 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 # Ray's socket paths are `<temp dir>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store`: about
 # 64 bytes after the temp dir, within the 107 of sun_path
 MAX_TEMP_DIR_CHARS = 40
+TEMP_PREFIX = "batchsweep-ray-"  # + 8 random characters (tempfile.mkdtemp)
 
 
 def head_command(
@@ -128,11 +129,18 @@ class LocalRayHead:
         return self.dir / "head.log"
 
     def temp_dir(self) -> Path:
+        """Where the head's Ray processes put their sockets and logs: `<data dir>/tmp` where that path is
+        short enough for Unix sockets, else a new private folder (mode 0700, a name nobody can guess, so
+        no other user can plant or read it) in the temporary directory, or in /tmp where that is long.
+        Recorded in head.json; removed when the head stops."""
         own = self.dir / "tmp"
         if len(str(own)) <= MAX_TEMP_DIR_CHARS:
+            own.mkdir(parents=True, exist_ok=True)
             return own
-        digest = hashlib.sha256(str(self.dir).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"batchsweep-ray-{digest}"
+        base = tempfile.gettempdir()
+        if len(os.path.join(base, TEMP_PREFIX + "x" * 8)) > MAX_TEMP_DIR_CHARS:
+            base = "/tmp"
+        return Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=base))
 
     def read(self) -> HeadState | None:
         try:
@@ -157,7 +165,6 @@ class LocalRayHead:
     def _start(self) -> HeadState:
         port, dashboard_port, *extra = free_ports(9)
         temp_dir = self.temp_dir()
-        temp_dir.mkdir(parents=True, exist_ok=True)
         cmd = head_command(
             port=port, dashboard_port=dashboard_port, num_cpus=self.num_cpus, temp_dir=temp_dir, extra_ports=extra
         )
@@ -192,5 +199,7 @@ class LocalRayHead:
             state = self.running()
             if state is not None:
                 stop_head_process(state.pid, timeout_s=timeout_s)
+                if Path(state.temp_dir).name.startswith(TEMP_PREFIX):  # the private folder _start made
+                    shutil.rmtree(state.temp_dir, ignore_errors=True)
             self.state_path.unlink(missing_ok=True)
             return state

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -38,3 +41,23 @@ def test_a_child_in_its_own_group_is_asked_to_stop_then_nothing_is_left(tmp_path
     # SIGTERMed (its handler ran), not only SIGKILLed 10 s later: it could stop what is below it in order
     assert marker.read_text() == "SIGTERM"
     assert parent.returncode is not None and not any(alive(p) for p in tree)
+
+
+def test_the_ray_heads_temp_dir_is_short_private_and_unguessable(tmp_path: Path) -> None:
+    from service.ray_head import MAX_TEMP_DIR_CHARS, LocalRayHead
+
+    short = LocalRayHead(Path("/tmp") / f"d{os.getpid()}")
+    try:
+        assert short.temp_dir() == short.dir / "tmp"  # short enough: inside the data dir
+    finally:
+        shutil.rmtree(short.dir.parent, ignore_errors=True)
+    long_head = LocalRayHead(tmp_path / ("x" * 60))
+    made = [long_head.temp_dir() for _ in range(2)]
+    try:
+        for path in made:
+            assert len(str(path)) <= MAX_TEMP_DIR_CHARS  # Unix socket paths below it stay within 107 bytes
+            assert path.is_dir() and stat.S_IMODE(path.stat().st_mode) == 0o700 and path.stat().st_uid == os.getuid()
+        assert made[0] != made[1]  # a fresh, random name each start: nothing another user could plant first
+    finally:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
