@@ -8,6 +8,7 @@ import re
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 from bench_helpers import load_bench
 
@@ -187,3 +188,36 @@ def test_the_last_line_is_the_ratio(bench: ModuleType, capsys: pytest.CaptureFix
     ratio = sum(o.searcher.tokens for o in outcomes) / sum(o.grid.tokens for o in outcomes)
     assert float(m.group(1)) == pytest.approx(ratio, abs=0.005)
     assert math.isclose(float(m.group(2)), bench._accuracy(outcomes, "searcher", None), abs_tol=0.005)
+
+
+def test_the_cliffs_family_has_what_real_lr_sweeps_have(bench: ModuleType) -> None:
+    problems = [bench.make_cliff_problem(i) for i in range(40)]
+    b0, bmax = bench.BATCH_SIZES[0], bench.BATCH_SIZES[-1]
+    for p in problems:
+        for opt, t in p.truths.items():
+            assert t.high_side >= 2.0  # steeper above the optimum
+            ratios = [p.cliff_lr(opt, b) / p.lr_opt(opt, b) for b in bench.BATCH_SIZES]
+            assert all(later < earlier for earlier, later in zip(ratios, ratios[1:])) and ratios[-1] > 1.0
+            lr = p.lr_opt(opt, b0)
+            assert p.noise_sd(opt, bmax, lr, 10 * lr) > p.noise_sd(opt, b0, lr, 10 * lr)  # grows with batch
+            assert p.noise_sd(opt, b0, lr, 1.01 * lr) > p.noise_sd(opt, b0, lr, 10 * lr)  # and near the cliff
+    tops = [p.lr_opt(o, bmax) / bench.LR_MAX for p in problems for o in p.truths]
+    assert max(tops) > 1.2 and min(tops) < 0.5  # optima past the range's top, and well inside
+    alphas = [t.alpha for p in problems for t in p.truths.values()]
+    assert min(alphas) < 0.15 and max(alphas) > 0.85  # lr* from about B^0 to about B^1
+    assert any(math.isfinite(t.saturation) for p in problems for t in p.truths.values())
+    # a seed's noise is shared across cells (same init, same data order): runs of one seed correlate
+    spec = bench.make_spec()
+    sched = bench.schedules(spec)
+    p = problems[0]
+    pairs = []
+    for seed in range(1, 200):
+        finals = []
+        for b in (16, 64):
+            lr = p.lr_opt("adamw", b)
+            finals.append(
+                bench.simulate_run(p, "adamw", b, lr, seed, sched[b])[-1]["val_loss"] - p.loss("adamw", b, lr)
+            )
+        pairs.append(finals)
+    corr = float(np.corrcoef(np.array(pairs).T)[0, 1])
+    assert corr > 0.3, corr
