@@ -123,7 +123,7 @@ from typing import Any, Generic, Literal, TypeVar
 import scipy.stats
 from pydantic import BaseModel, ConfigDict
 
-from sweeps.plan import neighbourhood, parabola_vertex
+from sweeps.plan import PARABOLA_WINDOW, neighbourhood, parabola_vertex
 from sweeps.status import RESULT_STATUSES
 
 __all__ = [
@@ -350,10 +350,10 @@ def pick_best(candidates: Iterable[X], score: Callable[[X], tuple[float, float, 
     points: dict[tuple[float, float], tuple[float, float, int]] = {}  # (lr, loss) -> the earliest trial's key
     for key in sorted(scored):
         points.setdefault((key[1], key[0]), key)
-    vertex = parabola_vertex(list(points), reach=0.0)
+    vertex = parabola_vertex(list(points), reach=0.0, window=PARABOLA_WINDOW)
     if vertex is None:
         return scored[min(scored)]
-    near = [points[p] for p in neighbourhood(list(points))]
+    near = [points[p] for p in neighbourhood(list(points), window=PARABOLA_WINDOW)]
     return scored[min(near, key=lambda key: (abs(math.log(key[1] / vertex)), key))]
 
 

@@ -58,13 +58,20 @@ def coarse_lrs(lr_min: float, lr_max: float, points: int = 3) -> list[float]:
 # a fitted optimum closer than this (in ln lr) to a tried lr is that lr: the search of the cell has
 # converged (a quarter of the dense grid's 0.52 spacing)
 VERTEX_MIN_GAP = 0.15
+# a parabola chooses a cell's best lr (sweeps.analysis.pick_best) from the runs within this distance in ln lr
+# of the lowest: farther out an asymmetric valley is no parabola, and the fit's minimum slides to its
+# shallow side
+PARABOLA_WINDOW = 1.1
+_TIE = 1e-9  # gaps in ln lr that differ by less are equal (float round-off of the coarse start's spacing)
 
 
-def neighbourhood(points: list[tuple[float, float]], k: int = 4) -> list[tuple[float, float]]:
-    """The lowest of `points` ((lr, loss)) and its nearest neighbours in ln lr, `k` in all: where a
-    parabola describes the loss (a bowl is only quadratic near its minimum)."""
+def neighbourhood(points: list[tuple[float, float]], k: int = 4, window: float = math.inf) -> list[tuple[float, float]]:
+    """The lowest of `points` ((lr, loss)) and its nearest neighbours in ln lr, `k` in all, none farther
+    than `window` in ln lr: where a parabola describes the loss (a bowl is only quadratic near its
+    minimum, and a valley steeper on one side only there)."""
     centre = math.log(min(points, key=lambda p: p[1])[0])
-    return sorted(points, key=lambda p: (abs(math.log(p[0]) - centre), p[0]))[:k]
+    near = sorted(points, key=lambda p: (abs(math.log(p[0]) - centre), p[0]))[:k]
+    return [p for p in near if abs(math.log(p[0]) - centre) <= window]
 
 
 def parabola_vertex(
@@ -74,6 +81,7 @@ def parabola_vertex(
     lr_max: float | None = None,
     k: int = 4,
     reach: float = 0.7,
+    window: float = math.inf,
 ) -> float | None:
     """The lr where a quadratic in ln(lr), fitted by least squares to the `neighbourhood` of the lowest
     of `points` ((lr, final val loss) of a cell's completed trials), has its minimum; None with fewer
@@ -84,7 +92,7 @@ def parabola_vertex(
 
     if not points:
         return None
-    near = neighbourhood(points, k)
+    near = neighbourhood(points, k, window)
     x = np.log([lr for lr, _ in near])
     if len(np.unique(np.round(x, 9))) < 3:
         return None
@@ -127,16 +135,25 @@ def next_search_lr(
         lower = max((lr for lr, _ in done if lr < best_lr), default=None)
         if cliff is None:
             lr = best_lr * math.exp(2 * BRACKET_STEP)
-        elif lower is not None and best_lr / lower >= cliff / best_lr:
-            lr = math.sqrt(lower * best_lr)  # the wider gap first, the lower one on a tie (no divergence)
+        elif lower is not None and math.log(best_lr / lower) > math.log(cliff / best_lr) + _TIE:
+            lr = math.sqrt(lower * best_lr)  # the gap below is wider: halve it
         else:
+            # towards the divergence, also on a tie (the coarse start's equal gaps): the optimum of a
+            # valley that ends in a cliff lies nearer the cliff than its completed neighbour below
             lr = math.sqrt(best_lr * cliff)
         kind = "step"
     else:
         lr, kind = best_lr * math.exp(-2 * BRACKET_STEP), "step"
     lr = min(max(lr, lr_min), lr_max)
-    if min(abs(math.log(lr / t)) for t in tried) < VERTEX_MIN_GAP:
+    # Converged only where the step lands on the best lr itself. A step onto another tried lr (a worse
+    # one: the fit's minimum is not there) halves the gap between the best and it instead.
+    if abs(math.log(lr / best_lr)) < VERTEX_MIN_GAP:
         return ("converged", None)
+    near = min(tried, key=lambda t: abs(math.log(lr / t)))
+    if abs(math.log(lr / near)) < VERTEX_MIN_GAP:
+        lr = math.sqrt(best_lr * near)
+        if min(abs(math.log(lr / t)) for t in [*tried, best_lr]) < VERTEX_MIN_GAP:
+            return ("converged", None)
     return (kind, lr)
 
 

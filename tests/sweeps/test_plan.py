@@ -69,9 +69,17 @@ def test_the_line_search_steps_to_the_vertex_when_the_best_is_bracketed() -> Non
     done = [(lr, bowl(lr, centre=1.3e-3)) for lr in (5e-4, 1e-3, 2e-3)]
     kind, lr = next_search_lr(done, [], [p[0] for p in done], lr_min=1e-4, lr_max=3e-2)
     assert kind == "vertex" and lr == pytest.approx(1.3e-3, rel=1e-9)
-    # the vertex within VERTEX_MIN_GAP of a tried lr: converged
-    tried = [p[0] for p in done] + [1.3e-3 * math.exp(VERTEX_MIN_GAP / 2)]
-    assert next_search_lr(done, [], tried, lr_min=1e-4, lr_max=3e-2) == ("converged", None)
+    # the vertex within VERTEX_MIN_GAP of the best lr: converged
+    near_best = [(lr, bowl(lr, centre=1.05e-3)) for lr in (5e-4, 1e-3, 2e-3)]
+    assert next_search_lr(near_best, [], [p[0] for p in near_best], lr_min=1e-4, lr_max=3e-2) == ("converged", None)
+    # within VERTEX_MIN_GAP of another tried lr (one that did not complete: pruned, diverged): not where the
+    # minimum is known to be, so the step halves the gap between the best lr and it instead
+    other = 1.3e-3 * math.exp(VERTEX_MIN_GAP / 2)
+    kind, lr = next_search_lr(done, [], [p[0] for p in done] + [other], lr_min=1e-4, lr_max=3e-2)
+    assert kind == "vertex" and lr == pytest.approx(math.sqrt(1e-3 * other), rel=1e-9)
+    # and where that midpoint is on a tried lr too, the bracket is narrow: converged
+    tight = [p[0] for p in done] + [other, math.sqrt(1e-3 * other)]
+    assert next_search_lr(done, [], tight, lr_min=1e-4, lr_max=3e-2) == ("converged", None)
 
 
 def test_the_line_search_steps_out_or_halves_the_gap_below_a_divergence() -> None:
@@ -86,10 +94,20 @@ def test_the_line_search_steps_out_or_halves_the_gap_below_a_divergence() -> Non
     # the divergence is farther: halve the gap towards it
     kind, lr = next_search_lr(done, [1e-1], [1e-4, 1e-3, 1e-1], lr_min=lo, lr_max=hi)
     assert kind == "step" and lr == pytest.approx(math.sqrt(1e-3 * 1e-1))
-    # the best is the lowest completed lr: step down, clipped to the range; on a tried lr: converged
+    # the best is the lowest completed lr: step down, clipped to the range; onto a tried lr that did not
+    # complete, halve the gap to it instead; onto the best lr itself (at the end of the range): converged
     done = [(2e-4, 3.4), (1e-3, 3.5)]
     assert next_search_lr(done, [], [2e-4, 1e-3], lr_min=lo, lr_max=hi) == ("step", pytest.approx(lo))
-    assert next_search_lr(done, [], [1e-4, 2e-4, 1e-3], lr_min=lo, lr_max=hi) == ("converged", None)
+    assert next_search_lr(done, [], [1e-4, 2e-4, 1e-3], lr_min=lo, lr_max=hi) == (
+        "step",
+        pytest.approx(math.sqrt(1e-4 * 2e-4)),
+    )
+    assert next_search_lr([(1e-4, 3.4), (1e-3, 3.5)], [], [1e-4, 1e-3], lr_min=lo, lr_max=hi) == ("converged", None)
+    # the first divergence of the coarse start: equal gaps below and up to it (in ln lr, up to round-off);
+    # the step goes up, towards the cliff, not back below the best lr
+    coarse = [1e-4 * math.exp(0.5 + k) for k in range(3)]
+    kind, lr = next_search_lr([(coarse[0], 3.5), (coarse[1], 3.4)], [coarse[2]], coarse, lr_min=lo, lr_max=hi)
+    assert kind == "step" and lr == pytest.approx(math.sqrt(coarse[1] * coarse[2]))
     assert next_search_lr([], [1e-2], [1e-2], lr_min=lo, lr_max=hi) == ("explore", None)
 
 
@@ -124,3 +142,19 @@ def test_pick_best_trusts_the_parabola_of_the_neighbours_over_one_low_run() -> N
     assert pick_best([(3.5, 2e-3, 0), (3.5, 1e-3, 1)], key) == (3.5, 1e-3, 1)
     assert pick_best([(3.5, 1e-3, 2), (3.5, 1e-3, 1)], key) == (3.5, 1e-3, 1)
     assert pick_best([(math.inf, 1e-3, 0)], key) is None
+
+
+def test_pick_best_keeps_the_minimum_of_a_noise_free_asymmetric_valley() -> None:
+    """A valley 4x steeper above its optimum, runs up to 3.2 ln-units apart: a parabola through all four
+    slides to the shallow side, nearest a strictly worse run; fitted only within PARABOLA_WINDOW of the
+    lowest run, it leaves the lowest run the best."""
+    from sweeps.analysis import pick_best
+
+    def valley(u: float) -> float:
+        return 3.0 + 0.05 * u * u * (4.0 if u > 0 else 1.0)
+
+    trials = [(valley(u), 1e-3 * math.exp(u), i) for i, u in enumerate((-2.0, -1.0, 0.2, 1.2))]
+    lowest = min(trials)
+    wide = parabola_vertex([(lr, loss) for loss, lr, _ in trials], reach=0.0)
+    assert wide is not None and abs(math.log(wide / 1e-3 / math.exp(-1.0))) < abs(math.log(wide / lowest[1]))
+    assert pick_best(trials, lambda t: t) == lowest
