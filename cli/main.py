@@ -232,6 +232,8 @@ def _leaders(progress: dict[str, Any]) -> str:
 
 
 def _print_report(report: dict[str, Any]) -> None:
+    from sweeps.analysis import describe_bracket
+
     tol = report["tolerance"]
     for name, opt in report["optimizers"].items():
         t = Table(title=f"{name}", title_justify="left")
@@ -258,21 +260,24 @@ def _print_report(report: dict[str, Any]) -> None:
             if c.get("unstable_reason"):
                 console.print(f"[yellow]{name} bs={c['batch_size']}:[/] {c['unstable_reason']}")
     answer = Table(
-        title=f"largest degradation-free batch size (tolerance {tol:.1%}, reference batch {report['reference_batch_size']})",
+        title=f"largest degradation-free batch size (tolerance {tol:.1%}, reference batch {report['reference_batch_size']})"
+        f": decided with 95% confidence, and the point estimate",
         title_justify="left",
     )
-    for col in ("optimizer", "vs itself", "within noise", f"vs {report['baseline']}", "within noise"):
+    for col in ("optimizer", "vs itself: decided", "estimate", f"vs {report['baseline']}: decided", "estimate"):
         answer.add_column(col)
     for name, opt in report["optimizers"].items():
-        ans, noise = opt["largest_degradation_free_batch_size"], opt["within_noise"]
+        ans, bracket = opt["largest_degradation_free_batch_size"], opt.get("bracket")
         answer.add_row(
             name,
+            describe_bracket(bracket["self"]) if bracket else "-",
             str(ans["self"] if ans["self"] is not None else "none"),
-            "yes" if noise.get("self") else "no",
+            describe_bracket(bracket["baseline"]) if bracket else "-",
             str(ans["baseline"] if ans["baseline"] is not None else "none"),
-            "yes" if noise.get("baseline") else "no",
         )
     console.print(answer)
+    if report.get("verdict_rule"):
+        console.print(f"[dim]{report['verdict_rule']}[/]")
     for w in report.get("warnings", []):
         console.print(f"[yellow]warning:[/] {w}")
 

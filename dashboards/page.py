@@ -24,6 +24,7 @@ from plotly.offline import get_plotlyjs
 
 from dashboards.data import SweepData
 from dashboards.figures import PLOTLYJS_FILE, FigureSpec
+from sweeps.analysis import describe_bracket
 
 __all__ = ["PLOTLYJS_TAG", "inline_plotlyjs", "plotlyjs_from", "render_dashboard"]
 
@@ -56,12 +57,6 @@ def _bs(x: int | None) -> str:
     return "none" if x is None else f"B = {x}"
 
 
-def _flag(v: bool | None, yes: str, no: str, unknown: str = "n/a") -> str:
-    if v is None:
-        return f'<span class="unk">{_e(unknown)}</span>'
-    return f'<span class="{"bad" if v else "ok"}">{_e(yes if v else no)}</span>'
-
-
 def _verdict(free: bool | None) -> str:
     if free is None:
         return '<span class="unk">n/a</span>'
@@ -73,24 +68,24 @@ def _answer(sweep: SweepData) -> str:
     items = []
     for opt, o in r.optimizers.items():
         a = o.largest_degradation_free_batch_size
-        noise = o.within_noise
         vs_base = (
             ""
             if opt == r.baseline
             else (
-                f"; vs baseline <b>{_e(r.baseline)}</b>: <b>{_e(_bs(a.baseline))}</b> "
-                f"({_flag(noise.baseline, 'within noise', 'outside noise', 'noise n/a')})"
+                f"; vs baseline <b>{_e(r.baseline)}</b>: <b>{_e(describe_bracket(o.bracket.baseline))}</b> "
+                f"(estimate {_e(_bs(a.baseline))})"
             )
         )
         items.append(
-            f"<li><b>{_e(opt)}</b>: largest degradation-free batch size vs itself: <b>{_e(_bs(a.self))}</b> "
-            f"({_flag(noise.self, 'within noise', 'outside noise', 'noise n/a')}){vs_base}</li>"
+            f"<li><b>{_e(opt)}</b>: vs itself: <b>{_e(describe_bracket(o.bracket.self))}</b> "
+            f"(estimate {_e(_bs(a.self))}){vs_base}</li>"
         )
     return (
         f'<div class="answer" id="answer"><p>Largest batch size whose final val loss stays within '
-        f"+{r.tolerance:.1%} of the reference (loss at B = {r.reference_batch_size}, the smallest batch size; "
-        f"mean over seeds at each cell's best lr). &ldquo;Within noise&rdquo;: the verdict at the boundary "
-        f"is not significant at 95%.</p><ul>{''.join(items)}</ul></div>"
+        f"+{r.tolerance:.1%} of the reference (loss at B = {r.reference_batch_size}, the smallest batch size), "
+        f"first as decided with 95% confidence (paired by seed; undecided where the seeds cannot tell), then "
+        f"the point estimate from the means.</p><ul>{''.join(items)}</ul>"
+        f'<p class="rule">{_e(r.verdict_rule)}</p></div>'
     )
 
 

@@ -140,6 +140,7 @@ __all__ = [
     "TrialResult",
     "Bracket",
     "build_report",
+    "describe_bracket",
     "lr_edge_warnings",
     "cells_to_extend",
     "noise_level",
@@ -760,6 +761,23 @@ def build_report(
     }
     validate_report(report)  # the report always matches its documented schema
     return report
+
+
+def describe_bracket(bracket: Bracket | dict[str, Any]) -> str:
+    """The bracket in words, as the CLI, the pages and the dashboard lead with it."""
+    b = bracket if isinstance(bracket, Bracket) else Bracket.model_validate(bracket)
+    lo, hi = b.largest_fine, b.smallest_degraded
+    if lo is not None and hi is not None:
+        text = f"fine up to {lo}, degraded from {hi}"
+    elif lo is not None:
+        text = f"fine up to {lo}; nothing larger decided degraded"
+    elif hi is not None:
+        text = f"degraded from {hi}; nothing decided fine"
+    else:
+        text = "undecided: more seeds would decide it"
+    if b.contradictions:
+        text += f" (not monotone: fine again at {', '.join(map(str, b.contradictions))})"
+    return text
 
 
 def lr_edge_warnings(report: dict[str, Any]) -> list[str]:

@@ -181,7 +181,7 @@ def answer_of(report: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The report's answer per optimizer: largest degradation-free batch size vs itself and vs the baseline."""
     if not report:
         return []
-    from sweeps.analysis import validate_report  # scipy: imported when a finished sweep is shown
+    from sweeps.analysis import describe_bracket, validate_report  # scipy: when a finished sweep is shown
 
     try:
         r = validate_report(report)
@@ -191,6 +191,8 @@ def answer_of(report: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [
         {
             "optimizer": name,
+            "decided_self": describe_bracket(o.bracket.self),
+            "decided_baseline": describe_bracket(o.bracket.baseline),
             "self": o.largest_degradation_free_batch_size.self,
             "baseline": o.largest_degradation_free_batch_size.baseline,
             "noise_self": o.within_noise.self,

@@ -22,6 +22,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Response
 
 from dashboards import build_figures, load_sweep, publish, render_dashboard
+from sweeps.analysis import describe_bracket
 
 pytestmark = pytest.mark.ray
 
@@ -106,10 +107,8 @@ def test_dashboard_page_renders_without_errors(tiny_sweep, browser: Browser, tmp
         answer = page.evaluate("document.getElementById('answer').innerText")
         for opt, o in outcome.report["optimizers"].items():
             bs = o["largest_degradation_free_batch_size"]["self"]
-            assert (
-                f"{opt}: largest degradation-free batch size vs itself: {'none' if bs is None else f'B = {bs}'}"
-                in answer
-            )
+            decided = describe_bracket(o["bracket"]["self"])
+            assert f"{opt}: vs itself: {decided} (estimate {'none' if bs is None else f'B = {bs}'})" in answer
             stars = page.evaluate(
                 f"document.getElementById('fig-scaling').data.filter(t => t.name.startsWith('{opt}: largest "
                 "degradation-free B = ') && t.name.includes('itself')).map(t => t.x[0])"

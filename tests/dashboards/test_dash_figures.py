@@ -659,7 +659,8 @@ def test_page_is_self_contained_and_escaped(rich: tuple) -> None:
     assert page.count('<noscript><img alt="') == len(figs)
     # the answer first: before the first figure
     assert page.index('id="answer"') < page.index('class="figure"')
-    assert "<b>B = 8</b>" in page and "<b>B = 32</b>" in page and "<b>B = 16</b>" in page
+    assert "(estimate B = 8)" in page and "(estimate B = 32)" in page and "(estimate B = 16)" in page
+    assert "vs itself: <b>" in page and "Bonferroni" in page  # what could be decided leads, and how
     # text from the sweep is escaped (the warning holds <exceeds> and &)
     assert "token_budget &lt;exceeds&gt; the corpus &amp; repeats data" in page
     assert "<exceeds>" not in page

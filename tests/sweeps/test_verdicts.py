@@ -243,3 +243,15 @@ def test_a_sweep_retreats_when_a_confirmation_seed_diverges_at_the_chosen_lr() -
         assert cell["best_lr"] < chosen[b] and cell["stable"] is True and cell["seeds"] == 2
         assert cell["trials"] <= spec.lr.trials_per_batch_size + spec.seeds_max  # within the cell's budget
     assert report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"] == 8
+
+
+def test_the_bracket_in_words() -> None:
+    from sweeps.analysis import describe_bracket
+
+    assert describe_bracket({"largest_fine": 32, "smallest_degraded": 64}) == "fine up to 32, degraded from 64"
+    assert describe_bracket({"largest_fine": 8}) == "fine up to 8; nothing larger decided degraded"
+    assert describe_bracket({"smallest_degraded": 8}) == "degraded from 8; nothing decided fine"
+    assert describe_bracket({}) == "undecided: more seeds would decide it"
+    assert describe_bracket({"largest_fine": 8, "smallest_degraded": 16, "contradictions": [32, 64]}) == (
+        "fine up to 8, degraded from 16 (not monotone: fine again at 32, 64)"
+    )
