@@ -239,6 +239,7 @@ class AnalysisInput:
     # noise check is a Welch interval at 1 - 0.05 / noise_looks (Bonferroni)
     noise_looks: int = 1
     lr_extend: float = 1.0  # the search may step past [lr_min, lr_max] by this factor (the spec's lr.extend)
+    warmup: str = ""  # how the lr warms up (the spec's schedule, in words): reported
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
@@ -275,6 +276,7 @@ class AnalysisInput:
             token_budget=spec.trained_tokens,
             noise_looks=spec.noise_looks,
             lr_extend=spec.lr.extend,
+            warmup=spec.schedule.describe_warmup(),
         )
 
     @property
@@ -756,6 +758,7 @@ def build_report(
         "token_budget": inputs.token_budget,
         "noise_rule": _noise_rule(inputs.noise_looks),
         "verdict_rule": _verdict_rule(inputs.noise_looks),
+        "warmup": inputs.warmup,
         "optimizers": optimizers,
         "warnings": [],  # filled by the driver: data repeated, best lr at the edge of the range
     }
@@ -897,6 +900,7 @@ class Report(_Schema):
     token_budget: int | None  # tokens every trial trains on: the spec's, rounded down once for the whole sweep
     noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
     verdict_rule: str = ""  # how each verdict and the bracket are decided, and what they assume
+    warmup: str = ""  # how the lr warmed up in every trial (only the peak lr is searched)
     optimizers: dict[str, OptimizerReport]  # in the spec's order
     warnings: list[str] = []  # things a reader must know before trusting the answer
 

@@ -199,10 +199,43 @@ class LRSearchSpec(_Strict):
 
 
 class ScheduleSpec(_Strict):
-    """Linear warm-up to the peak lr, then cosine decay to min_lr_ratio x peak."""
+    """Linear warm-up to the peak lr, then cosine decay to min_lr_ratio x peak. Warm-up is one of: a
+    fraction of each trial's steps (`warmup_fraction`, the default), a number of tokens (`warmup_tokens`)
+    or a number of steps (`warmup_steps`). A fraction or a token count is the same tokens at every batch
+    size and so far fewer steps at a large batch (at 48B tokens and 5%: ~1,950 steps at batch 480, ~114
+    at 8192); a step count is the same steps, more tokens at a large batch. Which one confounds a
+    batch-size comparison less depends on the optimizer; the report says which was used."""
 
     warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
+    warmup_tokens: int | None = Field(default=None, ge=0, le=10**15)
+    warmup_steps: int | None = Field(default=None, ge=0, le=10**9)
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _one_warmup(self) -> ScheduleSpec:
+        # (a dumped spec holds all three: None for the unused ones, and the fraction's default)
+        given = [k for k in ("warmup_tokens", "warmup_steps") if getattr(self, k) is not None]
+        if given and self.warmup_fraction != ScheduleSpec.model_fields["warmup_fraction"].default:
+            given.insert(0, "warmup_fraction")
+        if len(given) > 1:
+            raise _problem(
+                given[1],
+                f"give warm-up one way: one of warmup_fraction, warmup_tokens, warmup_steps; got {', '.join(given)}",
+                {k: getattr(self, k) for k in given},
+            )
+        return self
+
+    def describe_warmup(self) -> str:
+        if self.warmup_tokens is not None:
+            return (
+                f"linear warm-up over {self.warmup_tokens:,} tokens at every batch size (fewer steps at a larger one)"
+            )
+        if self.warmup_steps is not None:
+            return f"linear warm-up over {self.warmup_steps:,} steps at every batch size (more tokens at a larger one)"
+        return (
+            f"linear warm-up over {self.warmup_fraction:.0%} of each trial's steps: the same tokens at every batch "
+            f"size, fewer steps at a larger one"
+        )
 
 
 class DegradationSpec(_Strict):
@@ -519,6 +552,8 @@ class SweepSpec(_Strict):
             threads_per_worker=self.resources.cpus_per_worker,
             token_budget=self.trained_tokens,
             warmup_fraction=self.schedule.warmup_fraction,
+            warmup_tokens=self.schedule.warmup_tokens,
+            warmup_steps=self.schedule.warmup_steps,
             min_lr_ratio=self.schedule.min_lr_ratio,
             grad_clip=self.grad_clip,
             eval_every_tokens=self.eval_every_tokens,

@@ -306,6 +306,9 @@ class TrainConfig(_Config):
 
     token_budget: int = Field(default=200_000, gt=0)  # tokens, not steps
     warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
+    # warm-up in tokens or in steps instead of a fraction of the steps (worker.schedule.warmup_steps)
+    warmup_tokens: int | None = Field(default=None, ge=0, le=10**15)
+    warmup_steps: int | None = Field(default=None, ge=0, le=10**9)
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)  # cosine floor, as a fraction of peak lr
     grad_clip: float | None = Field(default=1.0, gt=0.0)
 

@@ -136,7 +136,13 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     layout = Layout(_device(cfg, session.local_rank), session.world_rank, session.world_size, micro, accum)
     _configure_backends(layout.device)
     total_steps, eval_every = cfg.total_steps, cfg.eval_interval_steps
-    warmup = warmup_steps(total_steps, cfg.warmup_fraction)
+    warmup = warmup_steps(
+        total_steps,
+        cfg.warmup_fraction,
+        tokens=cfg.warmup_tokens,
+        steps=cfg.warmup_steps,
+        tokens_per_step=cfg.tokens_per_step,
+    )
     seq_len = cfg.model.seq_len
 
     # --- data ------------------------------------------------------------------------------------

@@ -5,11 +5,26 @@ from __future__ import annotations
 import math
 
 
-def warmup_steps(total_steps: int, warmup_fraction: float) -> int:
-    """Warm-up length in steps; at least one step whenever warm-up is asked for."""
-    if warmup_fraction <= 0:
+def warmup_steps(
+    total_steps: int,
+    warmup_fraction: float,
+    *,
+    tokens: int | None = None,
+    steps: int | None = None,
+    tokens_per_step: int = 1,
+) -> int:
+    """Warm-up length in steps: `steps`, else `tokens` / tokens_per_step (the same tokens at every batch
+    size: fewer steps at a larger batch), else warmup_fraction of the run's steps; at least one step
+    whenever warm-up is asked for, and never the whole run (the peak lr is reached)."""
+    if steps is not None:
+        wanted = steps
+    elif tokens is not None:
+        wanted = max(1, round(tokens / tokens_per_step)) if tokens > 0 else 0
+    elif warmup_fraction > 0:
+        wanted = max(1, round(total_steps * warmup_fraction))
+    else:
         return 0
-    return max(1, round(total_steps * warmup_fraction))
+    return min(wanted, max(0, total_steps - 1))
 
 
 def lr_at(step: int, *, peak_lr: float, total_steps: int, warmup: int, min_lr_ratio: float) -> float:

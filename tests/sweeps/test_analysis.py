@@ -398,6 +398,7 @@ def test_report_schema_keys_are_stable():
         "token_budget",
         "noise_rule",
         "verdict_rule",
+        "warmup",
         "optimizers",
         "warnings",
     ]
@@ -494,6 +495,7 @@ def test_analysis_input_from_the_demo_spec():
         token_budget=81920,
         noise_looks=1,
         lr_extend=4.0,
+        warmup="linear warm-up over 5% of each trial's steps: the same tokens at every batch size, fewer steps at a larger one",
     )
     # with no results at all every cell is empty and every answer null
     report = build_report([], inputs=inputs)

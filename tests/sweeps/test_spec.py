@@ -514,3 +514,22 @@ def test_checkpoints_every_evaluation_by_default_in_whole_evaluations_or_none() 
     assert off.train_config(spec.optimizer_names[0], 16, 1e-3, 0).checkpoint_every_evals == 0
     with pytest.raises(ValidationError, match="checkpoint_min_interval_s"):
         SweepSpec.from_mapping({**base, "checkpoint_min_interval_s": -1})
+
+
+def test_warmup_is_given_one_way_and_travels_to_every_trial_and_the_report() -> None:
+    from harness import tiny_spec
+
+    from sweeps.analysis import AnalysisInput, build_report
+
+    spec = SweepSpec.from_mapping(tiny_spec(schedule={"warmup_tokens": 4096}))
+    cfg = spec.train_config(spec.optimizer_names[0], spec.batch_sizes[-1], 1e-3, 1)
+    assert (cfg.warmup_tokens, cfg.warmup_steps) == (4096, None)
+    report = build_report([], inputs=AnalysisInput.from_spec(spec))
+    assert report["warmup"] == "linear warm-up over 4,096 tokens at every batch size (fewer steps at a larger one)"
+    steps = SweepSpec.from_mapping(tiny_spec(schedule={"warmup_steps": 10}))
+    assert steps.train_config(steps.optimizer_names[0], 4, 1e-3, 1).warmup_steps == 10
+    assert "5% of each trial's steps" in SweepSpec.from_mapping(tiny_spec()).schedule.describe_warmup()
+    with pytest.raises(ValidationError, match="give warm-up one way"):
+        SweepSpec.from_mapping(tiny_spec(schedule={"warmup_fraction": 0.1, "warmup_steps": 10}))
+    with pytest.raises(ValidationError, match="give warm-up one way"):
+        SweepSpec.from_mapping(tiny_spec(schedule={"warmup_tokens": 100, "warmup_steps": 10}))

@@ -37,3 +37,15 @@ def test_steps_past_the_end_stay_at_floor_and_negative_step_is_refused() -> None
     assert lr_at(50, peak_lr=1.0, total_steps=10, warmup=2, min_lr_ratio=0.1) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="step=-1"):
         lr_at(-1, peak_lr=1.0, total_steps=10, warmup=2, min_lr_ratio=0.1)
+
+
+def test_warmup_in_tokens_or_steps_exact_values() -> None:
+    # tokens: the same tokens at every batch size, so fewer steps at a larger batch (rounded, >= 1)
+    assert warmup_steps(1000, 0.05, tokens=64_000, tokens_per_step=1024) == 62
+    assert warmup_steps(1000, 0.05, tokens=64_000, tokens_per_step=16_384) == 4
+    assert warmup_steps(1000, 0.05, tokens=10, tokens_per_step=16_384) == 1
+    assert warmup_steps(1000, 0.05, tokens=0, tokens_per_step=1024) == 0
+    # steps: the same steps at every batch size; never the whole run (the peak lr is reached)
+    assert warmup_steps(1000, 0.05, steps=100) == 100
+    assert warmup_steps(50, 0.05, steps=100) == 49
+    assert warmup_steps(1, 0.5) == 0  # a one-step run has no room for warm-up
