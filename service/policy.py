@@ -124,7 +124,7 @@ def _check_source(source: str, settings: Settings) -> tuple[dict[str, Any] | Non
         return None, None
     if source.startswith("hf:"):
         rest = source[len("hf:") :]
-        if rest in settings.hf_datasets or rest.partition(":")[0] in settings.hf_datasets:
+        if rest in settings.hf_datasets:  # exactly as configured: "name" or "name:config"
             return None, None
         # a dataset saved with save_to_disk: the path rules apply. Decided by the text alone: asking the
         # file system would tell a client whether some relative path exists on the server.

@@ -39,6 +39,8 @@ from worker.hardware import (
 __all__ = [
     "DEFAULT_MFU",
     "MAX_PEAK_TFLOPS",
+    "MIN_MFU",
+    "MIN_PEAK_TFLOPS",
     "FloatRange",
     "IntRange",
     "PriceConfig",
@@ -49,6 +51,9 @@ __all__ = [
 
 DEFAULT_MFU = 0.4  # the project's target for GPT-2 small at bf16 on one GPU; DDP over many often gets less
 MAX_PEAK_TFLOPS = 100_000.0  # per GPU: 100 PFLOP/s, far past any accelerator sold (a typo guard)
+# below these the GPU-hours are no price but an overflow (mfu=5e-324 priced to infinity, sent as null)
+MIN_PEAK_TFLOPS = 0.001  # 1 GFLOP/s
+MIN_MFU = 0.001
 MAX_GPU_NAME = 64  # characters of a GPU name
 
 
@@ -79,15 +84,17 @@ class PriceConfig(BaseModel):
     @field_validator("mfu")
     @classmethod
     def _mfu(cls, v: float) -> float:
-        if not 0.0 < v <= 1.0:
-            raise ValueError(f"mfu must be in (0, 1] (a fraction of the GPU's peak), got mfu={v}")
+        if not MIN_MFU <= v <= 1.0:
+            raise ValueError(f"mfu must be in [{MIN_MFU:g}, 1] (a fraction of the GPU's peak), got mfu={v}")
         return v
 
     @field_validator("peak_tflops")
     @classmethod
     def _peak(cls, v: float | None) -> float | None:
-        if v is not None and not 0.0 < v <= MAX_PEAK_TFLOPS:
-            raise ValueError(f"peak_tflops must be in (0, {MAX_PEAK_TFLOPS:g}] TFLOP/s per GPU, got peak_tflops={v}")
+        if v is not None and not MIN_PEAK_TFLOPS <= v <= MAX_PEAK_TFLOPS:
+            raise ValueError(
+                f"peak_tflops must be in [{MIN_PEAK_TFLOPS:g}, {MAX_PEAK_TFLOPS:g}] TFLOP/s per GPU, got peak_tflops={v}"
+            )
         return v
 
     @property

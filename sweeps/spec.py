@@ -48,8 +48,10 @@ from worker.config import (
     MAX_BATCH_SIZE,
     MAX_EVAL_TOKENS,
     MAX_GPUS_PER_WORKER,
+    MAX_LR,
     MAX_MICRO_BATCH,
     MAX_THREADS_PER_WORKER,
+    MAX_TOKENS,
     MAX_WORKERS,
     Compile,
     DataConfig,
@@ -177,15 +179,15 @@ class LRSearchSpec(_Strict):
     cell's best lr sits at that end: the optimum lr moves with the batch size, and a cell judged at the
     edge of a fixed range reads worse than it is. 1: never past [min, max]."""
 
-    min: float = Field(gt=0.0)
-    max: float = Field(gt=0.0)
+    min: float = Field(gt=0.0, le=MAX_LR)
+    max: float = Field(gt=0.0, le=MAX_LR)
     trials_per_batch_size: int = Field(default=6, ge=1)
     extend: float = Field(default=4.0, ge=1.0, le=MAX_LR_EXTEND)
 
     @property
     def bounds(self) -> tuple[float, float]:
         """The lrs the search may try: [min / extend, max x extend]."""
-        return self.min / self.extend, self.max * self.extend
+        return self.min / self.extend, min(self.max * self.extend, MAX_LR)
 
     @model_validator(mode="after")
     def _order(self) -> LRSearchSpec:
@@ -207,7 +209,7 @@ class ScheduleSpec(_Strict):
     batch-size comparison less depends on the optimizer; the report says which was used."""
 
     warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
-    warmup_tokens: int | None = Field(default=None, ge=0, le=10**15)
+    warmup_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     warmup_steps: int | None = Field(default=None, ge=0, le=10**9)
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
 
@@ -261,7 +263,7 @@ class PruningSpec(_Strict):
 
     enabled: bool = True
     grace_fraction: float = Field(default=0.3, gt=0.0, le=1.0)  # of the token budget, before any pruning
-    reduction_factor: int = Field(default=3, ge=2)
+    reduction_factor: int = Field(default=3, ge=2, le=64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -277,7 +279,7 @@ class SweepSpec(_Strict):
     data: DataConfig = Field(default_factory=DataConfig)
     optimizers: list[OptimizerSpec]
     batch_sizes: list[int]  # global batch in sequences; strictly increasing
-    token_budget: int = Field(gt=0)  # tokens per trial, the same at every batch size
+    token_budget: int = Field(gt=0, le=MAX_TOKENS)  # tokens per trial, the same at every batch size
     lr: LRSearchSpec
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     # confirmation runs at each cell's best lr, seeds 1..n (the search runs at seed 0 and only picks the
@@ -287,12 +289,12 @@ class SweepSpec(_Strict):
     degradation: DegradationSpec
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pruning: PruningSpec = Field(default_factory=PruningSpec)
-    eval_every_tokens: int | None = Field(default=None, gt=0)  # None: token_budget / 10
+    eval_every_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)  # None: token_budget / 10
     # a trial's checkpoint (model, optimizer state, data position, step; RNG draws are keyed on the seed
     # and step) in the trial storage every this many tokens, rounded to whole evaluations, so a trial whose
     # worker or node is lost resumes there; only the last is kept, and none once the trial ends.
     # None: at every evaluation; 0: none (a lost trial starts again from token 0)
-    checkpoint_every_tokens: int | None = Field(default=None, ge=0)
+    checkpoint_every_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     # and at most one per this many seconds of training: a checkpoint stops training while it is written
     # (~0.3 s for gpt2-nano into S3 here, far more for GPT-2 medium), so trials shorter than this write
     # none and long ones lose at most this much work to a lost node (benchmarks/cluster_overhead.py)

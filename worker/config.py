@@ -44,6 +44,10 @@ MAX_PARAMETERS = 2_000_000_000  # GPT-2 XL (1.6B at the largest vocab) fits
 MAX_ATTENTION_SCORES = 2**34
 # tokens scored per evaluation; the held-out split caps it anyway (OpenWebText's val holds 4.4M tokens)
 MAX_EVAL_TOKENS = 100_000_000
+# every token count of a run (budget, eval and checkpoint intervals, warm-up): 10^15 is ~70x the largest
+# published pre-training runs, and keeps every count an exact float and far from overflow
+MAX_TOKENS = 10**15
+MAX_LR = 100.0  # a peak lr; the search's bounds (lr.max x lr.extend) included
 MAX_PATH_CHARS = 4_096  # PATH_MAX on Linux
 EXCERPT_CHARS = 120  # the most of a refused value an error message echoes (room for an absolute path)
 
@@ -304,15 +308,15 @@ class TrainConfig(_Config):
     # torch intra-op threads; None: CPUs given
     threads_per_worker: int | None = Field(default=None, gt=0, le=MAX_THREADS_PER_WORKER)
 
-    token_budget: int = Field(default=200_000, gt=0)  # tokens, not steps
+    token_budget: int = Field(default=200_000, gt=0, le=MAX_TOKENS)  # tokens, not steps
     warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
     # warm-up in tokens or in steps instead of a fraction of the steps (worker.schedule.warmup_steps)
-    warmup_tokens: int | None = Field(default=None, ge=0, le=10**15)
+    warmup_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     warmup_steps: int | None = Field(default=None, ge=0, le=10**9)
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)  # cosine floor, as a fraction of peak lr
     grad_clip: float | None = Field(default=1.0, gt=0.0)
 
-    eval_every_tokens: int | None = Field(default=None, gt=0)  # default: budget / 10
+    eval_every_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)  # default: budget / 10
     # tokens scored per evaluation (all of val when it holds fewer), in whole windows of seq_len, rounded
     # up: the same held-out set whatever max_micro_batch and num_workers are. 32,768 is all of the builtin
     # val split (~30k tokens at vocab 4096); there the difference of two trials' val losses has a standard
@@ -326,7 +330,7 @@ class TrainConfig(_Config):
     seed: int = 0
     precision: Precision = "fp32"  # bf16 autocast works on CUDA and CPU alike
     compile: Compile = False
-    checkpoint_every_evals: int = Field(default=1, ge=0)  # 0: no checkpoints
+    checkpoint_every_evals: int = Field(default=1, ge=0, le=10**9)  # 0: no checkpoints
     # and at least this much training time (s) since the last checkpoint: each one stops training to
     # write model + optimizer state (to S3, on a cluster), so a time floor bounds what they cost
     checkpoint_min_interval_s: float = Field(default=0.0, ge=0.0)

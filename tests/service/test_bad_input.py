@@ -223,6 +223,14 @@ def test_valid_extra_keywords_are_accepted(client: TestClient) -> None:
         ({"model": {"preset": None, "n_layer": 2, "n_head": 2, "n_embd": 8194}}, "model.n_embd"),
         ({"model": {"preset": "gpt2-nano", "seq_len": 8193}}, "model.seq_len"),
         ({"data": {"vocab_size": 65_536}}, "data.vocab_size"),
+        # numbers past any float (were OverflowError: 500) or past any sense
+        ({"eval_every_tokens": 10**400}, "eval_every_tokens"),
+        ({"checkpoint_every_tokens": 10**400}, "checkpoint_every_tokens"),
+        ({"token_budget": 10**400}, "token_budget"),
+        ({"pruning": {"reduction_factor": 10**400}}, "pruning.reduction_factor"),
+        ({"lr": {"min": 1e-4, "max": 1e300, "trials_per_batch_size": 2}}, "lr.max"),
+        ({"lr": {"min": 1e-4, "max": 1e-2, "trials_per_batch_size": 2, "extend": 1e9}}, "lr.extend"),
+        ({"schedule": {"warmup_tokens": 10**400}}, "schedule.warmup_tokens"),
     ],
 )
 def test_every_costly_number_has_an_upper_bound(client: TestClient, changes: dict[str, Any], field: str) -> None:

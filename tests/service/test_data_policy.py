@@ -72,7 +72,10 @@ def test_configured_hf_datasets_by_name_or_with_config(roots: tuple[Settings, Pa
     settings, _, _ = roots
     assert data_source_problem("hf:wikitext:wikitext-2-raw-v1", settings) is None
     assert data_source_problem("hf:roneneldan/TinyStories", settings) is None
-    assert data_source_problem("hf:roneneldan/TinyStories:default", settings) is None  # any config of an allowed name
+    # exactly as configured: another config of an allowed name, or the bare name of an allowed config, is refused
+    assert "not allowed" in data_source_problem("hf:roneneldan/TinyStories:default", settings)["message"]  # type: ignore[index]
+    assert "not allowed" in data_source_problem("hf:wikitext", settings)["message"]  # type: ignore[index]
+    assert "not allowed" in data_source_problem("hf:wikitext:other", settings)["message"]  # type: ignore[index]
 
 
 def test_limits_and_cache_dir_are_refused_by_field() -> None:

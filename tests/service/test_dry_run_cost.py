@@ -70,7 +70,7 @@ def test_the_gpu_mfu_and_peak_are_query_parameters(client: TestClient) -> None:
     ("params", "field", "words"),
     [
         ({"gpu": "B9000"}, "query.gpu", ["unknown GPU 'B9000'", "known GPUs: H100-SXM", "A100"]),
-        ({"mfu": "1.5"}, "query.mfu", ["mfu must be in (0, 1]", "mfu=1.5"]),
+        ({"mfu": "1.5"}, "query.mfu", ["mfu must be in [0.001, 1]", "mfu=1.5"]),
         ({"mfu": "0"}, "query.mfu", ["mfu=0"]),
         ({"mfu": "nan"}, "query.mfu", ["finite"]),
         ({"mfu": "fast"}, "query.mfu", ["number"]),

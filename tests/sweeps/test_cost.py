@@ -106,10 +106,11 @@ def test_gpu_hours_follow_the_gpu_the_mfu_and_a_given_peak() -> None:
         ({"gpu": "B9000"}, "gpu", ["unknown GPU 'B9000'", "H100-SXM", "A100", "L4"]),
         ({"gpu": "A10G"}, "gpu", ["unknown GPU 'A10G'", "peak_tflops"]),
         ({"gpu": ""}, "gpu", ["gpu must be a printable name"]),
-        ({"mfu": 0}, "mfu", ["mfu must be in (0, 1]", "mfu=0"]),
+        ({"mfu": 0}, "mfu", ["mfu must be in [0.001, 1]", "mfu=0"]),
+        ({"mfu": 5e-324}, "mfu", ["mfu must be in [0.001, 1]", "mfu=5e-324"]),  # priced to infinity (null)
         ({"mfu": 1.5}, "mfu", ["mfu=1.5"]),
         ({"mfu": math.nan}, "mfu", ["finite"]),
-        ({"peak_tflops": -1}, "peak_tflops", ["peak_tflops must be in (0, 100000]", "peak_tflops=-1"]),
+        ({"peak_tflops": -1}, "peak_tflops", ["peak_tflops must be in [0.001, 100000]", "peak_tflops=-1"]),
         ({"peak_tflops": 1e9}, "peak_tflops", ["peak_tflops=1000000000"]),
         ({"colour": "red"}, "colour", ["Extra inputs"]),
     ],
