@@ -62,7 +62,7 @@ echo "   bearer token for this demo: $TOKEN"
 # one URL for the browser: it signs the demo user in once (valid for SWEEPS_SIGN_IN_LINK_TTL_S, 10 min)
 LINK=$("$BIN/python" -c 'import httpx, os; r = httpx.post(os.environ["SWEEPS_URL"] + "/login/once", headers={"Authorization": "Bearer " + os.environ["SWEEPS_TOKEN"]}, timeout=30); r.raise_for_status(); print(r.json()["url"])')
 echo
-echo "== open in your browser (signs you in once; the sweep shows up there as it runs):"
+echo "== open in your browser and press Sign in (a one-time link; the sweep shows up there as it runs):"
 echo "   $LINK"
 echo
 

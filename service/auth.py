@@ -10,7 +10,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import anyio.to_thread
 from fastapi import Depends, Request
@@ -120,8 +120,15 @@ def wants_page(request: Request) -> bool:
 
 
 def safe_next(path: str | None) -> str:
-    """Where to go after signing in: a path on this site only (no `//host` or `/\\host`), else /."""
-    if not path or not path.startswith("/") or path.startswith(("//", "/\\")) or any(c in path for c in "\r\n"):
+    """Where to go after signing in: a path on this site only, else /. Refused: anything but a single `/`
+    first, a backslash, and any control character or space anywhere: browsers drop tabs and newlines
+    from a URL and read a backslash as `/`, so `/%09/host` (a tab) or `/%5Chost` would leave the site."""
+    if not path or not path.startswith("/") or path.startswith("//"):
+        return "/"
+    if any(ord(c) <= 0x20 or c in "\\\x7f" for c in path):
+        return "/"
+    parts = urlsplit(path)
+    if parts.scheme or parts.netloc:
         return "/"
     return path
 

@@ -278,14 +278,35 @@ async def new_sign_in_link(request: Request, owner: BearerOnly) -> SignInLink:
 
 
 @router.get("/login/once")
+async def sign_in_link_page(
+    request: Request,
+    code: Annotated[str, Query(max_length=200)] = "",
+    next_path: Annotated[str, Query(alias="next", max_length=2000)] = "/",
+) -> HTMLResponse:
+    """The page of a one-time link: a button that signs in. Opening the link changes nothing, so a page of
+    another site that loads it cannot switch a person into the attacker's account (login CSRF), and a mail
+    or chat scanner that fetches it does not use it up."""
+    session = await current_session(request)
+    context = {"code": code, "next": safe_next(next_path), "current": session.owner if session else None}
+    return page(
+        request,
+        "confirm_sign_in.html",
+        context,
+        headers={"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"},
+    )
+
+
+@router.post("/login/once/confirm")
 async def use_sign_in_link(
     request: Request,
     settings: SettingsDep,
-    code: Annotated[str, Query(max_length=200)] = "",
-    next_path: Annotated[str, Query(alias="next", max_length=2000)] = "/",
+    code: Annotated[str, Form(max_length=200)] = "",
+    next_path: Annotated[str, Form(alias="next", max_length=2000)] = "/",
 ) -> Response:
     # no rate limit: a code is 32 random bytes, and a wrong one is answered without touching a session
     next_path = safe_next(next_path)
+    if not same_origin(request):
+        raise ApiError(403, "cross_site", "sign-in forms are accepted from this site's own pages only")
     sessions: Sessions = request.app.state.sessions
     owner = await anyio.to_thread.run_sync(sessions.redeem_link, code) if code else None
     if owner is None:
@@ -298,7 +319,7 @@ async def use_sign_in_link(
         "signed_in.html",
         {"next": next_path, "owner": owner},
         session=new.session,
-        headers={"Referrer-Policy": "no-referrer"},
+        headers={"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"},
     )
     set_session_cookie(response, request, new.cookie, settings)
     return response

@@ -242,17 +242,24 @@ def test_one_time_links_are_one_time_short_lived_and_minted_by_token_only(
     make_settings: Any, launcher: FakeLauncher
 ) -> None:
     with TestClient(create_app(make_settings(sign_in_link_ttl_s=1), launcher=launcher)) as client:
-        path = client.post("/login/once", headers=auth()).json()["url"].removeprefix("http://testserver")
-        first = client.get(path)
+
+        def redeem(url: str) -> Any:
+            code = url.split("code=")[1]
+            return client.post("/login/once/confirm", data={"code": code, "next": "/"})
+
+        url = client.post("/login/once", headers=auth()).json()["url"]
+        for _ in range(3):  # a link scanner fetching it, a preview, the person: nothing used up yet
+            assert COOKIE not in client.get(url.removeprefix("http://testserver")).cookies
+        first = redeem(url)
         assert first.status_code == 200 and cookie_attrs(first)["httponly"]
         client.cookies.clear()
-        again = client.get(path)
+        again = redeem(url)
         assert again.status_code == 401 and "used already or has expired" in again.text
         assert COOKIE not in again.cookies
-        late = client.post("/login/once", headers=auth(BOB)).json()["url"].removeprefix("http://testserver")
+        late = client.post("/login/once", headers=auth(BOB)).json()["url"]
         time.sleep(1.2)
-        assert client.get(late).status_code == 401
-        assert client.get("/login/once?code=made-up").status_code == 401
+        assert redeem(late).status_code == 401
+        assert redeem("x?code=made-up").status_code == 401
         # a session cookie cannot mint links (the API token can)
         csrf = sign_in(client)
         resp = client.post("/login/once", headers={"X-CSRF-Token": csrf})
@@ -275,3 +282,42 @@ def test_the_store_keeps_digests_not_session_ids_or_codes(client: TestClient) ->
     session_id = client.app.state.sessions._session_id(value)  # type: ignore[attr-defined]
     assert session_id and code and not any(x in (session_id, code) for x in stored)
     assert all(re.fullmatch(r"[0-9a-f]{64}", x) for x in stored)
+
+
+def test_a_page_of_another_site_cannot_switch_a_person_into_another_account(client: TestClient) -> None:
+    """Login CSRF: an attacker mints a link for their own account and gets a victim's browser to load it."""
+    csrf = sign_in(client)  # the victim, alice, is signed in
+    attacker = client.post("/login/once", headers=auth(BOB)).json()["url"]
+    shown = client.get(attacker.removeprefix("http://testserver"), headers=HTML)
+    assert shown.status_code == 200 and 'id="switch"' in shown.text and "<b>alice</b>" in shown.text
+    assert 'signed in as <b id="owner">alice</b>' in client.get("/", headers=HTML).text  # still alice
+    # the attacker's page posting the confirmation itself: refused, the code stays unused
+    code = attacker.split("code=")[1]
+    forged = client.post(
+        "/login/once/confirm", data={"code": code}, headers={"Origin": "https://evil.example"}, follow_redirects=False
+    )
+    assert forged.status_code == 403 and COOKIE not in forged.cookies
+    assert 'signed in as <b id="owner">alice</b>' in client.get("/", headers=HTML).text
+    assert csrf
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["//evil.example", "/\\evil.example", "/\t/evil.example", "/\n/evil.example", "/ /evil.example", "https://evil.example",
+     "/%2F", "javascript:alert(1)", "/\x7f/x"],
+)  # fmt: skip
+def test_next_accepts_same_origin_paths_only(target: str) -> None:
+    from service.auth import safe_next
+
+    expected = "/%2F" if target == "/%2F" else "/"  # an encoded slash stays a path on this site
+    assert safe_next(target) == expected
+    assert safe_next("/sweeps/x-1/dashboard?a=b") == "/sweeps/x-1/dashboard?a=b"
+
+
+def test_the_sign_in_link_page_sends_the_browser_nowhere_else(client: TestClient) -> None:
+    url = client.post("/login/once", headers=auth()).json()["url"].removeprefix("http://testserver")
+    shown = client.get(f"{url}&next=/%09/evil.example", headers=HTML)
+    assert 'name="next" value="/"' in shown.text
+    code = url.split("code=")[1]
+    done = client.post("/login/once/confirm", data={"code": code, "next": "/\t/evil.example"})
+    assert done.status_code == 200 and '<meta http-equiv="refresh" content="0; url=/">' in done.text
