@@ -28,7 +28,7 @@ from service.manager import SweepReader
 from service.middleware import BodyLimit, HotReads
 from service.routes import health, pages, sweeps
 from service.sessions import Sessions, SignInLimiter
-from service.settings import Settings
+from service.settings import Settings, redacted
 from service.store import Store
 from service.supervisor import Supervisor
 from service.views import ViewCache
@@ -59,9 +59,10 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         await anyio.to_thread.run_sync(ray_launcher.connect)
         try:
             await anyio.to_thread.run_sync(mlflow_check, settings.tracking_uri)
-        except Exception:
-            # not fatal: /healthz reports it, and the drivers retry on their own
-            log.exception("MLflow store %s is not reachable", settings.tracking_uri)
+        except Exception as exc:
+            # not fatal: /healthz reports it, and the drivers retry on their own; the URI may hold a
+            # password, and the error's text the URI: neither is logged whole
+            log.warning("MLflow store %s is not reachable (%s)", redacted(settings.tracking_uri), type(exc).__name__)
         supervisor = Supervisor(store, ray_launcher, settings)
         app.state.store, app.state.launcher, app.state.supervisor = store, ray_launcher, supervisor
         app.state.reader = SweepReader(store, settings, views)

@@ -45,6 +45,8 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 # Ray's socket paths are `<temp dir>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store`: about
 # 64 bytes after the temp dir, within the 107 of sun_path
 MAX_TEMP_DIR_CHARS = 40
+# what the head's processes (Ray, sweep drivers, trials) do not inherit from the service's environment
+HEAD_WITHOUT = ("SWEEPS_TOKENS", "SWEEPS_SESSION_SECRET")
 TEMP_PREFIX = "batchsweep-ray-"  # + 8 random characters (tempfile.mkdtemp)
 
 
@@ -85,6 +87,8 @@ def head_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
+    for secret in HEAD_WITHOUT:  # the API's own secrets: no driver, trial or Ray process needs them
+        env.pop(secret, None)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update({**TRAIN_ENV, **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"})
     env.update(extra or {})

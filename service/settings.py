@@ -206,3 +206,17 @@ class Settings(BaseSettings):
         # URL (else from the browser's last choice, GenAI at first); the experiment's own kind tag
         # (sweeps/layout.py) says the same to versions and pages that read it
         return f"{self.mlflow_ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def redacted(uri: str) -> str:
+    """`uri` with the password of its user part replaced by `***` (for logs and messages)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "<an unparsable URI>"
+    if parts.password is None:
+        return uri
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

@@ -92,3 +92,26 @@ def test_trial_storage_is_local_by_default_and_refused_on_several_nodes(
     shared = Settings().runtime()
     assert shared.trial_storage == "s3://sweeps/results?endpoint_override=http://127.0.0.1:9000"
     check_storage(shared, nodes=3)
+
+
+def test_passwords_in_uris_are_redacted_for_logs() -> None:
+    from service.settings import redacted
+
+    assert (
+        redacted("postgresql://mlflow:s3cret@db.internal:5432/mlflow")
+        == "postgresql://mlflow:***@db.internal:5432/mlflow"
+    )
+    assert redacted("http://u:p%40ss@mlflow:5000") == "http://u:***@mlflow:5000"
+    assert redacted("sqlite:////data/mlflow.db") == "sqlite:////data/mlflow.db"
+    assert redacted("http://mlflow:5000") == "http://mlflow:5000"
+
+
+def test_the_local_ray_head_does_not_inherit_the_apis_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.ray_head import head_env
+
+    monkeypatch.setenv("SWEEPS_TOKENS", "alice=secret-token")
+    monkeypatch.setenv("SWEEPS_SESSION_SECRET", "x" * 40)
+    monkeypatch.setenv("SWEEPS_OPTUNA_STORAGE", "sqlite:////tmp/o.db")
+    env = head_env()
+    assert "SWEEPS_TOKENS" not in env and "SWEEPS_SESSION_SECRET" not in env
+    assert env["SWEEPS_OPTUNA_STORAGE"] == "sqlite:////tmp/o.db"  # what drivers need still travels
