@@ -24,7 +24,7 @@ from service import errors
 from service.auth import TokenTable
 from service.health import HealthChecker, mlflow_check
 from service.launcher import Launcher, RayLauncher
-from service.manager import SweepReader
+from service.manager import RenderedPages, SweepReader
 from service.middleware import BodyLimit, HotReads
 from service.routes import health, pages, sweeps
 from service.sessions import Sessions, SignInLimiter
@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         app.state.reader = SweepReader(store, settings, views)
         app.state.health = HealthChecker(store, ray_launcher, settings)
         app.state.sessions = Sessions(store, settings)  # browser sign-in (service/sessions.py)
+        app.state.pages = RenderedPages()  # finished sweeps' dashboards, rendered once
         await supervisor.reconcile()
         supervisor.start()
         url = store.engine.url.render_as_string()  # password hidden

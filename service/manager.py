@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -195,21 +197,60 @@ async def report(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
     return row.report
 
 
-async def dashboard(
-    store: Store, settings: Settings, sweep_id: str, owner: str, *, plotlyjs_src: str | None = None
-) -> str:
-    """The sweep's dashboard page (dashboards.dashboard_page), rendered off the event loop; with
-    `plotlyjs_src` it loads plotly.js from there (the service's /static/ copy) instead of inline."""
-    from starlette.concurrency import run_in_threadpool
+class RenderedPages:
+    """Dashboards of finished sweeps, rendered once each: a finished sweep's page never changes (its report
+    and runs are final), and rendering one reads MLflow and draws every figure (~1 s). At most `size`
+    pages are kept (least recently shown first out); requests for a page being rendered wait for that
+    render; renders run one at a time on a thread of their own, so the threads that every request's store
+    calls share are never all busy drawing."""
 
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self.renders = 0  # how many pages were rendered (the cache's misses)
+        self._pages: OrderedDict[tuple[str, ...], str] = OrderedDict()
+        self._pending: dict[tuple[str, ...], anyio.Event] = {}
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def get(self, key: tuple[str, ...], render: Callable[[], str]) -> str:
+        while key not in self._pages:
+            pending = self._pending.get(key)
+            if pending is not None:
+                await pending.wait()  # rendered by another request (or failed there: try again)
+                continue
+            done = self._pending[key] = anyio.Event()
+            try:
+                html = await anyio.to_thread.run_sync(render, limiter=self._limiter)
+                self.renders += 1
+                self._pages[key] = html
+                while len(self._pages) > self.size:
+                    self._pages.popitem(last=False)
+            finally:
+                del self._pending[key]
+                done.set()
+            return html
+        self._pages.move_to_end(key)
+        return self._pages[key]
+
+
+async def dashboard(
+    store: Store,
+    settings: Settings,
+    pages: RenderedPages,
+    sweep_id: str,
+    owner: str,
+    *,
+    plotlyjs_src: str | None = None,
+) -> str:
+    """The sweep's dashboard page (dashboards.dashboard_page), rendered once per finished sweep off the
+    event loop (`pages`, the app's); with `plotlyjs_src` it loads plotly.js from there (the service's
+    /static/ copy) instead of inline."""
     from dashboards import SweepDataError, dashboard_page
 
     row = await get_row(store, sweep_id, owner)
     if not row.final or row.report is None:
         raise ApiError(409, "not_finished", f"sweep {sweep_id!r} is {row.status}; its dashboard comes with its report")
+    key = (settings.tracking_uri, sweep_id, str(row.finished_at), plotlyjs_src or "")
     try:
-        return await run_in_threadpool(
-            partial(dashboard_page, plotlyjs_src=plotlyjs_src), settings.tracking_uri, sweep_id
-        )
+        return await pages.get(key, partial(dashboard_page, settings.tracking_uri, sweep_id, plotlyjs_src=plotlyjs_src))
     except SweepDataError as exc:
         raise ApiError(409, "no_dashboard", f"sweep {sweep_id!r} has no recorded figures yet: {exc}") from exc

@@ -378,7 +378,8 @@ async def dashboard(request: Request, sweep_id: str, owner: str, settings: Setti
     note = None
     if (row.final and row.report is not None) or not browser:
         try:
-            html = await manager.dashboard(store, settings, sweep_id, owner, plotlyjs_src=PLOTLYJS_URL)
+            pages = request.app.state.pages
+            html = await manager.dashboard(store, settings, pages, sweep_id, owner, plotlyjs_src=PLOTLYJS_URL)
         except ApiError as exc:
             if not browser:
                 raise

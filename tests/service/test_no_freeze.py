@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import httpx
@@ -144,3 +145,47 @@ def test_the_known_pathological_inputs_scale_linearly(parse: Callable[[str], obj
     for make in (pathological_json, lambda n: "[" * n, lambda n: '"' + '\\"' * (n // 2), lambda n: "'" * n):
         small, large = best_time(parse, make(32 * 1024)), best_time(parse, make(128 * 1024))
         assert large < 8 * small + 0.01, f"{make(40)!r}...: {small:.4f} s -> {large:.4f} s"
+
+
+def test_a_finished_sweeps_dashboard_is_rendered_once_however_many_ask(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 concurrent dashboard requests: one render (in a thread of its own), the same page for all, and
+    /healthz answering throughout (they stalled it up to 3 s when each request rendered on the shared pool)."""
+    from harness import tiny_spec
+
+    import dashboards
+
+    renders: list[str] = []
+
+    def slow_page(tracking_uri: str, sweep_id: str, *, plotlyjs_src: str | None = None) -> str:
+        renders.append(sweep_id)
+        started = time.perf_counter()
+        while time.perf_counter() - started < 0.5:  # CPU work holding the GIL in slices, as drawing does
+            sum(range(1000))
+        return f"<html><body>dashboard of {sweep_id}</body></html>"
+
+    monkeypatch.setattr(dashboards, "dashboard_page", slow_page)
+    with ThreadServer(make_settings(), launcher) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        sweep_id = http.post("/sweeps", json=tiny_spec(), headers=auth()).json()["id"]
+        deadline = time.monotonic() + 20
+        while sweep_id not in launcher.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        launcher.finish(sweep_id)
+        assert wait_for_final(http, sweep_id)
+        with healthz_probe(server.url) as slowest, ThreadPoolExecutor(max_workers=40) as pool:
+            answers = list(pool.map(lambda _: http.get(f"/sweeps/{sweep_id}/dashboard", headers=auth()), range(40)))
+            assert slowest() < 1.0, f"/healthz took {slowest():.3f} s"  # rendering 40 times: ~10 s
+        assert {r.status_code for r in answers} == {200}
+        assert {r.text.split("dashboard of ")[1][: len(sweep_id)] for r in answers} == {sweep_id}
+        assert renders == [sweep_id]
+        assert http.get(f"/sweeps/{sweep_id}/dashboard", headers=auth()).status_code == 200 and len(renders) == 1
+
+
+def wait_for_final(http: httpx.Client, sweep_id: str) -> bool:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if http.get(f"/sweeps/{sweep_id}", headers=auth()).json()["status"] == "succeeded":
+            return True
+        time.sleep(0.05)
+    return False
