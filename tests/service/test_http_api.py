@@ -170,7 +170,12 @@ def test_dry_run_validates_and_stores_nothing(client: TestClient, launcher: Fake
     assert resp.status_code == 200
     body = resp.json()
     assert (body["valid"], body["total_trials"], body["cells"]) == (True, 6, 2)  # 2 cells x (2 search + 1 confirmation)
-    assert body["spec"]["schedule"] == {"warmup_fraction": 0.05, "min_lr_ratio": 0.1}
+    assert body["spec"]["schedule"] == {
+        "warmup_fraction": 0.05,
+        "warmup_tokens": None,
+        "warmup_steps": None,
+        "min_lr_ratio": 0.1,
+    }
     assert client.get("/sweeps", headers=auth()).json()["total"] == 0
     assert launcher.started == []
     assert_error(client.post("/sweeps?dry_run=true", json=tiny_spec(seeds=0), headers=auth()), 422, "invalid_spec")
