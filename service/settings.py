@@ -9,7 +9,7 @@ use, so one environment serves the service, `sweeps run` and the driver alike:
   MLFLOW_UI_URL          base URL of an MLflow UI for links (default: no link)
 
 The rest: SWEEPS_DATA_DIR (./.batchsweep), SWEEPS_DATABASE_URL (sqlite:///<data dir>/service.db),
-SWEEPS_OPTUNA_STORAGE (sqlite:///<data dir>/optuna.db), SWEEPS_TOKENS ("alice=token1,bob=token2"),
+SWEEPS_OPTUNA_STORAGE (sqlite:///<data dir>/optuna.db), SWEEPS_TOKENS ("alice=<token>,bob=<token>", 16+ characters each),
 SWEEPS_MAX_TRIALS, SWEEPS_MAX_TOKEN_BUDGET, SWEEPS_MAX_CONCURRENT_PER_OWNER, SWEEPS_DATA_ROOTS
 (comma-separated directories), SWEEPS_HF_DATASETS (comma-separated names), SWEEPS_MAX_BODY_BYTES,
 SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_SSE_HEARTBEAT_S,
@@ -25,7 +25,7 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, AnyHttpUrl, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sweeps.runtime import SweepRuntime
@@ -54,6 +54,10 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("mlflow_tracking_uri", "MLFLOW_TRACKING_URI")
     )
     mlflow_ui_url: str | None = Field(default=None, validation_alias=AliasChoices("mlflow_ui_url", "MLFLOW_UI_URL"))
+    # where people reach the API (https://sweeps.example.com behind an Ingress): the links it hands out
+    # (one-time sign-in links) start with it. None: the address a request came to (fine on a laptop;
+    # behind a proxy that address is the proxy's view, and the Host header is the client's to choose)
+    public_url: AnyHttpUrl | None = None
     # everything Ray Tune/Train write (trial results, checkpoints): None = <data dir>/ray_results; on a
     # multi-node cluster a URI every node reaches, e.g. s3://bucket/prefix (pyarrow's URIs)
     storage_uri: str | None = None
@@ -132,6 +136,13 @@ class Settings(BaseSettings):
             out[owner] = token
         if len(set(out.values())) != len(out):
             raise ValueError("SWEEPS_TOKENS gives one token to two owners; tokens must be unique")
+        for owner, token in out.items():
+            if len(token) < MIN_TOKEN_CHARS or _placeholder(token):
+                # the token is not echoed; its owner is
+                raise ValueError(
+                    f"SWEEPS_TOKENS: the token of {owner!r} is a placeholder or shorter than {MIN_TOKEN_CHARS} "
+                    f"characters; make one with `openssl rand -hex 32`"
+                )
         return out
 
     @field_validator("data_roots", "hf_datasets", "trusted_proxies", mode="before")
@@ -142,9 +153,11 @@ class Settings(BaseSettings):
     @field_validator("session_secret", mode="after")
     @classmethod
     def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value()) < 16:
+        if value is not None and (len(value.get_secret_value()) < 32 or _placeholder(value.get_secret_value())):
             # the key is not echoed
-            raise ValueError("SWEEPS_SESSION_SECRET must be at least 16 characters (e.g. `openssl rand -hex 32`)")
+            raise ValueError(
+                "SWEEPS_SESSION_SECRET must be at least 32 characters and no placeholder (`openssl rand -hex 32`)"
+            )
         return value
 
     @field_validator("trusted_proxies", mode="after")
@@ -220,3 +233,11 @@ def redacted(uri: str) -> str:
         return uri
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+MIN_TOKEN_CHARS = 16  # an API token; the one-time sign-in codes and session ids are 32 random bytes
+
+
+def _placeholder(secret: str) -> bool:
+    """A secret copied from an example (deploy/kubernetes/secret.example.yaml says CHANGE-ME)."""
+    return "changeme" in secret.lower().replace("-", "").replace("_", "")

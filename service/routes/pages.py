@@ -271,10 +271,11 @@ class SignInLink(BaseModel):
     responses=error_responses(401),
     summary="A one-time sign-in link for the browser pages (bearer token only; expires after sign_in_link_ttl_s)",
 )
-async def new_sign_in_link(request: Request, owner: BearerOnly) -> SignInLink:
+async def new_sign_in_link(request: Request, owner: BearerOnly, settings: SettingsDep) -> SignInLink:
     sessions: Sessions = request.app.state.sessions
     code, expires = await anyio.to_thread.run_sync(sessions.new_link, owner)
-    return SignInLink(url=f"{str(request.base_url).rstrip('/')}/login/once?code={code}", expires_at=expires)
+    base = str(settings.public_url or request.base_url).rstrip("/")
+    return SignInLink(url=f"{base}/login/once?code={code}", expires_at=expires)
 
 
 @router.get("/login/once")

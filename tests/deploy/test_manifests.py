@@ -26,7 +26,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from pydantic import AliasChoices
+from pydantic import AliasChoices, ValidationError
 from sqlalchemy.engine import make_url
 
 from service.settings import Settings
@@ -102,12 +102,15 @@ def kustomize() -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def docs() -> list[dict[str, Any]]:
-    """The rendered manifests (or, without kubectl, the listed files as they are)."""
+    """What runs: the rendered manifests (or, without kubectl, the listed files as they are), and the
+    Secrets, which are applied on their own (secret.example.yaml shows them)."""
     if KUBECTL is None:
-        return listed_documents()
-    out = kustomize()
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+        rendered = listed_documents()
+    else:
+        out = kustomize()
+        assert out.returncode == 0, out.stderr
+        rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
+    return rendered + secret_example()
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -202,7 +205,6 @@ def test_kustomization_renders() -> None:
     assert kinds == {
         "Namespace",
         "ConfigMap",
-        "Secret",
         "RayCluster",
         "Deployment",
         "Service",
@@ -221,9 +223,42 @@ def test_kustomization_renders() -> None:
     assert kinds_and_names(rendered) == kinds_and_names(listed_documents())
 
 
-def test_kustomization_lists_every_manifest() -> None:
-    files = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+def test_kustomization_lists_every_manifest_but_the_example_secrets() -> None:
+    files = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "secret.example.yaml"}
     assert set(kustomization()["resources"]) == files
+
+
+def test_the_default_apply_holds_no_secret_and_no_placeholder() -> None:
+    """`kubectl apply -k` once put the example's CHANGE-ME tokens and keys in place, and they passed."""
+    text = (
+        kustomize().stdout
+        if KUBECTL is not None
+        else "\n".join((K8S / name).read_text() for name in kustomization()["resources"])
+    )
+    assert "CHANGE-ME" not in text.upper().replace("CHANGE-ME-", "CHANGE-ME")
+    assert all(d["kind"] != "Secret" for d in yaml.safe_load_all(text) if d)
+
+
+def test_every_pod_is_selected_by_a_network_policy(docs: list[dict[str, Any]]) -> None:
+    policies = [d["spec"]["podSelector"]["matchLabels"] for d in docs if d["kind"] == "NetworkPolicy"]
+    for where, template in pod_templates(docs):
+        labels = template["metadata"].get("labels", {})
+        if "RayCluster" in where:  # KubeRay adds its labels to the pods it makes from these templates
+            kind = "head" if "head" in where else "worker"
+            labels = {**labels, "ray.io/cluster": "batchsweep", "ray.io/node-type": kind}
+        assert any(all(labels.get(k) == v for k, v in sel.items()) for sel in policies), where
+
+
+def test_the_api_is_reached_through_the_ingress_controller_only(docs: list[dict[str, Any]]) -> None:
+    policy = one(docs, "NetworkPolicy", "batchsweep-api")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "batchsweep-api"}
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+    config = one(docs, "ConfigMap", "batchsweep-config")["data"]
+    assert config["SWEEPS_TRUSTED_PROXIES"] and config["SWEEPS_PUBLIC_URL"].startswith("https://")
+    host = one(docs, "Ingress", "batchsweep-api")["spec"]["rules"][0]["host"]
+    assert config["SWEEPS_PUBLIC_URL"] == f"https://{host}"
 
 
 # ---- schemas --------------------------------------------------------------------------------------
@@ -499,14 +534,23 @@ def test_secret_example_holds_placeholders_not_secrets() -> None:
                 assert "CHANGE-ME" in value, key
 
 
-def test_settings_accept_the_example_values(docs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The API's environment, as the manifests give it, through the service's own Settings model."""
+def test_settings_refuse_the_example_placeholders_and_accept_filled_in_values(
+    docs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API's environment, as the manifests give it, through the service's own Settings model: as the
+    example has it, refused (placeholder tokens); filled in, accepted."""
     for name in list(os.environ):
         if name.startswith("SWEEPS_") or name in settings_env_names():
             monkeypatch.delenv(name)
-    for name, value in env_of(api_container(docs), docs).items():
-        if isinstance(value, str):
-            monkeypatch.setenv(name, value)
+    env = {k: v for k, v in env_of(api_container(docs), docs).items() if isinstance(v, str)}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match="placeholder"):
+        Settings()
+    monkeypatch.setenv("SWEEPS_TOKENS", "alice=0123456789abcdef0123,bob=fedcba9876543210fedc")
+    with pytest.raises(ValidationError, match="SWEEPS_SESSION_SECRET"):  # the next placeholder
+        Settings()
+    monkeypatch.setenv("SWEEPS_SESSION_SECRET", "0123456789abcdef" * 4)
     settings = Settings()
     assert settings.host == "0.0.0.0" and settings.port == 8000
     assert settings.data_dir == Path("/var/lib/batchsweep")

@@ -78,7 +78,7 @@ def test_trusted_proxies_must_be_addresses(make_settings: Any) -> None:
 
 
 def test_a_short_session_secret_is_refused(make_settings: Any) -> None:
-    with pytest.raises(ValueError, match="SWEEPS_SESSION_SECRET must be at least 16 characters") as info:
+    with pytest.raises(ValueError, match="SWEEPS_SESSION_SECRET must be at least 32 characters") as info:
         make_settings(session_secret="short-key")
     assert "short-key" not in str(info.value)
 
@@ -321,3 +321,13 @@ def test_the_sign_in_link_page_sends_the_browser_nowhere_else(client: TestClient
     code = url.split("code=")[1]
     done = client.post("/login/once/confirm", data={"code": code, "next": "/\t/evil.example"})
     assert done.status_code == 200 and '<meta http-equiv="refresh" content="0; url=/">' in done.text
+
+
+def test_sign_in_links_start_with_the_configured_public_url_not_the_host_header(
+    make_settings: Any, launcher: FakeLauncher
+) -> None:
+    with TestClient(create_app(make_settings(public_url="https://sweeps.example.com/"), launcher=launcher)) as client:
+        made = client.post("/login/once", headers=auth() | {"Host": "evil.example"})
+        assert made.json()["url"].startswith("https://sweeps.example.com/login/once?code=")
+    with TestClient(create_app(make_settings(), launcher=launcher)) as client:  # none configured: the request's
+        assert client.post("/login/once", headers=auth()).json()["url"].startswith("http://testserver/login/once")

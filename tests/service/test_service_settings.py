@@ -45,17 +45,17 @@ def test_tool_env_vars_win_over_defaults(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_lists_and_tokens_from_comma_separated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("SWEEPS_TOKENS", "alice=t1, bob=t2")
+    monkeypatch.setenv("SWEEPS_TOKENS", "alice=t1-0123456789abcdef, bob=t2-0123456789abcdef")
     monkeypatch.setenv("SWEEPS_DATA_ROOTS", f"{tmp_path}/a,{tmp_path}/b")
     monkeypatch.setenv("SWEEPS_HF_DATASETS", "wikitext:wikitext-2-raw-v1,tiny_shakespeare")
     monkeypatch.setenv("SWEEPS_MAX_CONCURRENT_PER_OWNER", "3")
     s = Settings()
-    assert s.owner_of() == {"t1": "alice", "t2": "bob"}
+    assert s.owner_of() == {"t1-0123456789abcdef": "alice", "t2-0123456789abcdef": "bob"}
     assert s.data_roots == [(tmp_path / "a").resolve(), (tmp_path / "b").resolve()]
     assert s.hf_datasets == ["wikitext:wikitext-2-raw-v1", "tiny_shakespeare"]
     assert s.max_concurrent_per_owner == 3
     # tokens never show in reprs (logs)
-    assert "t1" not in repr(s)
+    assert "t1-0123" not in repr(s)
 
 
 @pytest.mark.parametrize("value", ["alice", "alice=", "=t1", "alice=t1,alice=t2", "alice=t1,bob=t1"])
@@ -115,3 +115,22 @@ def test_the_local_ray_head_does_not_inherit_the_apis_secrets(monkeypatch: pytes
     env = head_env()
     assert "SWEEPS_TOKENS" not in env and "SWEEPS_SESSION_SECRET" not in env
     assert env["SWEEPS_OPTUNA_STORAGE"] == "sqlite:////tmp/o.db"  # what drivers need still travels
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("SWEEPS_TOKENS", "alice=tiny1", "the token of 'alice' is a placeholder or shorter than 16"),
+        ("SWEEPS_TOKENS", "alice=CHANGE-ME-token-of-alice", "the token of 'alice' is a placeholder"),
+        ("SWEEPS_SESSION_SECRET", "CHANGE-ME-run-openssl-rand-hex-32", "no placeholder"),
+        ("SWEEPS_SESSION_SECRET", "x" * 31, "at least 32 characters"),
+    ],
+)
+def test_placeholder_or_short_secrets_refuse_to_start(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, words: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert words in str(info.value)
+    assert value.split("=")[-1] not in str(info.value)  # the secret itself is not echoed
