@@ -6,7 +6,8 @@
     : heartbeat              a comment when nothing happened for `sse_heartbeat_s` (keeps proxies open)
 
 Each event carries `id: <revision>`. The stream re-reads the sweep's revision from the store every
-`sse_interval_s` (in a worker thread) and the whole row only when it moved.
+`sse_interval_s` (in a worker thread) and the whole row only when it moved. A stream opened with a
+session cookie ends within SESSION_RECHECK_S of that session's end (sign-out, expiry).
 
 The route (service/routes/sweeps.py) yields these `ServerSentEvent`s with
 `response_class=EventSourceResponse`: FastAPI writes the wire format and the no-cache/no-buffering
@@ -26,9 +27,10 @@ from fastapi import Depends, Request
 from fastapi.sse import ServerSentEvent
 
 from service import manager
-from service.auth import Owner
+from service.auth import Owner, web_session
 from service.deps import LimitsDep, StoreDep
 from service.schemas import SweepSummary
+from service.sessions import COOKIE
 from service.settings import Settings
 from service.store import Store
 
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 RETRY_MS = 2000
 # Ours, not FastAPI's keep-alive: that one's interval is a fixed module-private 15 s; this one is a setting.
 HEARTBEAT = ServerSentEvent(comment="heartbeat")
+SESSION_RECHECK_S = 1.0
 
 
 async def sweep_events(
@@ -45,7 +48,15 @@ async def sweep_events(
     yield ServerSentEvent(retry=RETRY_MS)
     seen: int | None = None
     last_sent = time.monotonic()
+    # a stream a browser opened with its session cookie ends when that session does (signed out,
+    # expired): it is looked up again every SESSION_RECHECK_S
+    cookie = request.cookies.get(COOKIE) if "authorization" not in request.headers else None
+    checked = time.monotonic()
     while True:
+        if cookie is not None and time.monotonic() - checked >= SESSION_RECHECK_S:
+            if await web_session(request, cookie) is None:
+                return
+            checked = time.monotonic()
         revision = await anyio.to_thread.run_sync(store.revision, sweep_id)
         if revision is None:  # deleted under us
             return

@@ -331,3 +331,29 @@ def test_sign_in_links_start_with_the_configured_public_url_not_the_host_header(
         assert made.json()["url"].startswith("https://sweeps.example.com/login/once?code=")
     with TestClient(create_app(make_settings(), launcher=launcher)) as client:  # none configured: the request's
         assert client.post("/login/once", headers=auth()).json()["url"].startswith("http://testserver/login/once")
+
+
+def test_signing_out_ends_the_event_streams_that_session_opened(make_settings: Any, launcher: FakeLauncher) -> None:
+    from svc_helpers import ThreadServer
+
+    with ThreadServer(make_settings(), launcher) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        sweep_id = http.post("/sweeps", json=tiny_spec(), headers=auth()).json()["id"]
+        resp = http.post("/login", data={"token": ALICE}, follow_redirects=False)
+        assert resp.status_code == 303 and COOKIE in http.cookies
+        csrf = re.search(r'name="csrf-token" content="([^"]+)"', http.get("/", headers=HTML).text).group(1)  # type: ignore[union-attr]
+        bearer = httpx.Client(base_url=server.url, timeout=30, headers=auth())  # a token's stream, beside it
+        with (
+            http.stream("GET", f"/sweeps/{sweep_id}/events") as cookie_stream,
+            bearer.stream("GET", f"/sweeps/{sweep_id}/events") as token_stream,
+        ):
+            lines = cookie_stream.iter_lines()
+            assert any(line.startswith("event: progress") for line, _ in zip(lines, range(20)))
+            assert http.post("/logout", data={"csrf_token": csrf}, follow_redirects=False).status_code == 303
+            started = time.monotonic()
+            for _ in lines:  # the server ends the cookie's stream: iteration stops
+                assert time.monotonic() - started < 10, "the stream outlived its session"
+            assert time.monotonic() - started < 5
+            # the bearer token's stream goes on: its heartbeats still come
+            token_lines = token_stream.iter_lines()
+            assert any(line == ": heartbeat" for line, _ in zip(token_lines, range(200)))
+        bearer.close()
