@@ -19,6 +19,7 @@ from service.settings import Settings
 # How long a client refused an event stream is told to wait: streams end when their sweep does, so
 # there is no time at which a slot is known to free up; a few seconds keeps retries cheap.
 STREAM_RETRY_AFTER_S = 5
+PRUNE_FLOOR = 1024  # a bucket map is pruned of refilled buckets once it holds this many (and then at 2x what stays)
 
 
 class TokenBucket:
@@ -27,6 +28,7 @@ class TokenBucket:
     def __init__(self, burst: int, refill_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.burst, self.refill_s, self._clock = burst, refill_s, clock
         self._buckets: dict[str, tuple[float, float]] = {}  # owner -> (tokens, when counted)
+        self._prune_at = PRUNE_FLOOR
         self._lock = threading.Lock()
 
     def take(self, owner: str) -> float:
@@ -37,9 +39,25 @@ class TokenBucket:
             tokens = min(float(self.burst), tokens + (now - then) / self.refill_s)
             if tokens >= 1.0:
                 self._buckets[owner] = (tokens - 1.0, now)
-                return 0.0
-            self._buckets[owner] = (tokens, now)
-            return (1.0 - tokens) * self.refill_s
+                wait = 0.0
+            else:
+                self._buckets[owner] = (tokens, now)
+                wait = (1.0 - tokens) * self.refill_s
+            if len(self._buckets) >= self._prune_at:
+                self._prune(now)
+            return wait
+
+    def _prune(self, now: float) -> None:
+        """Forget the buckets that have refilled: they are what an unknown key gets. Keys are owners or
+        client addresses, which anyone can vary; amortised, as the map must double before the next prune."""
+        full = [k for k, (tokens, then) in self._buckets.items() if tokens + (now - then) / self.refill_s >= self.burst]
+        for key in full:
+            del self._buckets[key]
+        self._prune_at = max(PRUNE_FLOOR, 2 * len(self._buckets))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._buckets)
 
 
 class Slots:
@@ -81,6 +99,8 @@ class Limits:
     dry_runs: TokenBucket
     submits: TokenBucket
     streams: Slots
+    # sessions (POST /login) and one-time links (POST /login/once) made per owner: each is a stored row
+    sign_ins: TokenBucket
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:
@@ -88,11 +108,16 @@ class Limits:
             dry_runs=TokenBucket(settings.dry_run_burst, settings.dry_run_refill_s),
             submits=TokenBucket(settings.submit_burst, settings.submit_refill_s),
             streams=Slots(settings.max_event_streams_per_owner),
+            sign_ins=TokenBucket(settings.sign_in_rows_burst, settings.sign_in_rows_refill_s),
         )
 
     def take_dry_run(self, owner: str) -> None:
         """Count one dry run of `owner`, or raise 429 when its bucket is empty."""
         _take(self.dry_runs, owner, "dry run")
+
+    def take_sign_in(self, owner: str) -> None:
+        """Count one session or one-time link made for `owner`, or raise 429 when its bucket is empty."""
+        _take(self.sign_ins, owner, "sign-in")
 
     def take_submit(self, owner: str) -> None:
         """Count one submit of `owner` (before its body is read), or raise 429 when its bucket is empty."""
@@ -116,7 +141,7 @@ def _take(bucket: TokenBucket, owner: str, what: str) -> None:
     if wait > 0:
         raise ApiError(
             429,
-            f"too_many_{what.replace(' ', '_')}s",
+            f"too_many_{what.replace(' ', '_').replace('-', '_')}s",
             f"{owner} has used its {bucket.burst} {what}s; one more is allowed every "
             f"{bucket.refill_s:g} s (retry in {math.ceil(wait)} s)",
             headers={"Retry-After": str(math.ceil(wait))},

@@ -37,7 +37,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlalchemy import delete, select
 
 from service.errors import ApiError
-from service.limits import TokenBucket
+from service.limits import PRUNE_FLOOR, TokenBucket
 from service.settings import Settings
 from service.store import SignInLinkRow, Store, WebSessionRow, utcnow
 
@@ -200,7 +200,10 @@ class SignInLimiter:
         wait = self.bucket.take(address)
         if wait > 0:
             with self._lock:
-                self._refused_until[address] = time.monotonic() + wait
+                now = time.monotonic()
+                if len(self._refused_until) >= PRUNE_FLOOR:  # forget the refusals that have run out
+                    self._refused_until = {a: t for a, t in self._refused_until.items() if t > now}
+                self._refused_until[address] = now + wait
             raise self._too_many(wait)
 
     def _too_many(self, wait: float) -> ApiError:

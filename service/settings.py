@@ -16,7 +16,8 @@ SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_
 SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S, SWEEPS_DRY_RUN_BURST, SWEEPS_DRY_RUN_REFILL_S,
 SWEEPS_SUBMIT_BURST, SWEEPS_SUBMIT_REFILL_S,
 SWEEPS_MAX_EVENT_STREAMS_PER_OWNER, and for the browser pages SWEEPS_SESSION_SECRET, SWEEPS_SESSION_TTL_S,
-SWEEPS_SIGN_IN_LINK_TTL_S, SWEEPS_SIGN_IN_BURST, SWEEPS_SIGN_IN_REFILL_S, SWEEPS_TRUSTED_PROXIES.
+SWEEPS_SIGN_IN_LINK_TTL_S, SWEEPS_SIGN_IN_BURST, SWEEPS_SIGN_IN_REFILL_S, SWEEPS_SIGN_IN_ROWS_BURST,
+SWEEPS_SIGN_IN_ROWS_REFILL_S, SWEEPS_TRUSTED_PROXIES.
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ class Settings(BaseSettings):
     # sign_in_refill_s seconds; beyond it 429 with Retry-After, and the token is not even checked
     sign_in_burst: int = Field(default=10, ge=1)
     sign_in_refill_s: float = Field(default=30.0, gt=0)
+    # sessions (POST /login) and one-time links (POST /login/once) made per owner: each stores a row, so a
+    # bucket of sign_in_rows_burst per owner, one more every sign_in_rows_refill_s seconds
+    sign_in_rows_burst: int = Field(default=30, ge=1)
+    sign_in_rows_refill_s: float = Field(default=10.0, gt=0)
     # proxies (IP addresses or networks, "*" for any) whose X-Forwarded-For/-Proto are believed: the
     # client address of the sign-in limit and https for Secure cookies. Empty: the TCP peer, as it is.
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -218,6 +218,7 @@ def sign_in_page(
 async def login(
     request: Request,
     settings: SettingsDep,
+    limits: LimitsDep,
     token: Annotated[str, Form(max_length=1000)] = "",
     next_path: Annotated[str, Form(alias="next", max_length=2000)] = "/",
 ) -> Response:
@@ -233,6 +234,10 @@ async def login(
             limiter.wrong(address)
             return sign_in_page(request, next_path, "That token is not valid.", 401)
     except ApiError as exc:  # 429
+        return sign_in_page(request, next_path, exc.message, exc.status_code, **(exc.headers or {}))
+    try:
+        limits.take_sign_in(owner)  # each sign-in stores a session row
+    except ApiError as exc:
         return sign_in_page(request, next_path, exc.message, exc.status_code, **(exc.headers or {}))
     sessions: Sessions = request.app.state.sessions
     new = await anyio.to_thread.run_sync(sessions.sign_in, owner)
@@ -268,10 +273,11 @@ class SignInLink(BaseModel):
     tags=["browser"],
     status_code=status.HTTP_201_CREATED,
     response_model=SignInLink,
-    responses=error_responses(401),
+    responses=error_responses(401, 429),
     summary="A one-time sign-in link for the browser pages (bearer token only; expires after sign_in_link_ttl_s)",
 )
-async def new_sign_in_link(request: Request, owner: BearerOnly, settings: SettingsDep) -> SignInLink:
+async def new_sign_in_link(request: Request, owner: BearerOnly, settings: SettingsDep, limits: LimitsDep) -> SignInLink:
+    limits.take_sign_in(owner)  # each link is a stored row
     sessions: Sessions = request.app.state.sessions
     code, expires = await anyio.to_thread.run_sync(sessions.new_link, owner)
     base = str(settings.public_url or request.base_url).rstrip("/")

@@ -357,3 +357,31 @@ def test_signing_out_ends_the_event_streams_that_session_opened(make_settings: A
             token_lines = token_stream.iter_lines()
             assert any(line == ": heartbeat" for line, _ in zip(token_lines, range(200)))
         bearer.close()
+
+
+def test_sessions_and_links_made_per_owner_are_bounded(make_settings: Any, launcher: FakeLauncher) -> None:
+    settings = make_settings(sign_in_rows_burst=3, sign_in_rows_refill_s=600)
+    with TestClient(create_app(settings, launcher=launcher)) as client:
+        assert client.post("/login/once", headers=auth()).status_code == 201
+        assert client.post("/login", data={"token": ALICE}, follow_redirects=False).status_code == 303
+        assert client.post("/login/once", headers=auth()).status_code == 201
+        refused = client.post("/login/once", headers=auth())
+        assert refused.status_code == 429 and error_code(refused) == "too_many_sign_ins"
+        page = client.post("/login", data={"token": ALICE}, follow_redirects=False)
+        assert page.status_code == 429 and "Retry-After" in page.headers
+        assert client.post("/login/once", headers=auth(BOB)).status_code == 201  # per owner
+
+
+def test_limiter_maps_forget_what_has_refilled() -> None:
+    from service.limits import PRUNE_FLOOR, TokenBucket
+
+    now = [0.0]
+    bucket = TokenBucket(burst=2, refill_s=1.0, clock=lambda: now[0])
+    for i in range(PRUNE_FLOOR - 1):  # one try from each of many addresses
+        bucket.take(f"10.0.{i // 256}.{i % 256}")
+    assert len(bucket) == PRUNE_FLOOR - 1
+    now[0] = 5.0  # all refilled
+    bucket.take("a")
+    bucket.take("a")
+    assert len(bucket) == 1  # only the key that is not back to a full bucket stays
+    assert bucket.take("a") > 0  # and its count was kept
