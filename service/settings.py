@@ -14,7 +14,7 @@ SWEEPS_MAX_TRIALS, SWEEPS_MAX_TOKEN_BUDGET, SWEEPS_MAX_CONCURRENT_PER_OWNER, SWE
 (comma-separated directories), SWEEPS_HF_DATASETS (comma-separated names), SWEEPS_MAX_BODY_BYTES,
 SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_SSE_HEARTBEAT_S,
 SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S, SWEEPS_DRY_RUN_BURST, SWEEPS_DRY_RUN_REFILL_S,
-SWEEPS_SUBMIT_BURST, SWEEPS_SUBMIT_REFILL_S,
+SWEEPS_SUBMIT_BURST, SWEEPS_SUBMIT_REFILL_S, SWEEPS_DRIVER_UNRESPONSIVE_S,
 SWEEPS_MAX_EVENT_STREAMS_PER_OWNER, and for the browser pages SWEEPS_SESSION_SECRET, SWEEPS_SESSION_TTL_S,
 SWEEPS_SIGN_IN_LINK_TTL_S, SWEEPS_SIGN_IN_BURST, SWEEPS_SIGN_IN_REFILL_S, SWEEPS_SIGN_IN_ROWS_BURST,
 SWEEPS_SIGN_IN_ROWS_REFILL_S, SWEEPS_TRUSTED_PROXIES.
@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     # driver_restart_backoff_s x 2^(starts - 1) (at most 60 s) before each relaunch
     max_driver_starts: int = Field(default=5, ge=1, le=100)
     driver_restart_backoff_s: float = Field(default=2.0, ge=0, le=60)
+    # a driver whose state() has not answered for this long is killed and counts as lost (relaunched)
+    driver_unresponsive_s: float = Field(default=600.0, gt=0, le=86_400)
     sse_interval_s: float = Field(default=0.5, gt=0)  # how often an event stream re-reads its sweep
     sse_heartbeat_s: float = Field(default=15.0, gt=0)
     # /healthz answers from a cache this young, so probes under load do not hammer Ray and MLflow

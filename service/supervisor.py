@@ -53,6 +53,8 @@ class Supervisor:
         self._poller: asyncio.Task[None] | None = None
         # sweep id -> monotonic time before which a lost driver is not relaunched (touched by the poller only)
         self._relaunch_at: dict[str, float] = {}
+        # sweep id -> monotonic time since which its driver's state() has not answered (the poller only)
+        self._busy_since: dict[str, float] = {}
 
     # ---- launching --------------------------------------------------------------------------------
 
@@ -66,7 +68,10 @@ class Supervisor:
         task.add_done_callback(self._tasks.discard)
 
     async def _launch(self, sweep_id: str, spec: dict[str, Any]) -> None:
+        relaunch = False
         try:
+            before = await anyio.to_thread.run_sync(self.store.get, sweep_id)
+            relaunch = before is not None and before.status == SweepStatus.running.value
             await anyio.to_thread.run_sync(self.store.count_driver_start, sweep_id)
             await anyio.to_thread.run_sync(self.launcher.start, sweep_id, spec)
             log.info("sweep %s: driver started", sweep_id)
@@ -75,6 +80,13 @@ class Supervisor:
                 # the cancel arrived while the driver was starting: pass it on now
                 await anyio.to_thread.run_sync(self.launcher.cancel, sweep_id)
         except Exception as exc:
+            if relaunch:
+                # a relaunch of a running sweep: the cluster is what failed, as when the driver was lost;
+                # the next polls find no driver and try again after the backoff, up to max_driver_starts
+                log.warning(
+                    "sweep %s: relaunching its driver failed (%s); trying again later", sweep_id, type(exc).__name__
+                )
+                return
             log.exception("sweep %s: driver failed to start", sweep_id)
             error = f"driver failed to start: {type(exc).__name__}: {exc}"
             await anyio.to_thread.run_sync(
@@ -106,11 +118,28 @@ class Supervisor:
             try:
                 if self._poll_one(row):
                     to_launch.append(row)
+                self._busy_since.pop(row.id, None)
             except DriverBusy as exc:
                 log.info("%s", exc)
+                self._watch_busy(row)
             except Exception:
                 log.exception("sweep %s: poll failed", row.id)
         return to_launch
+
+    def _watch_busy(self, row: SweepRow) -> None:
+        """A driver that has not answered `state()` for driver_unresponsive_s is given up: killed, so that
+        the next polls treat it as lost (relaunched after the backoff, or ended cancelled when a cancel
+        is pending) instead of holding its owner's slot for ever."""
+        now = time.monotonic()
+        since = self._busy_since.setdefault(row.id, now)
+        if now - since < self.settings.driver_unresponsive_s:
+            return
+        log.error(
+            "sweep %s: its driver has not answered for %.0f s; killing it (a relaunch resumes from its recorded "
+            "trials%s)", row.id, now - since, "; the pending cancel ends it" if row.cancel_requested else "",
+        )  # fmt: skip
+        del self._busy_since[row.id]
+        self.launcher.kill(row.id)
 
     def _poll_one(self, row: SweepRow) -> bool:
         state = self.launcher.state(row.id)

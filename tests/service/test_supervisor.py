@@ -155,3 +155,47 @@ def test_unknown_status_from_a_driver_changes_nothing(store: Store, launcher: Fa
     launcher.set("s-1", status="exploded")
     Supervisor(store, launcher, settings).poll_once()
     assert store.get("s-1").status == "running"  # type: ignore[union-attr]
+
+
+def test_a_relaunch_that_fails_to_start_is_tried_again_not_final(
+    store: Store, launcher: FakeLauncher, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(driver_restart_backoff_s=0.0, max_driver_starts=4)
+    new(store, "s-1", "running")
+    store.count_driver_start("s-1")  # its first driver, now gone
+    sup = Supervisor(store, launcher, settings)
+
+    async def relaunch_once() -> None:
+        for row in await anyio.to_thread.run_sync(sup.poll_once):
+            sup.launch(row)
+        while sup._launching:
+            await asyncio.sleep(0.01)
+
+    launcher.fail_start = "Ray Client: connection refused"
+    run(relaunch_once)
+    row = store.get("s-1")
+    assert row is not None and (row.status, row.error, row.driver_starts) == ("running", None, 2)
+    launcher.fail_start = None
+    run(relaunch_once)
+    assert launcher.started == ["s-1"] and store.get("s-1").driver_starts == 3  # type: ignore[union-attr]
+
+
+def test_a_driver_that_never_answers_is_given_up_and_relaunched_or_cancelled(
+    store: Store, launcher: FakeLauncher, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(driver_unresponsive_s=0.2, driver_restart_backoff_s=0.0)
+    new(store, "s-1", "running")
+    new(store, "s-2", "running", cancel_requested=True)
+    for sweep_id in ("s-1", "s-2"):
+        store.count_driver_start(sweep_id)
+        launcher.start(sweep_id, {})
+        launcher.busy.add(sweep_id)
+    sup = Supervisor(store, launcher, settings)
+    sup.poll_once()
+    assert launcher.killed == []  # a slow answer is not yet a lost driver
+    time.sleep(0.25)
+    sup.poll_once()
+    assert sorted(launcher.killed) == ["s-1", "s-2"]  # given up on, visibly (the log says so)
+    launcher.busy.clear()
+    assert [r.id for r in sup.poll_once()] == ["s-1"]  # relaunched; the cancelled one ends
+    assert store.get("s-2").status == "cancelled"  # type: ignore[union-attr]
