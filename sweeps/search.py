@@ -31,6 +31,7 @@ import math
 import statistics
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -237,6 +238,10 @@ class CellSearcher(DriverOnly, Searcher):
             study = optuna.create_study(
                 storage=storage, study_name=study_name(sweep_id, opt, bs), direction="minimize", load_if_exists=True
             )
+            if study.metric_names != [METRIC]:
+                with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and unchanged since
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    study.set_metric_names([METRIC])  # Optuna's dashboard says "val_loss", not "Objective 0"
             study.sampler = optuna.samplers.TPESampler(
                 seed=sampler_seed(seed, len(self.cells), len(study.trials)), n_startup_trials=2
             )

@@ -308,3 +308,11 @@ def test_the_stored_curve_ends_with_the_final_evaluation(storage: optuna.storage
     # Tune passes the final ("done") result to on_trial_complete only
     s.on_trial_complete("t1", done(4.0, tokens=4096))
     assert json.loads(s.cells[0].study.trials[0].user_attrs["curve"]) == [[2048, 5.0], [4096, 4.0]]
+
+
+def test_every_cell_study_names_its_objective(storage: optuna.storages.BaseStorage) -> None:
+    spec = SweepSpec.from_yaml(SPEC)
+    CellSearcher(spec, "named", storage)
+    CellSearcher(spec, "named", storage)  # a resumed sweep: loaded, still named once
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    assert names and all(optuna.load_study(study_name=n, storage=storage).metric_names == ["val_loss"] for n in names)
