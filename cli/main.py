@@ -15,9 +15,11 @@ Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -370,12 +372,21 @@ def submit(
             _watch(client, out["id"])
 
 
-def _watch(client: Any, sweep_id: str) -> None:
-    """Progress bars from the event stream; reconnects if the service restarts meanwhile."""
-    import httpx
-    from httpx_sse import connect_sse
+@contextlib.contextmanager
+def _progress_display() -> Iterator[Callable[[dict[str, Any]], None]]:
+    """What --watch shows of each progress event: bars on a terminal; elsewhere (a log file, a pipe) one
+    plain line whenever the progress changed, so `make demo > log` shows the sweep moving."""
+    if not console.is_terminal:
+        last: list[str] = [""]
 
-    final: dict[str, Any] | None = None
+        def line(s: dict[str, Any]) -> None:
+            text = f"{s['status']}: {_progress_line(s)}; {_leaders(s['progress'])}"
+            if text != last[0]:
+                print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
+                last[0] = text
+
+        yield line
+        return
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -387,6 +398,25 @@ def _watch(client: Any, sweep_id: str) -> None:
         trials = bars.add_task("trials", total=None)
         cells = bars.add_task("cells", total=None)
         best = bars.add_task("", total=None, start=False)
+
+        def update(s: dict[str, Any]) -> None:
+            p = s["progress"]
+            bars.update(
+                trials, total=p["trials_total"], completed=p["trials_done"], description=f"trials ({s['status']})"
+            )
+            bars.update(cells, total=p["cells_total"], completed=p["cells_done"])
+            bars.update(best, description=_leaders(p))
+
+        yield update
+
+
+def _watch(client: Any, sweep_id: str) -> None:
+    """Progress from the event stream; reconnects if the service restarts meanwhile."""
+    import httpx
+    from httpx_sse import connect_sse
+
+    final: dict[str, Any] | None = None
+    with _progress_display() as show:
         failures = 0
         while final is None:
             try:
@@ -403,15 +433,8 @@ def _watch(client: Any, sweep_id: str) -> None:
                         if sse.event not in ("progress", "end"):
                             continue  # the `retry:` hint (and nameless events)
                         s = sse.json()
-                        p = s["progress"]
-                        bars.update(
-                            trials,
-                            total=p["trials_total"],
-                            completed=p["trials_done"],
-                            description=f"trials ({s['status']})",
-                        )
-                        bars.update(cells, total=p["cells_total"], completed=p["cells_done"])
-                        bars.update(best, description=_leaders(p))
+                        if s.get("progress"):
+                            show(s)
                         if sse.event == "end":
                             final = s
                             break

@@ -120,6 +120,9 @@ def test_submit_watch_prints_the_answer(cli: Any, spec_file: Path, fake_server: 
     out = cli("submit", "--watch", str(spec_file))
     assert out.exit_code == 0, out.output
     assert "succeeded" in out.output
+    # not a terminal (a log file, a pipe): one plain line per change of progress, none repeated
+    moved = [line for line in out.output.splitlines() if "running: 2/4 trials, 1/2 cells" in line]
+    assert len(moved) == 1 and "adamw/bs4 5.120 (search)" in moved[0], out.output
     # the answer table of the report
     assert "largest degradation-free batch size" in out.output
 
