@@ -83,6 +83,7 @@ class SweepActor:
                 sweep_id=self.sweep_id,
                 runtime=self.runtime,
                 on_progress=lambda p: self._update(progress=p),
+                on_experiment=lambda experiment_id: self._update(experiment_id=experiment_id),
                 should_stop=self._cancel.is_set,
             )
             publish_figures(outcome.tracking_uri, outcome.sweep_id)  # before "final": the service kills us then

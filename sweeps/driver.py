@@ -53,9 +53,12 @@ def run_sweep(
     sweep_id: str | None = None,
     runtime: SweepRuntime | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    on_experiment: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> SweepOutcome:
-    """Run (or resume) a sweep on the current Ray cluster; returns the report and where it is recorded."""
+    """Run (or resume) a sweep on the current Ray cluster; returns the report and where it is recorded.
+    `on_progress` gets the searcher's progress as it moves; `on_experiment` the MLflow experiment id as
+    soon as it exists (before any trial), so that a running sweep's runs can be linked."""
     from ray import tune
 
     from sweeps.record import SweepRecorder
@@ -95,6 +98,8 @@ def run_sweep(
         spec=spec,
         cancelling=lambda: searcher.cancelling,
     )
+    if on_experiment:
+        on_experiment(recorder.experiment_id)  # the live runs are there from now on: link them at once
 
     class _Progress(DriverOnly, tune.Callback):
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

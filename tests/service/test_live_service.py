@@ -173,6 +173,9 @@ def test_live_submit_watch_to_success_and_report(live: ServiceProcess, alice: ht
     assert len(events) <= 30, kinds
     final = events[-1][1]
     assert final["status"] == "succeeded", f"{json.dumps(final)[:3000]}\n{live.tail()}"
+    # the MLflow experiment is linked while the sweep runs, not only at its end
+    running = [s for k, s in events if k == "progress" and s["status"] == "running" and s["progress"]["trials_done"]]
+    assert running and all(s["experiment_id"] == final["experiment_id"] for s in running), running
     p = final["progress"]
     # 2 cells x (2 search trials + 1 confirmation run)
     assert p["trials_done"] == p["trials_total"] == 6 and p["cells_done"] == 2
