@@ -262,17 +262,7 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
     spec = SweepSpec.from_yaml(SPEC.replace("seeds: 2", "seeds: {min: 2, max: 4, step: 2}"))
     assert (spec.seeds_min, spec.seeds_max, spec.noise_looks, spec.total_trials) == (2, 4, 2, 14)
     s = CellSearcher(spec, "unit", storage)
-    losses = {"adamw/bs4": [4.0, 3.5, 3.9], "adamw/bs16": [4.1, 3.6, 3.95]}
-    confirm = {"adamw/bs4": iter([3.60, 3.50, 3.52, 3.53]), "adamw/bs16": iter([3.55, 3.72, 3.57, 3.58])}
-    asked = []
-    for i in range(40):
-        config = s.suggest(f"t{i}")
-        if config == Searcher.FINISHED:
-            break
-        assert config is not None
-        asked.append((config["cell"], config["role"], config["seed"]))
-        value = next(confirm[config["cell"]]) if config["role"] == "seed" else losses[config["cell"]].pop(0)
-        s.on_trial_complete(f"t{i}", done(value))
+    asked = drive(s, {"adamw/bs4": [3.60, 3.50, 3.52, 3.53], "adamw/bs16": [3.55, 3.72, 3.57, 3.58]})
     # first look, 2 runs each: the paired differences by seed (3.55 - 1.05 x 3.60, 3.72 - 1.05 x 3.50)
     # = (-0.23, +0.045) disagree, and at 97.5% (Bonferroni over 2 looks) with 1 degree of freedom the
     # interval is about [-3.6, 3.4]: undecided, so bs16 and its reference get 2 more runs (seeds 3, 4)
@@ -283,20 +273,27 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
 
 def test_adaptive_confirmation_stops_where_the_pairing_already_decides(storage: optuna.storages.BaseStorage) -> None:
     spec = SweepSpec.from_yaml(SPEC.replace("seeds: 2", "seeds: {min: 2, max: 4, step: 2}"))
-    s = CellSearcher(spec, "unit", storage)
-    losses = {"adamw/bs4": [4.0, 3.5, 3.9], "adamw/bs16": [4.1, 3.6, 3.95]}
     # seed 2 is worse than seed 1 in both cells by the same 0.06: the pairs agree (d = -0.125, -0.118)
-    confirm = {"adamw/bs4": iter([3.50, 3.56]), "adamw/bs16": iter([3.55, 3.62])}
-    seeds = []
+    asked = drive(CellSearcher(spec, "unit", storage), {"adamw/bs4": [3.50, 3.56], "adamw/bs16": [3.55, 3.62]})
+    seeds = [seed for _, role, seed in asked if role == "seed"]
+    assert sorted(seeds) == [1, 1, 2, 2]  # decided (fine) at the first look: no runs added
+
+
+def drive(s: CellSearcher, confirm: dict[str, list[float]]) -> list[tuple[str, str, int]]:
+    """Run `s` to its end, sequentially: three search trials a cell (the same losses every time), then
+    the confirmation runs' losses of `confirm`, in the order asked; (cell, role, seed) of each trial."""
+    losses = {"adamw/bs4": [4.0, 3.5, 3.9], "adamw/bs16": [4.1, 3.6, 3.95]}
+    runs = {cell: iter(values) for cell, values in confirm.items()}
+    asked = []
     for i in range(40):
         config = s.suggest(f"t{i}")
         if config == Searcher.FINISHED:
-            break
+            return asked
         assert config is not None
-        seeds += [config["seed"]] if config["role"] == "seed" else []
-        value = next(confirm[config["cell"]]) if config["role"] == "seed" else losses[config["cell"]].pop(0)
+        asked.append((config["cell"], config["role"], config["seed"]))
+        value = next(runs[config["cell"]]) if config["role"] == "seed" else losses[config["cell"]].pop(0)
         s.on_trial_complete(f"t{i}", done(value))
-    assert sorted(seeds) == [1, 1, 2, 2]  # decided (fine) at the first look: no runs added
+    raise AssertionError(f"the search did not finish in 40 trials: {asked}")
 
 
 def test_the_stored_curve_ends_with_the_final_evaluation(storage: optuna.storages.BaseStorage) -> None:
