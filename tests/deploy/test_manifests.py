@@ -621,13 +621,13 @@ def test_dockerfile_installs_the_pinned_torch_and_every_package() -> None:
 
 
 def test_the_image_has_a_c_compiler_and_installs_every_data_file() -> None:
-    # torch.compile (Triton's CUDA launcher, inductor's CPU kernels) and MERIT's CPU kernel compile C at
-    # run time: the slim base image has no compiler until the Dockerfile installs one
+    # torch.compile (Triton's CUDA launcher, inductor's CPU kernels) compiles C at run time: the slim base
+    # image has no compiler until the Dockerfile installs one
     run = " ".join(a for w, a in dockerfile_instructions() if w == "RUN")
     installed = re.search(r"apt-get install ([^&]*)", run)
     assert installed is not None and {"gcc", "libc6-dev"} <= set(installed.group(1).split())
     # `pip install .` copies a package's non-Python files only where package-data names them: every such
-    # file in the packages (the kernel's C source, templates, migrations, examples) must match a glob
+    # file in the packages (templates, migrations, examples) must match a glob
     data = pyproject()["tool"]["setuptools"]["package-data"]
     packages = [p.rstrip("*") for p in pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]]
     missing = []
@@ -638,7 +638,6 @@ def test_the_image_has_a_c_compiler_and_installs_every_data_file() -> None:
             relative = file.relative_to(ROOT / package)
             if not any(relative.match(glob) for glob in data.get(package, [])):
                 missing.append(f"{package}/{relative}")
-    assert (ROOT / "worker/optim/_merit_cpu.c").exists()
     assert missing == [], f"not in [tool.setuptools.package-data]: {missing}"
 
 

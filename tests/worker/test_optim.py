@@ -23,7 +23,6 @@ Nested = list  # a matrix as a list of rows of floats, or a vector as a list of 
 
 
 _merit_module = importlib.import_module("worker.optim._merit")
-_merit_cpu = importlib.import_module("worker.optim._merit_cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -31,19 +30,16 @@ def _one_thread(one_thread: None) -> None:
     """Every test here on one torch thread (a test may set more itself)."""
 
 
-# How MERIT walks a matrix: CPU default (float32 matrices through the fused C kernel, anything else
-# eager), CPU eager (host checks, one block per small matrix), CPU eager with blocks of a few rows (the
-# blocked path big matrices take), and the accelerator path (no host checks: the mask and the clip always
-# run). All four must give the same numbers.
-_MERIT_MODES = ["cpu", "cpu-eager", "cpu-small-blocks", "no-host-checks"]
+# How MERIT walks a matrix: the CPU default (host checks, one block per small matrix), with blocks of a
+# few rows (the blocked path big matrices take), and the accelerator path (no host checks: the mask and the
+# clip always run). All three must give the same numbers.
+_MERIT_MODES = ["cpu", "cpu-small-blocks", "no-host-checks"]
 
 
 def _merit(params: list, mode: str, monkeypatch: pytest.MonkeyPatch, **kw: float) -> MERIT:  # noqa: ANN001
     if mode == "cpu-small-blocks":
         monkeypatch.setattr(_merit_module, "_CPU_BLOCK_ELEMS", 8)
     opt = MERIT(params, **kw)
-    if mode in ("cpu-eager", "cpu-small-blocks"):
-        opt._fused_cpu = False
     if mode == "no-host-checks":
         opt._host_checks = False
     return opt
@@ -140,15 +136,12 @@ def test_merit_matches_per_element_reference(case: str, wd: float, mode: str, mo
 
 @pytest.mark.parametrize("wd", [0.0, 0.1])
 @pytest.mark.parametrize("case", [name for name, (w0, _) in _merit_cases().items() if w0.dim() == 2])
-def test_fused_cpu_kernel_matches_per_element_reference(
-    case: str, wd: float, monkeypatch: pytest.MonkeyPatch, kernel_calls: dict[str, int]
-) -> None:
-    # float32 matrices take the C kernel on CPU (float64 ones, above, do not): every case, mask and clip
-    # included, against the reference run in float64 on the same float32 inputs
+def test_float32_matrices_match_per_element_reference(case: str, wd: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the dtype models train in: every case, mask and clip included, against the reference run in
+    # float64 on the same float32 inputs
     w0, grads = _merit_cases()[case]
     w32, grads32 = w0.float(), [g.float() for g in grads]
     _check_against_per_element_reference(case, w32, grads32, wd, "cpu", monkeypatch, rtol=1e-5, atol=1e-7)
-    assert kernel_calls == {"pass1": len(grads), "pass2": len(grads)}
 
 
 def _check_against_per_element_reference(
@@ -273,10 +266,11 @@ def test_the_benchmark_checks_against_the_same_reference() -> None:
     assert bench.AuthorsMERIT is AuthorsMERIT
     assert bench.FACTORIES["MERIT (authors)"]([torch.nn.Parameter(torch.zeros(2, 2))]).__class__ is AuthorsMERIT
     # its pre-timing check on real GPT-2 shapes (gpt2-nano: 3.3M parameters) passes, and measures a difference
-    for path in ("fused", "eager"):  # the compiled path's check: tests/worker/test_optim_speed.py
-        worst = bench.check_merit_matches_authors("gpt2-nano", torch.device("cpu"), path=path)
-        assert 0.0 <= worst < 1e-6
-    assert bench.default_path(torch.device("cpu")) == "fused"
+    # (the compiled path's check: tests/worker/test_optim_speed.py)
+    worst = bench.check_merit_matches_authors("gpt2-nano", torch.device("cpu"), path="eager")
+    assert 0.0 <= worst < 1e-6
+    assert bench.default_path(torch.device("cpu")) == "eager"
+    assert bench.MERIT_PATHS == ("eager", "compiled")  # one path per device: no CPU kernel of our own
 
 
 def test_merit_skips_params_without_grad() -> None:

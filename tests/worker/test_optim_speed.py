@@ -9,10 +9,7 @@ them: pytest -m gpu).
 from __future__ import annotations
 
 import importlib
-import logging
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +18,6 @@ from worker.optim import MERIT, SophiaG
 from worker.optim._merit_reference import AuthorsMERIT
 
 _merit_module = importlib.import_module("worker.optim._merit")
-_merit_cpu = importlib.import_module("worker.optim._merit_cpu")
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (deploy/gpu_check.sh runs it)")
 
 GradFn = Callable[[torch.Size, torch.Generator, int], torch.Tensor]
@@ -64,7 +60,7 @@ def _compare(
     steps: int = 3,
     path: str = "compiled",
 ) -> MERIT:
-    """`steps` steps of MERIT (its compiled step, or with path="fused" its CPU default: the fused C kernel)
+    """`steps` steps of MERIT (its compiled step, or with path="eager" its CPU default, the eager step)
     and the authors' from the same weights (decay 0.1 on matrices, as build_optimizer groups them); the
     weights must agree after every step (NaN where theirs is NaN)."""
     gen = torch.Generator().manual_seed(1)
@@ -106,80 +102,18 @@ def test_compiled_merit_matches_the_authors_on_cpu() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# the fused C kernel, MERIT's matrix step on CPU (worker/optim/_merit_cpu.c)
+# the eager step, MERIT's matrix step on CPU, against the authors' on awkward shapes
 
-_ODD_SHAPES = [(7, 5), (1, 9), (9, 1), (33, 17)]  # rows that split unevenly over threads, 1-row, 1-column
+_ODD_SHAPES = [(7, 5), (1, 9), (9, 1), (33, 17)]  # 1-row, 1-column, and shapes that split unevenly into blocks
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_fused_cpu_kernel_matches_the_authors_on_any_thread_count(threads: int, kernel_calls: dict[str, int]) -> None:
-    # each thread keeps its own column maxima, combined after the rows: 3 threads on 2 cores included
+@pytest.mark.parametrize("threads", [1, 2])
+def test_eager_merit_matches_the_authors_on_cpu(threads: int) -> None:
     torch.set_num_threads(threads)
-    assert _merit_cpu.kernel() is not None, _merit_cpu.build_failed  # gcc is on this machine
-    calls = kernel_calls
     shapes = _gpt2_like_shapes() + _ODD_SHAPES
-    n_matrices = sum(len(s) == 2 for s in shapes)
-    _compare(shapes, _small_grads, scale=0.02, device=torch.device("cpu"), path="fused")
-    assert calls == {"pass1": 3 * n_matrices, "pass2": 3 * n_matrices}  # every matrix, every step
-    _compare(shapes, _zero_rows, scale=5.0, device=torch.device("cpu"), path="fused")  # mask and clip
-    calls.update(pass1=0, pass2=0)
-    _compare([(6, 5), (5,)], _nan_at_step_1, scale=0.02, device=torch.device("cpu"), steps=2, path="fused")
-    # the NaN step's matrix: pass 1 saw it, and torch took over from u for the norms and the update
-    assert calls == {"pass1": 2, "pass2": 1}
-
-
-def test_fused_cpu_kernel_is_built_once_then_loaded_from_its_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_merit_cpu.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(_merit_cpu, "_library", None)
-    monkeypatch.setattr(_merit_cpu, "build_failed", None)
-    assert _merit_cpu.kernel() is not None
-    built = list(tmp_path.glob("batchsweep-kernels-*/merit_cpu-*.so"))
-    assert len(built) == 1 and not list(tmp_path.glob("batchsweep-kernels-*/.*"))  # no partial file left
-
-    def no_compiler(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        raise AssertionError("compiled again although the cache holds the library")
-
-    monkeypatch.setattr(_merit_cpu.subprocess, "run", no_compiler)
-    monkeypatch.setattr(_merit_cpu, "_library", None)
-    assert _merit_cpu.kernel() is not None and _merit_cpu.build_failed is None
-
-
-def test_without_a_c_compiler_merit_runs_eager_and_says_why(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(_merit_cpu, "_compiler", lambda: None)
-    monkeypatch.setattr(_merit_cpu, "_library", None)
-    monkeypatch.setattr(_merit_cpu, "build_failed", None)
-    with caplog.at_level(logging.WARNING, logger=_merit_cpu.__name__):
-        _compare(_gpt2_like_shapes(), _small_grads, scale=0.02, device=torch.device("cpu"), path="fused")
-    assert _merit_cpu.kernel() is None and "no C compiler" in (_merit_cpu.build_failed or "")
-    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1  # said once
-    assert "running the eager step" in caplog.records[0].message
-
-
-def test_a_cache_folder_someone_else_could_write_to_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_merit_cpu.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(_merit_cpu, "_library", None)
-    monkeypatch.setattr(_merit_cpu, "build_failed", None)
-    folder = tmp_path / f"batchsweep-kernels-{os.getuid()}"
-    folder.mkdir()
-    folder.chmod(0o777)  # as if made by another user for everyone (a planted library would be loaded)
-    assert _merit_cpu.kernel() is None
-    assert "is not this user's alone" in _merit_cpu.build_failed and "0o777" in _merit_cpu.build_failed
-    assert list(folder.iterdir()) == []  # nothing built there, nothing loaded
-
-
-def test_a_failed_build_says_what_the_compiler_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bad = tmp_path / "bad.c"
-    bad.write_text("this is not C\n")
-    monkeypatch.setattr(_merit_cpu, "SOURCE", bad)
-    monkeypatch.setattr(_merit_cpu.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(_merit_cpu, "_library", None)
-    monkeypatch.setattr(_merit_cpu, "build_failed", None)
-    assert _merit_cpu.kernel() is None
-    assert "exited 1" in _merit_cpu.build_failed and "error" in _merit_cpu.build_failed
+    _compare(shapes, _small_grads, scale=0.02, device=torch.device("cpu"), path="eager")
+    _compare(shapes, _zero_rows, scale=5.0, device=torch.device("cpu"), path="eager")  # mask and clip
+    _compare([(6, 5), (5,)], _nan_at_step_1, scale=0.02, device=torch.device("cpu"), steps=2, path="eager")
 
 
 def test_each_device_takes_its_path_and_the_cpu_tests_cover_the_accelerator_one() -> None:
@@ -189,14 +123,6 @@ def test_each_device_takes_its_path_and_the_cpu_tests_cover_the_accelerator_one(
     merit = MERIT([torch.nn.Parameter(torch.zeros(2, 2))])
     assert merit._uses_host_checks(cpu) and not merit._uses_host_checks(cuda)
     assert merit._uses_compiled(cuda) and not merit._uses_compiled(cpu)
-    # on CPU the fused kernel takes contiguous float32 matrices; anything else runs the eager step
-    w = torch.zeros(4, 3)
-    assert merit._uses_fused_cpu(w, w, w, w)
-    assert not merit._uses_fused_cpu(w.double(), w.double(), w.double(), w.double())
-    assert not merit._uses_fused_cpu(w.t(), w.t(), w.t(), w.t())  # a transposed view
-    assert not merit._uses_fused_cpu(*[torch.zeros(2, 3, 4)] * 4)  # 3-D
-    merit._fused_cpu = False
-    assert not merit._uses_fused_cpu(w, w, w, w)
     sophia = SophiaG([torch.nn.Parameter(torch.zeros(2, 2))])
     assert sophia._uses_per_tensor(cpu) and not sophia._uses_per_tensor(cuda)
 

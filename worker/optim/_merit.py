@@ -17,19 +17,12 @@ Tensors with more than two dims are reduced exactly as the authors do: over dim 
 over dim 0 for the "column" norm (keepdim, so the remaining dims stay element-wise). GPT-2 has only 1-D
 and 2-D parameters, so this only matters for other models.
 
-Three ways through a matrix, one algorithm; every one agrees with the authors' code to float rounding
-(tests/worker/test_optim.py and test_optim_speed.py) and benchmarks/optimizer_step.py times them all.
-Measured there on GPT-2-small shapes (124M parameters, float32, 2-core EPYC, three runs each):
+Two ways through a matrix, one algorithm; both agree with the authors' code to float rounding
+(tests/worker/test_optim.py and test_optim_speed.py) and benchmarks/optimizer_step.py times them:
 
-    path                       where                                   step      x AdamW(fused)
-    fused C kernel             CPU, contiguous float32 2-D (default)   80-86 ms  1.53-1.56x
-    eager (blocked torch ops)  CPU otherwise; accelerators' fallback   180-230   3.3-5.6x
-    compiled (inductor)        CUDA (default)                          240-350   3.8-4.5x (CPU)
-
-The fused kernel (`_merit_cpu`, built with the system's C compiler on first use): two sweeps of the matrix,
-moments + u + the four max-norm vectors, then ratio + clip + update: 10 float streams through memory
-against AdamW(fused)'s 7, which is about the ratio measured. Where a |w| or |u| is NaN or inf it hands the
-norms to torch (their NaN propagation is the authors'); without a compiler MERIT runs eager and logs why.
+    path                       where                                   step on GPT-2-small shapes (CPU)
+    eager (blocked torch ops)  CPU; accelerators' fallback             180-230 ms: 3.3-5.6x AdamW(fused), ~0.5x foreach
+    compiled (inductor)        CUDA (default)                          not measured on a GPU yet
 
 The eager path, made fast without changing the algorithm (the final multiply-add is one fused op here,
 two in the authors' code):
@@ -40,7 +33,7 @@ two in the authors' code):
 * A matrix's first pass (moments, u, the four max-norm vectors) runs over blocks of ~0.5M elements of
   whole rows, so the six operands of a block stay in the last-level cache between the dozen ops that
   touch them. Column maxima are combined across blocks with an element-wise maximum.
-* max|w| and max|u| of the whole matrix are the max of the row-max vectors (exact); so in the fused path.
+* max|w| and max|u| of the whole matrix are the max of the row-max vectors (exact).
 * The `whole` floor is folded into the small column-ratio vector before broadcasting:
   max(max(a, b), c) == max(a, max(b, c)), also under NaN propagation.
 * The zero-norm mask is applied only when a batched check on the small vectors finds a zero norm
@@ -58,7 +51,7 @@ back (no host sync), and one graph serves every 2-D shape and lr (dynamic shapes
 inputs). Used on CUDA (not measured on a GPU yet: deploy/gpu_check.sh does); not on CPU, where inductor's
 C++ makes some eight passes over each matrix (its column reductions walk the matrix with a stride) and
 measured no faster than the eager path, at a compilation (~10 s cold, ~2 s cached) in every process.
-`MERIT._compiled` and `MERIT._fused_cpu` override the choices (tests, the benchmark).
+`MERIT._compiled` overrides the choice (tests, the benchmark).
 """
 
 from __future__ import annotations
@@ -68,8 +61,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-
-from worker.optim import _merit_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -160,15 +151,12 @@ class MERIT(torch.optim.Optimizer):
         self._host_checks: bool | None = None
         # Matrices through the compiled `_matrix_update`. None: on CUDA (see the module docstring).
         self._compiled: bool | None = None
-        # Matrices through the hand-fused CPU kernel (`_merit_cpu`). None: where it applies and builds.
-        self._fused_cpu: bool | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.__dict__.setdefault("_scratch", {})
         self.__dict__.setdefault("_host_checks", None)
         self.__dict__.setdefault("_compiled", None)
-        self.__dict__.setdefault("_fused_cpu", None)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -253,14 +241,6 @@ class MERIT(torch.optim.Optimizer):
             self._scratch[key] = bufs
         return bufs[0][: p.numel()].view(p.shape), bufs[1][: p.numel()].view(p.shape)
 
-    def _uses_fused_cpu(self, *tensors: torch.Tensor) -> bool:
-        """Whether a matrix (its tensors: parameter, gradient, moments) takes the hand-fused CPU kernel
-        (`_merit_cpu`): `_fused_cpu`, else where it applies (contiguous float32 2-D on CPU, host checks on)
-        and builds."""
-        if self._fused_cpu is False or not self._uses_host_checks(tensors[0].device):
-            return False
-        return _merit_cpu.usable(*tensors) and _merit_cpu.kernel() is not None
-
     def _matrix_step(
         self,
         p: torch.Tensor,
@@ -270,36 +250,21 @@ class MERIT(torch.optim.Optimizer):
         group: dict[str, Any],
     ) -> None:
         lr: float = group["lr"]
-        beta1, beta2 = group["betas"]
-        eps: float = group["eps"]
-        wd: float = group["weight_decay"]
         host_checks = self._uses_host_checks(p.device)
-        lib = _merit_cpu.kernel() if self._uses_fused_cpu(p, grad, exp_avg, exp_avg_sq) else None
 
-        if lib is not None:
-            # pass 1 in C: moments, u and the four max-norm vectors in one sweep of the matrix
-            w, m, v = p, exp_avg, exp_avg_sq
-            u, scratch = self._buffers(w)
-            blocks = [slice(None)]
-            norms = _merit_cpu.pass1(lib, w, grad, m, v, u, beta1, beta2, eps, wd)
-            if norms is None:  # a NaN or inf: the norms from torch, whose max propagates NaN like the authors'
-                lib = None
-                norms = _first_pass(w, grad, m, v, u, scratch, blocks, group, moments=False)
-        else:
-            # Blocks are slices along dim 0, so they need row-contiguous operands; anything else (a
-            # transposed view, channels-last) is processed whole through contiguous copies.
-            w = p if p.is_contiguous() else p.contiguous()
-            g = grad.contiguous()
-            m, v = exp_avg, exp_avg_sq
-            if not (m.is_contiguous() and v.is_contiguous()):
-                m, v = m.contiguous(), v.contiguous()
-            u, scratch = self._buffers(w)
-            n_rows = w.shape[0]
-            row_elems = max(1, w[0].numel())
-            rows_per_block = max(1, _CPU_BLOCK_ELEMS // row_elems) if p.device.type == "cpu" else n_rows
-            blocks = [slice(i, min(n_rows, i + rows_per_block)) for i in range(0, n_rows, rows_per_block)]
-            norms = _first_pass(w, g, m, v, u, scratch, blocks, group, moments=True)
-        row_w, row_u, col_w, col_u = norms
+        # Blocks are slices along dim 0, so they need row-contiguous operands; anything else (a
+        # transposed view, channels-last) is processed whole through contiguous copies.
+        w = p if p.is_contiguous() else p.contiguous()
+        g = grad.contiguous()
+        m, v = exp_avg, exp_avg_sq
+        if not (m.is_contiguous() and v.is_contiguous()):
+            m, v = m.contiguous(), v.contiguous()
+        u, scratch = self._buffers(w)
+        n_rows = w.shape[0]
+        row_elems = max(1, w[0].numel())
+        rows_per_block = max(1, _CPU_BLOCK_ELEMS // row_elems) if p.device.type == "cpu" else n_rows
+        blocks = [slice(i, min(n_rows, i + rows_per_block)) for i in range(0, n_rows, rows_per_block)]
+        row_w, row_u, col_w, col_u = _first_pass(w, g, m, v, u, scratch, blocks, group)
 
         max_w = row_w.amax()  # == max|w|: the max of the row maxima
         whole = max_w / row_u.amax()
@@ -320,10 +285,6 @@ class MERIT(torch.optim.Optimizer):
             clip = masked or not (max_w_value <= limit)
         else:
             masked = clip = True  # no host sync on accelerators; both passes are exact no-ops when not needed
-
-        if lib is not None:  # pass 2 in C: ratio, clip and update in one sweep
-            _merit_cpu.pass2(lib, w, u, row_ratio, col_ratio, row_bad, col_bad, masked=masked, clip=clip, lr=lr)
-            return
 
         for rows in blocks:
             wb, ub, rb = w[rows], u[rows], scratch[rows]
@@ -392,12 +353,10 @@ def _first_pass(
     scratch: torch.Tensor,
     blocks: list[slice],
     group: dict[str, Any],
-    *,
-    moments: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The eager first pass over `blocks` of rows: with `moments`, m, v and u = m / (sqrt(v) + eps) + wd*w
-    in place (u into `u`); then the max-norm vectors of |w| and |u| (rows (R, 1, *rest), columns
-    (1, C, *rest)), each block's while it is in cache. Without `moments` u is taken as given."""
+    """The eager first pass over `blocks` of rows: m, v and u = m / (sqrt(v) + eps) + wd*w in place (u into
+    `u`); then the max-norm vectors of |w| and |u| (rows (R, 1, *rest), columns (1, C, *rest)), each
+    block's while it is in cache."""
     beta1, beta2 = group["betas"]
     eps, wd = group["eps"], group["weight_decay"]
     row_w = w.new_empty((w.shape[0], 1, *w.shape[2:]))
@@ -406,16 +365,15 @@ def _first_pass(
     col_u: torch.Tensor | None = None
     for rows in blocks:
         wb, ub, sb = w[rows], u[rows], scratch[rows]
-        if moments:
-            mb, vb, gb = m[rows], v[rows], g[rows]
-            # Moments in the authors' op order (m and v come out bit-identical to theirs).
-            mb.mul_(beta1).add_(gb, alpha=1 - beta1)
-            vb.mul_(beta2).addcmul_(gb, gb, value=1 - beta2)
-            torch.sqrt(vb, out=ub)
-            ub.add_(eps)
-            torch.div(mb, ub, out=ub)  # u = m / (sqrt(v) + eps)
-            if wd != 0:
-                ub.add_(wb, alpha=wd)
+        mb, vb, gb = m[rows], v[rows], g[rows]
+        # Moments in the authors' op order (m and v come out bit-identical to theirs).
+        mb.mul_(beta1).add_(gb, alpha=1 - beta1)
+        vb.mul_(beta2).addcmul_(gb, gb, value=1 - beta2)
+        torch.sqrt(vb, out=ub)
+        ub.add_(eps)
+        torch.div(mb, ub, out=ub)  # u = m / (sqrt(v) + eps)
+        if wd != 0:
+            ub.add_(wb, alpha=wd)
         # amax of |x| written into scratch: amax is a plain reduction, much faster than
         # vector_norm(ord=inf), and NaN propagates through both.
         torch.abs(wb, out=sb)
