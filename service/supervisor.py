@@ -88,7 +88,8 @@ class Supervisor:
                 )
                 return
             log.exception("sweep %s: driver failed to start", sweep_id)
-            error = f"driver failed to start: {type(exc).__name__}: {exc}"
+            # the exception's text names the cluster's hosts and files: the log has it, clients get its type
+            error = f"driver failed to start ({type(exc).__name__}); the service log says why"
             await anyio.to_thread.run_sync(
                 lambda: self.store.update(sweep_id, status=SweepStatus.failed.value, error=error, finished_at=utcnow())
             )

@@ -334,11 +334,13 @@ def test_cancel_before_the_driver_started(client: TestClient, launcher: FakeLaun
     wait_until(lambda: sweep_id in launcher.cancelled, 10, what="cancel forwarded")
 
 
-def test_launch_failure_fails_the_sweep(client: TestClient, launcher: FakeLauncher) -> None:
-    launcher.fail_start = "no resources"
+def test_launch_failure_fails_the_sweep_without_naming_the_cluster(client: TestClient, launcher: FakeLauncher) -> None:
+    launcher.fail_start = "no resources on ray://head.internal.example:10001"
     sweep_id = submit(client)
     wait_until(lambda: status_of(client, sweep_id) == "failed", 10)
-    assert "no resources" in client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["error"]
+    error = client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["error"]
+    assert error == "driver failed to start (RuntimeError); the service log says why"
+    assert "internal" not in error  # the exception's text (hosts, files) stays in the log
 
 
 # ---- events -----------------------------------------------------------------------------------------
