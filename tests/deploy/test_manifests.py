@@ -239,14 +239,28 @@ def test_the_default_apply_holds_no_secret_and_no_placeholder() -> None:
     assert all(d["kind"] != "Secret" for d in yaml.safe_load_all(text) if d)
 
 
-def test_every_pod_is_selected_by_a_network_policy(docs: list[dict[str, Any]]) -> None:
-    policies = [d["spec"]["podSelector"]["matchLabels"] for d in docs if d["kind"] == "NetworkPolicy"]
+def test_every_pod_is_denied_by_default_and_selected_by_a_policy_with_egress_rules(docs: list[dict[str, Any]]) -> None:
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    deny = one(docs, "NetworkPolicy", "batchsweep-default-deny")["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}  # no rule: nothing allowed
     for where, template in pod_templates(docs):
         labels = template["metadata"].get("labels", {})
         if "RayCluster" in where:  # KubeRay adds its labels to the pods it makes from these templates
             kind = "head" if "head" in where else "worker"
             labels = {**labels, "ray.io/cluster": "batchsweep", "ray.io/node-type": kind}
-        assert any(all(labels.get(k) == v for k, v in sel.items()) for sel in policies), where
+        mine = [
+            p["spec"]
+            for p in policies
+            if p["spec"]["podSelector"].get("matchLabels")
+            and all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())
+        ]
+        assert mine, where
+        for spec in mine:
+            assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["egress"], where
+            # out to anywhere but the cloud's instance metadata endpoint (the node's credentials)
+            blocks = [t["ipBlock"] for rule in spec["egress"] for t in rule["to"]]
+            assert {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]} in blocks, where
+            assert all(b.get("except") for b in blocks), where
 
 
 def test_the_api_is_reached_through_the_ingress_controller_only(docs: list[dict[str, Any]]) -> None:
@@ -406,7 +420,13 @@ def test_network_policy_admits_only_the_api_and_the_cluster_to_the_head(docs: li
     api_labels = one(docs, "Deployment", "batchsweep-api")["spec"]["template"]["metadata"]["labels"]
     client_port = int(env_of(api_container(docs), docs)["RAY_ADDRESS"].rsplit(":", 1)[1])
 
-    policies = [p for p in docs if p["kind"] == "NetworkPolicy" and matches(p["spec"]["podSelector"], head_labels)]
+    policies = [
+        p
+        for p in docs
+        if p["kind"] == "NetworkPolicy"
+        and p["spec"]["podSelector"]  # the default deny selects every pod and admits nothing
+        and matches(p["spec"]["podSelector"], head_labels)
+    ]
     assert len(policies) == 1
     policy = policies[0]["spec"]
     assert "Ingress" in policy["policyTypes"]
