@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SYSDEPS := $(VENV)/.sysdeps
 
-.PHONY: demo test venv clean
+.PHONY: demo test test-fast sysdeps venv clean
 
 venv: $(STAMP)
 
@@ -25,8 +25,19 @@ $(SYSDEPS): | $(STAMP)
 	@if command -v chromium >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium postgresql >/dev/null; \
-	else echo "make test needs Debian's chromium and postgresql: sudo apt-get install chromium postgresql"; exit 1; fi
+	else echo "make test needs Debian's chromium and postgresql (make sysdeps as root, or: sudo apt-get install chromium postgresql)"; exit 1; fi
 	touch $@
+
+sysdeps: $(SYSDEPS)
+
+# What needs no Ray cluster, browser, server process or GPU: the contributor's quick loop (README). Also
+# in a fresh temporary directory of its own.
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	@tmp=$$(mktemp -d /tmp/bst.XXXXXX) && \
+	  TMPDIR=$$tmp $(PY) -m pytest -m "not ray and not slow and not gpu and not browser and not server" -q; \
+	  rc=$$?; rm -rf "$$tmp"; exit $$rc
 
 # The suite runs in a fresh, empty temporary directory of its own (TMPDIR, which Python's tempfile and
 # Ray's default folder follow), removed afterwards: nothing an earlier run or another program left in

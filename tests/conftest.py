@@ -104,3 +104,20 @@ def tiny_sweep(ray_session: str, tmp_path_factory: pytest.TempPathFactory):  # -
     runtime = SweepRuntime.from_env(tmp_path_factory.mktemp("tiny-sweep"))
     outcome = run_sweep(SweepSpec.from_yaml(TINY_SWEEP), runtime=runtime)
     return outcome, runtime
+
+
+# Fixtures that start something outside this process: tests using them get a marker, so that
+# `make test-fast` (-m "not ray and not slow and not browser and not server") leaves them out.
+_MARK_BY_FIXTURE = {
+    "browser": "browser",  # Chromium (tests/dashboards/conftest.py)
+    "postgres": "server",  # a PostgreSQL server (tests/service/conftest.py)
+    "ray_address": "ray",  # the session's Ray head (above)
+    "ray_session": "ray",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if mark := _MARK_BY_FIXTURE.get(fixture):
+                item.add_marker(getattr(pytest.mark, mark))
