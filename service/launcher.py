@@ -71,7 +71,10 @@ class RayLauncher:
             address = LocalRayHead(self.settings.data_dir).ensure().address
         init_ray(address)
         log.info("connected to Ray at %s", ray.get_runtime_context().gcs_address)
-        check_storage(self.settings.runtime(), nodes=alive_nodes())
+        runtime, nodes = self.settings.runtime(), alive_nodes()
+        check_storage(runtime, nodes=nodes)
+        if nodes > 1 and runtime.storage_is_local:
+            log.info("trial storage %s is shared: all %d nodes read it", runtime.trial_storage, nodes)
 
     def start(self, sweep_id: str, spec: dict[str, Any]) -> None:
         handle = remote.launch(sweep_id, spec, self.settings.runtime())

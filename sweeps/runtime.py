@@ -9,6 +9,8 @@ RAY_ADDRESS            Ray cluster to use (default: start a local one on 127.0.0
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,18 +77,61 @@ class SweepRuntime:
 
 
 class StorageNotShared(RuntimeError):
-    """Trial storage on one machine's disk while the cluster has several nodes."""
+    """Trial storage that some node of the cluster cannot see."""
 
 
-def check_storage(runtime: SweepRuntime, *, nodes: int) -> None:
-    """Refuse a node-local storage path on a multi-node cluster: trials on other nodes would write
-    results and checkpoints where the driver never finds them (and a trial moved to another node
-    would find no checkpoint to resume from)."""
-    if nodes > 1 and runtime.storage_is_local:
+def check_storage(runtime: SweepRuntime, *, nodes: int, unseen: Callable[[Path], list[str]] | None = None) -> None:
+    """Refuse trial storage that some node cannot see: trials there would write results and checkpoints
+    where the driver never finds them (and a trial moved to another node would find no checkpoint).
+
+    Decided by what is true, not by the URI's form: a URI (s3://, gs://, ...) is shared storage; a local
+    path on a one-node cluster is right; on several nodes a local path is shared when every alive node
+    reads back a marker the driver wrote there (an NFS, EFS or Lustre mount), else refused, naming the
+    nodes that did not. `unseen(path)` lists those nodes (default: `nodes_not_seeing`, a Ray task pinned
+    to each alive node)."""
+    if nodes <= 1 or not runtime.storage_is_local:
+        return
+    path = Path(runtime.trial_storage.removeprefix("file://").removeprefix("local://"))
+    missing = (unseen or nodes_not_seeing)(path)
+    if missing:
         raise StorageNotShared(
-            f"the Ray cluster has {nodes} nodes but trial storage is the local path {runtime.trial_storage}: "
-            f"set SWEEPS_STORAGE_URI to storage every node reaches (e.g. s3://bucket/prefix)"
+            f"the Ray cluster has {nodes} nodes and trial storage is the local path {path}, which "
+            f"{len(missing)} of them cannot see ({', '.join(missing)}): mount it on every node, or set "
+            f"SWEEPS_STORAGE_URI to storage every node reaches (e.g. s3://bucket/prefix)"
         )
+
+
+def nodes_not_seeing(path: Path, timeout_s: float = 120.0) -> list[str]:
+    """The alive Ray nodes (`<node id> (<address>)`) on which a task cannot read a marker this process
+    writes into `path`: a random token in a file of a random name, removed after."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    path.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
+    marker = path / f".batchsweep-shared-{token[:12]}"
+    marker.write_text(token)
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def read(where: str) -> str | None:
+        try:
+            return Path(where).read_text()
+        except OSError:
+            return None
+
+    try:
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        refs = {
+            f"{n['NodeID'][:12]} ({n.get('NodeManagerAddress', '?')})": read.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote(str(marker))
+            for n in alive
+        }
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        done = set(ready)
+        return [name for name, ref in refs.items() if ref not in done or ray.get(ref) != token]
+    finally:
+        marker.unlink(missing_ok=True)
 
 
 def alive_nodes() -> int:

@@ -77,7 +77,7 @@ def test_mlflow_link_only_when_a_ui_is_configured() -> None:
     assert Settings(mlflow_ui_url="http://127.0.0.1:5000").mlflow_link(None) is None
 
 
-def test_trial_storage_is_local_by_default_and_refused_on_several_nodes(
+def test_trial_storage_is_local_by_default_and_refused_where_a_node_cannot_see_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from sweeps.runtime import StorageNotShared, check_storage
@@ -85,13 +85,17 @@ def test_trial_storage_is_local_by_default_and_refused_on_several_nodes(
     monkeypatch.setenv("SWEEPS_DATA_DIR", str(tmp_path / "d"))
     local = Settings().runtime()
     assert local.trial_storage == str((tmp_path / "d").resolve() / "ray_results") and local.storage_is_local
-    check_storage(local, nodes=1)  # one machine: a local folder is right
-    with pytest.raises(StorageNotShared, match="3 nodes.*SWEEPS_STORAGE_URI"):
-        check_storage(local, nodes=3)
+    check_storage(local, nodes=1, unseen=lambda path: pytest.fail("one machine: nothing to probe"))
+    # several nodes: shared when every node reads the marker back (a mount), else refused naming the nodes
+    asked: list[Path] = []
+    check_storage(local, nodes=3, unseen=lambda path: asked.append(path) or [])
+    assert asked == [(tmp_path / "d").resolve() / "ray_results"]
+    with pytest.raises(StorageNotShared, match=r"1 of them cannot see \(abc \(10.0.0.7\)\).*SWEEPS_STORAGE_URI"):
+        check_storage(local, nodes=3, unseen=lambda path: ["abc (10.0.0.7)"])
     monkeypatch.setenv("SWEEPS_STORAGE_URI", "s3://sweeps/results?endpoint_override=http://127.0.0.1:9000")
     shared = Settings().runtime()
     assert shared.trial_storage == "s3://sweeps/results?endpoint_override=http://127.0.0.1:9000"
-    check_storage(shared, nodes=3)
+    check_storage(shared, nodes=3, unseen=lambda path: pytest.fail("a URI is shared storage: nothing to probe"))
 
 
 def test_passwords_in_uris_are_redacted_for_logs() -> None:
