@@ -30,13 +30,13 @@ $(SYSDEPS): | $(STAMP)
 
 sysdeps: $(SYSDEPS)
 
-# What needs no Ray cluster, browser, server process or GPU: the contributor's quick loop (README). Also
+# What needs no Ray cluster, browser, server process, GPU or compilation: the contributor's quick loop. Also
 # in a fresh temporary directory of its own.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	@tmp=$$(mktemp -d /tmp/bst.XXXXXX) && \
-	  TMPDIR=$$tmp $(PY) -m pytest -m "not ray and not slow and not gpu and not browser and not server" -q; \
+	  TMPDIR=$$tmp $(PY) -m pytest -n 2 -m "not ray and not slow and not gpu and not browser and not server and not compile" -q; \
 	  rc=$$?; rm -rf "$$tmp"; exit $$rc
 
 # The suite runs in a fresh, empty temporary directory of its own (TMPDIR, which Python's tempfile and

@@ -107,7 +107,8 @@ def tiny_sweep(ray_session: str, tmp_path_factory: pytest.TempPathFactory):  # -
 
 
 # Fixtures that start something outside this process: tests using them get a marker, so that
-# `make test-fast` (-m "not ray and not slow and not browser and not server") leaves them out.
+# `make test-fast` (-m "not ray and not slow and not gpu and not browser and not server and not compile")
+# leaves them out.
 _MARK_BY_FIXTURE = {
     "browser": "browser",  # Chromium (tests/dashboards/conftest.py)
     "postgres": "server",  # a PostgreSQL server (tests/service/conftest.py)

@@ -366,6 +366,7 @@ def test_bf16_autocast_trains_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert final["val_loss"] != fp32["val_loss"]
 
 
+@pytest.mark.compile
 def test_compiled_model_trains_like_the_eager_one_on_cpu() -> None:
     # inductor's C++ kernels (one compilation of the training graph, ~20 s on 2 cores cold)
     c = cfg(token_budget=8 * 32 * 4, eval_every_tokens=8 * 32 * 4)

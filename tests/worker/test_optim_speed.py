@@ -89,6 +89,7 @@ def _compare(
     return opt
 
 
+@pytest.mark.compile
 def test_compiled_merit_matches_the_authors_on_cpu() -> None:
     from torch._dynamo.utils import counters
 
