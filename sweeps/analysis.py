@@ -83,7 +83,8 @@ d_s = loss(B, s) - (1 + tol) x loss(reference, s) over the seeds both have (seed
 and data order at every batch size, so what it shares cancels): `fine` when the upper end of the
 Student-t interval of mean(d_s) is below 0, `degraded` when its lower end is above 0 or the cell has no
 lr stable for every seed (or every trial diverged), else `undecided` (also with fewer than 2 common
-seeds). The reference cell is fine (degraded when unstable). Every interval is at
+seeds, or when confirmation runs are only missing: a cancelled sweep, a retreat without budget). The
+reference cell is fine (degraded when a run diverged or failed there). Every interval is at
 1 - 0.05 / (looks x comparisons) (`verdict_level`: Bonferroni over the optimizer's compared batch sizes
 and the planned looks), so all verdicts of one optimizer and reference hold together with >= 95%.
 `bracket`: `largest_fine` is the largest batch size that is fine with every smaller one fine,
@@ -544,10 +545,13 @@ def _verdicts(
     intervals: list[tuple[float, float] | None] = []
     for c in cells:
         ci = None
+        # runs that diverged or failed at the cell's lr (after any retreat): no lr stable for every seed.
+        # Runs that are only missing (a cancelled sweep, a retreat the budget had no room for) decide nothing.
+        broken = c.unstable_reason is not None and any(t.status in ("diverged", "failed") for t in c.confirmations)
         if is_ref_cell(c):
-            verdict: Verdict | None = "degraded" if c.unstable_reason is not None else "fine"
-        elif c.unstable_reason is not None:
-            verdict = "degraded"  # no stable lr for every seed: a degradation, whatever the mean
+            verdict: Verdict | None = "degraded" if broken else "fine"
+        elif broken:
+            verdict = "degraded"  # a degradation, whatever the mean
         elif c.mean is None:
             ended = [t.status for t in c.trials]
             verdict = "degraded" if ended and all(s == "diverged" for s in ended) else "undecided"
@@ -689,12 +693,17 @@ def build_report(
         row = cells[o]
         self_ref = row[0]
         level = noise_level(inputs.noise_looks)
-        v_self, ans_self, noise_self, checks_self = _judge(row, self_ref, tol, lambda c: c.batch_size == ref_b, level)
-        is_base_ref = lambda c: c.optimizer == inputs.baseline and c.batch_size == ref_b  # noqa: E731
+
+        def is_self_ref(c: _Cell) -> bool:
+            return c.batch_size == ref_b
+
+        def is_base_ref(c: _Cell) -> bool:
+            return c.optimizer == inputs.baseline and c.batch_size == ref_b
+
+        v_self, ans_self, noise_self, checks_self = _judge(row, self_ref, tol, is_self_ref, level)
         v_base, ans_base, noise_base, checks_base = _judge(row, baseline_ref, tol, is_base_ref, level)
-        looks = inputs.noise_looks
-        verdict_self, ci_self = _verdicts(row, self_ref, tol, lambda c: c.batch_size == ref_b, looks)
-        verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, looks)
+        verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks)
+        verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks)
         cell_dicts = []
         for i, c in enumerate(row):
             status = {s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}

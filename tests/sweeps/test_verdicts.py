@@ -255,3 +255,18 @@ def test_the_bracket_in_words() -> None:
     assert describe_bracket({"largest_fine": 8, "smallest_degraded": 16, "contradictions": [32, 64]}) == (
         "fine up to 8, degraded from 16 (not monotone: fine again at 32, 64)"
     )
+
+
+def test_missing_confirmation_runs_leave_a_batch_size_undecided_not_degraded() -> None:
+    """A retreat the cell's budget had no room for (or a cancelled sweep): no evidence either way."""
+    samples = {8: [3.0, 3.01, 3.0], 16: [3.0, 3.01, 3.0]}
+    results = [r for r in rows(samples) if not (r.batch_size == 16 and r.role == "seed")]
+    # batch 16: its confirmation at 1e-3 diverged; the search's lower lr is where it retreated, unconfirmed
+    results += [
+        TrialResult("adamw", 16, 5e-4, 0, "search", "completed", 3.2, 1, 1, number=1),
+        TrialResult("adamw", 16, 1e-3, 1, "seed", "diverged", None, 1, 1),
+    ]
+    report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16)))
+    cell = report["optimizers"]["adamw"]["cells"][1]
+    assert cell["best_lr"] == 5e-4 and cell["retreated_from_lr"] == 1e-3 and cell["stable"] is False
+    assert cells(report) == {8: "fine", 16: "undecided"}
