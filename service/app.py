@@ -19,12 +19,14 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.telemetry import TelemetryConfig
 from fastapi_offline import FastAPIOffline
+from prometheus_client import start_http_server
 
 from service import errors
 from service.auth import TokenTable
 from service.health import HealthChecker, mlflow_check
 from service.launcher import Launcher, RayLauncher
 from service.manager import RenderedPages, SweepReader
+from service.metrics import Metrics, RequestMetrics
 from service.middleware import BodyLimit, HotReads
 from service.routes import health, pages, sweeps
 from service.sessions import Sessions, SignInLimiter
@@ -72,10 +74,20 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         await supervisor.reconcile()
         supervisor.start()
         url = store.engine.url.render_as_string()  # password hidden
+        exporter = None
+        if metrics is not None:
+            gauges = metrics.watch(store, app.state.health)
+            # prometheus-client's own WSGI server, on a daemon thread of its own
+            exporter, _ = start_http_server(settings.metrics_port, addr=settings.host, registry=metrics.registry)
+            log.info("Prometheus metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
         log.info("sweep service ready (store %s, %d owners)", url, len(app.state.tokens))
         try:
             yield
         finally:
+            if exporter is not None:
+                exporter.shutdown()
+                exporter.server_close()
+                metrics.registry.unregister(gauges)  # type: ignore[union-attr]
             await supervisor.stop()
             await anyio.to_thread.run_sync(ray_launcher.close)
             store.dispose()
@@ -97,6 +109,10 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(HotReads, state=app.state)  # a hit skips the rest
+    metrics = Metrics() if settings.metrics_port else None
+    app.state.metrics = metrics
+    if metrics is not None:  # outermost: HotReads' answers counted too
+        app.add_middleware(RequestMetrics, metrics=metrics)
     if settings.trusted_proxies:
         # uvicorn's own: the client address and scheme from X-Forwarded-For/-Proto, only when the TCP
         # peer is one of these (server.py runs uvicorn with proxy_headers=False, so nothing else does)

@@ -58,6 +58,10 @@ class HealthChecker:
             return last[1]
         return await asyncio.shield(self._refresh)
 
+    def last(self) -> Health | None:
+        """The last round of checks, if any (what the metrics report; no check is run for it)."""
+        return self._last[1] if self._last is not None else None
+
     def _refreshed(self, task: asyncio.Task[Health]) -> None:
         self._refresh = None
         if not task.cancelled() and task.exception() is None:

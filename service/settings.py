@@ -14,7 +14,7 @@ SWEEPS_MAX_TRIALS, SWEEPS_MAX_TOKEN_BUDGET, SWEEPS_MAX_CONCURRENT_PER_OWNER, SWE
 (comma-separated directories), SWEEPS_HF_DATASETS (comma-separated names), SWEEPS_MAX_BODY_BYTES,
 SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_SSE_HEARTBEAT_S,
 SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S, SWEEPS_DRY_RUN_BURST, SWEEPS_DRY_RUN_REFILL_S,
-SWEEPS_SUBMIT_BURST, SWEEPS_SUBMIT_REFILL_S, SWEEPS_DRIVER_UNRESPONSIVE_S,
+SWEEPS_SUBMIT_BURST, SWEEPS_SUBMIT_REFILL_S, SWEEPS_DRIVER_UNRESPONSIVE_S, SWEEPS_METRICS_PORT,
 SWEEPS_MAX_EVENT_STREAMS_PER_OWNER, and for the browser pages SWEEPS_SESSION_SECRET, SWEEPS_SESSION_TTL_S,
 SWEEPS_SIGN_IN_LINK_TTL_S, SWEEPS_SIGN_IN_BURST, SWEEPS_SIGN_IN_REFILL_S, SWEEPS_SIGN_IN_ROWS_BURST,
 SWEEPS_SIGN_IN_ROWS_REFILL_S, SWEEPS_TRUSTED_PROXIES.
@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     read_cache_s: float = Field(default=1.0, ge=0)
     # FastAPI's OpenTelemetry spans, metrics and logs of each request, to the configured OTel providers
     otel: bool = False
+    # Prometheus metrics (service/metrics.py) on this port, on the API's host; None: off (and no
+    # per-request counting at all)
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
     # ---- per-owner request limits (service/limits.py); beyond them 429 with Retry-After ----------------
     # Dry runs validate a spec and store nothing, so nothing else bounds them: a token bucket per owner

@@ -378,6 +378,16 @@ class Store:
             rows = s.execute(select(SweepRow.id, SweepRow.status).where(SweepRow.id.in_(list(sweep_ids)))).all()
         return {r.id: r.status for r in rows}
 
+    def tallies(self) -> list[tuple[str, str, int, int]]:
+        """(status, owner, sweeps, driver starts) for every status and owner with sweeps: one grouped query."""
+        with self._sessions() as s:
+            rows = s.execute(
+                select(
+                    SweepRow.status, SweepRow.owner, func.count(), func.coalesce(func.sum(SweepRow.driver_starts), 0)
+                ).group_by(SweepRow.status, SweepRow.owner)
+            ).all()
+        return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
+
     def count_active(self, owner: str) -> int:
         with self._sessions() as s:
             return self._count_active(s, owner)

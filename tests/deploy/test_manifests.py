@@ -266,7 +266,7 @@ def test_every_pod_is_denied_by_default_and_selected_by_a_policy_with_egress_rul
 def test_the_api_is_reached_through_the_ingress_controller_only(docs: list[dict[str, Any]]) -> None:
     policy = one(docs, "NetworkPolicy", "batchsweep-api")
     assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "batchsweep-api"}
-    (rule,) = policy["spec"]["ingress"]
+    rule, _metrics = policy["spec"]["ingress"]  # the second: the metrics port, from monitoring only
     assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
     config = one(docs, "ConfigMap", "batchsweep-config")["data"]
@@ -452,7 +452,7 @@ def test_api_deployment_serves_with_probes_and_a_service(docs: list[dict[str, An
     c = api_container(docs)
     assert c["command"] == ["sweeps", "serve", "--host", "0.0.0.0", "--port", "8000"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"http": 8000}
+    assert ports == {"http": 8000, "metrics": 9100}  # metrics: test_metrics_are_scraped_from_inside_the_cluster_only
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"]["path"] == "/healthz"
         assert ports.get(c[probe]["httpGet"]["port"], c[probe]["httpGet"]["port"]) == 8000
@@ -460,7 +460,7 @@ def test_api_deployment_serves_with_probes_and_a_service(docs: list[dict[str, An
         assert {"cpu", "memory"} <= set(c["resources"][kind])
     service = one(docs, "Service", "batchsweep-api")
     assert matches({"matchLabels": service["spec"]["selector"]}, deployment["spec"]["template"]["metadata"]["labels"])
-    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http", "metrics"]
     ingress = one(docs, "Ingress", "batchsweep-api")
     (rule,) = ingress["spec"]["rules"]
     assert rule["http"]["paths"][0]["backend"]["service"]["name"] == "batchsweep-api"
@@ -796,3 +796,54 @@ def test_readme_walks_through_the_kubernetes_deploy() -> None:
     for step in ("KubeRay", "docker build -f deploy/Dockerfile", "secret.example.yaml",
                  "kubectl apply -k deploy/kubernetes", "batchsweep-api-tls", "port-forward", "maxReplicas"):  # fmt: skip
         assert step in section, step
+
+
+# ---- monitoring -----------------------------------------------------------------------------------
+
+
+def test_metrics_are_scraped_from_inside_the_cluster_only(docs: list[dict[str, Any]]) -> None:
+    config = one(docs, "ConfigMap", "batchsweep-config")["data"]
+    port = int(config["SWEEPS_METRICS_PORT"])
+    api = api_container(docs)
+    assert {"name": "metrics", "containerPort": port} in api["ports"]
+    service = one(docs, "Service", "batchsweep-api")["spec"]
+    assert {"name": "metrics", "port": port, "targetPort": "metrics"} in service["ports"]
+    # the Ingress routes the http port only; the policy admits the monitoring namespace to the metrics port
+    backend = one(docs, "Ingress", "batchsweep-api")["spec"]["rules"][0]["http"]["paths"][0]["backend"]
+    assert backend["service"]["port"] == {"name": "http"}
+    rules = one(docs, "NetworkPolicy", "batchsweep-api")["spec"]["ingress"]
+    metric_rules = [r for r in rules if any(p["port"] == port for p in r["ports"])]
+    assert metric_rules == [
+        {
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+            "ports": [{"protocol": "TCP", "port": port}],
+        }
+    ]
+
+
+def test_the_monitoring_kustomization_scrapes_the_api_and_ships_a_dashboard_of_real_metrics() -> None:
+    import json
+
+    monitoring = K8S / "monitoring"
+    if KUBECTL is not None:
+        out = subprocess.run([KUBECTL, "kustomize", str(monitoring)], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
+        assert {d["kind"] for d in rendered} == {"ServiceMonitor", "ConfigMap"}
+        dashboard_cm = next(d for d in rendered if d["kind"] == "ConfigMap")
+        assert dashboard_cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    monitor = yaml.safe_load((monitoring / "servicemonitor.yaml").read_text())
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "batchsweep-api"}
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    # every metric the dashboard queries is one the service exports (service/metrics.py)
+    from service import metrics
+
+    exported = set(re.findall(r"batchsweep_[a-z_]+", metrics.__doc__ or ""))
+    dashboard = json.loads((monitoring / "grafana-dashboard.json").read_text())
+    queried = {
+        name.removesuffix("_bucket")
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"batchsweep_[a-z_]+", target["expr"])
+    }
+    assert queried and queried <= exported, queried - exported

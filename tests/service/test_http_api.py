@@ -6,16 +6,19 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from harness import tiny_spec
+from harness import free_port, tiny_spec
 from httpx_sse import ServerSentEvent, connect_sse
 from svc_helpers import ALICE, BOB, FakeLauncher, auth, wait_until
 
 from service.app import create_app
+from service.settings import Settings
 
 
 def assert_error(resp: Any, status: int, code: str) -> dict[str, Any]:
@@ -639,3 +642,38 @@ def test_health_is_cached_briefly_then_rechecked(make_settings: Any, launcher: F
         assert client.get("/healthz").status_code == 200
         # after it, a new round runs and the failure shows
         wait_until(lambda: client.get("/healthz").status_code == 503, 10, interval_s=0.1, what="503")
+
+
+def test_prometheus_metrics_on_their_own_port_move_with_the_traffic(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher
+) -> None:
+    from svc_helpers import ThreadServer
+
+    port = free_port()
+    with (
+        ThreadServer(make_settings(metrics_port=port), launcher) as server,
+        httpx.Client(base_url=server.url, timeout=30, headers=auth()) as http,
+    ):
+        sweep_id = http.post("/sweeps", json=tiny_spec()).json()["id"]
+        for _ in range(3):
+            assert http.get(f"/sweeps/{sweep_id}").status_code == 200
+        http.get("/healthz")
+
+        def scrape() -> dict[str, float]:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            return {
+                line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line and not line.startswith("#")
+            }
+
+        first = scrape()
+        key = 'batchsweep_http_requests_total{method="GET",route="/sweeps/{sweep_id}",status="200"}'
+        assert first[key] >= 3  # by route template, HotReads' cached answers included
+        assert first['batchsweep_http_requests_total{method="POST",route="/sweeps",status="201"}'] == 1
+        assert sum(v for k, v in first.items() if k.startswith('batchsweep_sweeps{owner="alice"')) == 1
+        assert first['batchsweep_dependency_up{dependency="store"}'] == 1.0
+        assert not any(sweep_id in name for name in first)  # no series per sweep id
+        http.get(f"/sweeps/{sweep_id}")
+        assert scrape()[key] == first[key] + 1
+        assert http.get("/metrics").status_code in (401, 404)  # not on the API's port

@@ -1,0 +1,116 @@
+"""Prometheus metrics of the service (prometheus-client, served on a port of their own).
+
+    batchsweep_http_requests_total{method, route, status}      requests answered, by route template
+    batchsweep_http_request_duration_seconds{method, route}    their latency (histogram)
+    batchsweep_sweeps{status, owner}                           sweeps in the store (read at scrape time)
+    batchsweep_driver_starts{status}                           driver starts summed over those sweeps
+    batchsweep_dependency_up{dependency}                       1 when /healthz's last check of the store,
+                                                               Ray and MLflow passed, else 0
+
+The port (SWEEPS_METRICS_PORT, off when unset) is separate from the API's so that the Ingress never
+exposes it: on Kubernetes only the monitoring namespace reaches it (deploy/kubernetes/networkpolicy.yaml,
+servicemonitor.yaml). Each app has a registry of its own (tests run several apps in one process).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.health import HealthChecker
+from service.store import Store
+
+# the routes HotReads answers before routing (no route in the scope then): named as the route is
+_SWEEP_PATH = re.compile(r"/sweeps/[^/]+")
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "batchsweep_http_requests", "HTTP requests answered", ["method", "route", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "batchsweep_http_request_duration_seconds",
+            "Time to answer an HTTP request (to the end of the response)",
+            ["method", "route"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+
+    def watch(self, store: Store, health: HealthChecker) -> Collector:
+        """Gauges read from the store and the health checker at scrape time (unregister it at the end)."""
+        collector = _StoreCollector(store, health)
+        self.registry.register(collector)
+        return collector
+
+
+class _StoreCollector(Collector):
+    def __init__(self, store: Store, health: HealthChecker) -> None:
+        self.store, self.health = store, health
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        sweeps = GaugeMetricFamily("batchsweep_sweeps", "Sweeps in the store", labels=["status", "owner"])
+        starts = GaugeMetricFamily("batchsweep_driver_starts", "Driver starts of the sweeps", labels=["status"])
+        per_status: dict[str, int] = {}
+        for status, owner, count, driver_starts in self.store.tallies():
+            sweeps.add_metric([status, owner], count)
+            per_status[status] = per_status.get(status, 0) + driver_starts
+        for status, total in sorted(per_status.items()):
+            starts.add_metric([status], total)
+        yield sweeps
+        yield starts
+        up = GaugeMetricFamily("batchsweep_dependency_up", "Last health check passed", labels=["dependency"])
+        last = self.health.last()
+        if last is not None:
+            for name, check in last.checks.items():
+                up.add_metric([name], 1.0 if check.ok else 0.0)
+        yield up
+
+
+class RequestMetrics:
+    """Plain ASGI middleware, outermost: counts and times every HTTP request, the ones HotReads answers
+    before routing too, labelled by route template (never by raw path: sweep ids would explode the
+    series)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            route = route_label(scope)
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, route, str(status[0])).inc()
+            self.metrics.latency.labels(method, route).observe(time.perf_counter() - started)
+
+
+def route_label(scope: Scope) -> str:
+    route = scope.get("route")
+    if route is not None and getattr(route, "path", None):
+        return str(route.path)
+    if _SWEEP_PATH.fullmatch(scope.get("path", "")):
+        return "/sweeps/{sweep_id}"  # answered by HotReads from its cache
+    return "unmatched"
+
+
+__all__ = ["Metrics", "RequestMetrics", "route_label"]
