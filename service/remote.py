@@ -73,6 +73,13 @@ class SweepActor:
             self._state |= kw
 
     def _run(self) -> None:
+        from sweeps.logs import configure, log_context
+
+        configure(self.runtime.log_format)  # this actor's process logs for one sweep: tag every line
+        with log_context(sweep_id=self.sweep_id):
+            self._run_sweep()
+
+    def _run_sweep(self) -> None:
         from sweeps.driver import run_sweep
         from sweeps.spec import SweepSpec
 

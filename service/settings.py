@@ -15,6 +15,7 @@ SWEEPS_MAX_TRIALS, SWEEPS_MAX_TOKEN_BUDGET, SWEEPS_MAX_CONCURRENT_PER_OWNER, SWE
 SWEEPS_HOST, SWEEPS_PORT, SWEEPS_POLL_INTERVAL_S, SWEEPS_SSE_INTERVAL_S, SWEEPS_SSE_HEARTBEAT_S,
 SWEEPS_HEALTH_CACHE_S, SWEEPS_READ_CACHE_S, SWEEPS_DRY_RUN_BURST, SWEEPS_DRY_RUN_REFILL_S,
 SWEEPS_SUBMIT_BURST, SWEEPS_SUBMIT_REFILL_S, SWEEPS_DRIVER_UNRESPONSIVE_S, SWEEPS_METRICS_PORT,
+SWEEPS_LOG_FORMAT,
 SWEEPS_MAX_EVENT_STREAMS_PER_OWNER, and for the browser pages SWEEPS_SESSION_SECRET, SWEEPS_SESSION_TTL_S,
 SWEEPS_SIGN_IN_LINK_TTL_S, SWEEPS_SIGN_IN_BURST, SWEEPS_SIGN_IN_REFILL_S, SWEEPS_SIGN_IN_ROWS_BURST,
 SWEEPS_SIGN_IN_ROWS_REFILL_S, SWEEPS_TRUSTED_PROXIES.
@@ -29,6 +30,7 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, AnyHttpUrl, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from sweeps.logs import LogFormat
 from sweeps.runtime import SweepRuntime
 from sweeps.spec import DEFAULT_MAX_TRIALS
 
@@ -94,6 +96,9 @@ class Settings(BaseSettings):
     # Prometheus metrics (service/metrics.py) on this port, on the API's host; None: off (and no
     # per-request counting at all)
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # log lines as "text" or "json" (one object a line, with the sweep id and trial: sweeps/logs.py), in
+    # the service and in every sweep driver it launches
+    log_format: LogFormat = "text"
 
     # ---- per-owner request limits (service/limits.py); beyond them 429 with Retry-After ----------------
     # Dry runs validate a spec and store nothing, so nothing else bounds them: a token bucket per owner
@@ -208,6 +213,7 @@ class Settings(BaseSettings):
             tracking_uri=self.mlflow_tracking_uri,
             optuna_storage=self.optuna_storage,
             storage_uri=self.storage_uri,
+            log_format=self.log_format,
         )
 
     @property

@@ -25,6 +25,7 @@ class SweepRuntime:
     # where Ray Tune/Train write trial results (and checkpoints): None = <data dir>/ray_results, or any
     # URI pyarrow understands, e.g. s3://bucket/prefix?endpoint_override=host:port&scheme=http
     storage_uri: str | None = None
+    log_format: str = "text"  # the drivers' log lines: "text" or "json" (sweeps/logs.py)
 
     @classmethod
     def at(
@@ -35,6 +36,7 @@ class SweepRuntime:
         optuna_storage: str | None = None,
         ray_address: str | None = None,
         storage_uri: str | None = None,
+        log_format: str = "text",
     ) -> SweepRuntime:
         """The stores of `data_dir`, each defaulting to SQLite (and a local artifact folder) inside it."""
         root = Path(data_dir).expanduser().resolve()
@@ -45,6 +47,7 @@ class SweepRuntime:
             optuna_storage=optuna_storage or f"sqlite:///{root / 'optuna.db'}",
             ray_address=ray_address,
             storage_uri=storage_uri,
+            log_format=log_format,
         )
 
     @classmethod

@@ -44,6 +44,7 @@ from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialSch
 from ray.tune.search import Searcher
 
 from sweeps.analysis import AnalysisInput, TrialResult, build_report, cells_to_extend, pick_stable
+from sweeps.logs import log_context
 from sweeps.plan import (
     DriverOnly,
     cell_key,
@@ -334,7 +335,7 @@ class CellSearcher(DriverOnly, Searcher):
             curve.append((tokens, float(result[METRIC])))
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        with self._lock:
+        with self._lock, log_context(trial=trial_id):
             cell = self._by_trial.pop(trial_id, None)
             if cell is None:
                 return

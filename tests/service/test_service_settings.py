@@ -138,3 +138,11 @@ def test_placeholder_or_short_secrets_refuse_to_start(
         Settings()
     assert words in str(info.value)
     assert value.split("=")[-1] not in str(info.value)  # the secret itself is not echoed
+
+
+def test_the_log_format_reaches_every_driver_and_a_bad_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWEEPS_LOG_FORMAT", "json")
+    assert Settings().runtime().log_format == "json"  # what each SweepActor configures its process with
+    monkeypatch.setenv("SWEEPS_LOG_FORMAT", "xml")
+    with pytest.raises(ValidationError, match="log_format"):
+        Settings()
