@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch is pinned to 2.13.0: the CPU build on this machine kind (README: GPU install)
+	# torch is pinned to 2.13.0: the CPU build on this machine kind (docs/operators.md: GPU install)
 	$(PY) -m pip install -q -e ".[dashboards,postgres,dev]"
 	touch $(STAMP)
 

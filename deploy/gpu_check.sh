@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, run on a GPU machine after the README's "GPU install":
+# The checks that need a GPU, run on a GPU machine after "GPU install" in docs/operators.md:
 #   bash deploy/gpu_check.sh
 # Prints one line per target, `gpu_check: <target>: PASS|FAIL|SKIP <detail>`, and exits 1 when a
 # target failed, else 0:
@@ -45,7 +45,7 @@ trap 'rm -rf "$log_dir"' EXIT
 if "$PYTHON" -c 'import sys, torch; ok = torch.cuda.is_available(); print(f"torch {torch.__version__}, cuda {torch.version.cuda}, devices {torch.cuda.device_count()}"); sys.exit(0 if ok else 1)' >"$log_dir/cuda.log" 2>&1; then
   report cuda PASS "$(last_line "$log_dir/cuda.log")"
 else
-  report cuda FAIL "$(last_line "$log_dir/cuda.log") (CUDA build of torch? README: GPU install)"
+  report cuda FAIL "$(last_line "$log_dir/cuda.log") (CUDA build of torch? docs/operators.md: GPU install)"
 fi
 
 # 2. the GPU-only tests

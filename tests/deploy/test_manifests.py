@@ -784,11 +784,11 @@ def test_gpu_marker_is_registered() -> None:
     assert any(m.startswith("gpu:") for m in markers)
 
 
-# ---- the README -----------------------------------------------------------------------------------
+# ---- the operators' guide ---------------------------------------------------------------------------
 
 
-def test_readme_walks_through_the_kubernetes_deploy() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_operators_guide_walks_through_the_kubernetes_deploy() -> None:
+    readme = (ROOT / "docs" / "operators.md").read_text()
     headings = re.findall(r"^## .*$", readme, flags=re.M)
     assert "## Deploy on Kubernetes" in headings
     assert headings.index("## Deploy on Kubernetes") + 1 == headings.index("## GPU install")
