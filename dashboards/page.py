@@ -81,8 +81,8 @@ def _answer(sweep: SweepData) -> str:
             f"(estimate {_e(_bs(a.self))}){vs_base}</li>"
         )
     return (
-        f'<div class="answer" id="answer"><p>Largest batch size whose final val loss stays within '
-        f"+{r.tolerance:.1%} of the reference (loss at B = {r.reference_batch_size}, the smallest batch size), "
+        f'<div class="answer" id="answer"><p>The largest degradation-free batch size: the largest whose final '
+        f"val loss stays within +{r.tolerance:.1%} of the reference (loss at B = {r.reference_batch_size}, the smallest batch size), "
         f"first as decided with 95% confidence (paired by seed; undecided where the seeds cannot tell), then "
         f"the point estimate from the means.</p><ul>{''.join(items)}</ul>"
         f'<p class="rule">{_e(r.verdict_rule)}</p></div>'

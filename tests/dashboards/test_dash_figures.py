@@ -661,6 +661,7 @@ def test_page_is_self_contained_and_escaped(rich: tuple) -> None:
     assert page.index('id="answer"') < page.index('class="figure"')
     assert "(estimate B = 8)" in page and "(estimate B = 32)" in page and "(estimate B = 16)" in page
     assert "vs itself: <b>" in page and "Bonferroni" in page  # what could be decided leads, and how
+    assert "largest degradation-free batch size" in page.lower()  # the question the page answers, by name
     # text from the sweep is escaped (the warning holds <exceeds> and &)
     assert "token_budget &lt;exceeds&gt; the corpus &amp; repeats data" in page
     assert "<exceeds>" not in page
