@@ -847,3 +847,13 @@ def test_the_monitoring_kustomization_scrapes_the_api_and_ships_a_dashboard_of_r
         for name in re.findall(r"batchsweep_[a-z_]+", target["expr"])
     }
     assert queried and queried <= exported, queried - exported
+
+
+def test_the_api_holds_no_s3_key_and_the_ray_pods_hold_theirs(docs: list[dict[str, Any]]) -> None:
+    api = env_of(api_container(docs), docs)
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(api)  # it never touches trial storage
+    assert api["SWEEPS_STORAGE_URI"].startswith("s3://")  # but knows where it is, for the drivers
+    for where, template in pod_templates(docs):
+        if "RayCluster" in where:
+            env = env_of(template["spec"]["containers"][0], docs)
+            assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(env), where
