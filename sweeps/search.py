@@ -82,10 +82,15 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     return optuna.storages.RDBStorage(url, **kwargs)
 
 
-def spec_fingerprint(spec: SweepSpec) -> str:
+def spec_fingerprint(spec: SweepSpec, *, given_only: bool = True) -> str:
+    """A hash of the spec, to refuse resuming a sweep id under another spec. Of the fields the spec was
+    given (`given_only`): the service stores each spec whole at submit, so a field this code added
+    since (with its default) leaves the fingerprint of a stored spec as it was, and a sweep relaunched
+    across an upgrade resumes. `given_only=False`: of every field, as fingerprints were made before."""
     import hashlib
 
-    return hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+    data = spec.model_dump(mode="json", exclude_unset=given_only)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -233,6 +238,7 @@ class CellSearcher(DriverOnly, Searcher):
         self.distribution = FloatDistribution(*spec.lr.bounds, log=True)
         self._lock = threading.Lock()
         fingerprint = spec_fingerprint(spec)
+        accepted = {fingerprint, spec_fingerprint(spec, given_only=False)}
         self.cells: list[Cell] = []
         by_opt: dict[str, Cell] = {}
         for opt, bs in cell_order(spec.optimizer_names, spec.batch_sizes):
@@ -249,7 +255,7 @@ class CellSearcher(DriverOnly, Searcher):
             stored = study.user_attrs.get("spec_fingerprint")
             if stored is None:
                 study.set_user_attr("spec_fingerprint", fingerprint)
-            elif stored != fingerprint:
+            elif stored not in accepted:
                 raise ValueError(
                     f"sweep id {sweep_id!r} was started with a different spec (fingerprint {stored}, "
                     f"now {fingerprint}); use a new sweep id"

@@ -313,3 +313,27 @@ def test_every_cell_study_names_its_objective(storage: optuna.storages.BaseStora
     CellSearcher(spec, "named", storage)  # a resumed sweep: loaded, still named once
     names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     assert names and all(optuna.load_study(study_name=n, storage=storage).metric_names == ["val_loss"] for n in names)
+
+
+def test_a_stored_spec_resumes_its_studies_after_an_upgrade_added_fields(storage: optuna.storages.BaseStorage) -> None:
+    """The service stores each spec whole at submit; a field added to the spec since (here lr.extend and
+    schedule.warmup_tokens/steps, with their defaults) must not make the relaunched driver refuse its own
+    studies as another spec's."""
+    import hashlib
+    import json as json_
+
+    from sweeps.search import spec_fingerprint
+
+    stored = SweepSpec.from_yaml(SPEC).model_dump(mode="json")
+    del stored["lr"]["extend"], stored["schedule"]["warmup_tokens"], stored["schedule"]["warmup_steps"]
+    before = hashlib.sha256(json_.dumps(stored, sort_keys=True).encode()).hexdigest()[:16]  # as made then
+    first = CellSearcher(SweepSpec.from_stored(stored), "upgraded", storage)
+    for cell in first.cells:
+        cell.study.set_user_attr("spec_fingerprint", before)
+    again = CellSearcher(SweepSpec.from_stored(stored), "upgraded", storage)  # does not raise
+    assert len(again.cells) == len(first.cells)
+    assert spec_fingerprint(SweepSpec.from_stored(stored)) == before
+    # another spec under the same id is still refused
+    other = {**stored, "token_budget": stored["token_budget"] * 2}
+    with pytest.raises(ValueError, match="different spec"):
+        CellSearcher(SweepSpec.from_stored(other), "upgraded", storage)
