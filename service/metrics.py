@@ -14,7 +14,6 @@ servicemonitor.yaml). Each app has a registry of its own (tests run several apps
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 
@@ -24,10 +23,9 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.health import HealthChecker
+from service.middleware import SWEEP_PATH
 from service.store import Store
 
-# the routes HotReads answers before routing (no route in the scope then): named as the route is
-_SWEEP_PATH = re.compile(r"/sweeps/[^/]+")
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -108,8 +106,8 @@ def route_label(scope: Scope) -> str:
     route = scope.get("route")
     if route is not None and getattr(route, "path", None):
         return str(route.path)
-    if _SWEEP_PATH.fullmatch(scope.get("path", "")):
-        return "/sweeps/{sweep_id}"  # answered by HotReads from its cache
+    if SWEEP_PATH.fullmatch(scope.get("path", "")):
+        return "/sweeps/{sweep_id}"  # answered by HotReads before routing (no route in the scope then)
     return "unmatched"
 
 

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import PayloadTooLarge, error_body
 
 # the route's path, `/sweeps/{sweep_id}`: one segment, as Starlette's `{name}` converter matches
-_SWEEP_PATH = re.compile(r"/sweeps/([^/]+)")
+SWEEP_PATH = re.compile(r"/sweeps/([^/]+)")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -99,7 +99,7 @@ class HotReads:
 
     def _hit(self, scope: Scope) -> bytes | None:
         path, root = scope["path"], scope.get("root_path", "")
-        match = _SWEEP_PATH.fullmatch(path[len(root) :] if root and path.startswith(root) else path)
+        match = SWEEP_PATH.fullmatch(path[len(root) :] if root and path.startswith(root) else path)
         reader = getattr(self.state, "reader", None)  # None until the lifespan has run
         if match is None or reader is None:
             return None

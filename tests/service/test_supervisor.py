@@ -29,6 +29,14 @@ def run(coro_fn: Callable[[], Any]) -> Any:
     return asyncio.run(coro_fn())
 
 
+async def poll_and_launch(sup: Supervisor) -> None:
+    """One poll pass, then the launches it asks for, waited for (as `Supervisor.run` does, once)."""
+    for row in await anyio.to_thread.run_sync(sup.poll_once):
+        sup.launch(row)
+    while sup._launching:
+        await asyncio.sleep(0.01)
+
+
 def new(store: Store, sweep_id: str, status: str = "queued", **fields: Any) -> None:
     store.create(sweep_id=sweep_id, owner="alice", spec=tiny_spec())
     if status != "queued" or fields:
@@ -77,10 +85,7 @@ def test_lost_driver_relaunches_are_bounded_then_the_sweep_fails_saying_why(
 
     async def lose_and_relaunch() -> None:
         for _ in range(2):  # each start's driver is lost at once
-            for row in await anyio.to_thread.run_sync(sup.poll_once):
-                sup.launch(row)
-            while sup._launching:
-                await asyncio.sleep(0.01)
+            await poll_and_launch(sup)
             launcher.drivers.pop("s-1", None)
         await anyio.to_thread.run_sync(sup.poll_once)
 
@@ -165,18 +170,12 @@ def test_a_relaunch_that_fails_to_start_is_tried_again_not_final(
     store.count_driver_start("s-1")  # its first driver, now gone
     sup = Supervisor(store, launcher, settings)
 
-    async def relaunch_once() -> None:
-        for row in await anyio.to_thread.run_sync(sup.poll_once):
-            sup.launch(row)
-        while sup._launching:
-            await asyncio.sleep(0.01)
-
     launcher.fail_start = "Ray Client: connection refused"
-    run(relaunch_once)
+    run(lambda: poll_and_launch(sup))
     row = store.get("s-1")
     assert row is not None and (row.status, row.error, row.driver_starts) == ("running", None, 2)
     launcher.fail_start = None
-    run(relaunch_once)
+    run(lambda: poll_and_launch(sup))
     assert launcher.started == ["s-1"] and store.get("s-1").driver_starts == 3  # type: ignore[union-attr]
 
 
