@@ -372,7 +372,7 @@ def make_spec(
 
 
 def schedules(spec: Any) -> dict[int, Schedule]:
-    return {b: Schedule.of(spec.train_config(spec.optimizer_names[0], b, spec.lr.min, 0)) for b in spec.batch_sizes}
+    return {b: Schedule.of(spec.train_config(spec.optimizer_names[0], b, spec.lr.min, 0)) for b in spec.lattice}
 
 
 @dataclass

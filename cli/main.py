@@ -52,6 +52,17 @@ def _load_spec(path: Path) -> Any:
         raise typer.Exit(2) from None
 
 
+def _batch_text(spec: Any) -> str:
+    """The batch sizes as a person reads them: the list, or the search and its lattice."""
+    if (search := spec.batch_search) is None:
+        return str(spec.batch_sizes)
+    return (
+        f"searched in {search.min}..{search.max} to a ratio of {search.resolution:g} against the {search.against} "
+        f"reference ({len(spec.lattice)} lattice sizes, {spec.sizes_per_optimizer[0]} to {spec.sizes_per_optimizer[1]} "
+        f"tested per optimizer)"
+    )
+
+
 @app.command()
 def run(
     spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
@@ -69,8 +80,9 @@ def run(
 
     runtime = SweepRuntime.from_env(data_dir)
     console.print(
-        f"[bold]{spec.name}[/]: {', '.join(spec.optimizer_names)} x batch {spec.batch_sizes}, "
-        f"{spec.total_trials} trials of {spec.trained_tokens:,} tokens, {spec.resources.max_concurrent_trials} at a time"
+        f"[bold]{spec.name}[/]: {', '.join(spec.optimizer_names)} x batch {_batch_text(spec)}, "
+        f"{'at most ' if spec.batch_search else ''}{spec.total_trials} trials of {spec.trained_tokens:,} tokens, "
+        f"{spec.resources.max_concurrent_trials} at a time"
     )
     with Progress(
         TextColumn("{task.description}"),
@@ -83,12 +95,13 @@ def run(
         transient=False,
     ) as bars:
         trials = bars.add_task("trials", total=spec.total_trials)
-        cells = bars.add_task("cells", total=len(spec.cells()))
+        cells = bars.add_task("cells", total=len(spec.cells()) if spec.batch_search is None else None)
         best = bars.add_task("", total=None, start=False)
 
         def on_progress(p: dict[str, Any]) -> None:
-            bars.update(trials, completed=p["trials_done"])
-            bars.update(cells, completed=p["cells_done"])
+            # a search of the batch axis adds cells as it decides: the totals grow with it
+            bars.update(trials, completed=p["trials_done"], total=max(p["trials_total"], p["trials_done"]))
+            bars.update(cells, completed=p["cells_done"], total=p["cells_total"])
             bars.update(best, description=_leaders(p))
 
         outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
@@ -258,6 +271,9 @@ def _print_report(report: dict[str, Any]) -> None:
                 {True: "yes", False: "[red]no[/]", None: "-"}[c.get("stable")],
             )
         console.print(t)
+        for st in opt.get("search_steps") or []:  # a search of the batch axis: the sizes in the order chosen
+            seeds = f", {st['seeds_added']} more seeds" if st.get("seeds_added") else ""
+            console.print(f"  {st['order']}. bs={st['batch_size']} {st['chosen']}: {st['why']}{seeds}")
         for c in opt["cells"]:
             if c.get("unstable_reason"):
                 console.print(f"[yellow]{name} bs={c['batch_size']}:[/] {c['unstable_reason']}")

@@ -25,6 +25,7 @@ from plotly.offline import get_plotlyjs
 from dashboards.data import SweepData
 from dashboards.figures import PLOTLYJS_FILE, FigureSpec
 from sweeps.analysis import describe_bracket
+from sweeps.batch_axis import bracket_of
 
 __all__ = ["PLOTLYJS_TAG", "inline_plotlyjs", "plotlyjs_from", "render_dashboard"]
 
@@ -132,6 +133,48 @@ def _cells_table(sweep: SweepData) -> str:
     return f'<table id="cells"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
+def _search(sweep: SweepData) -> str:
+    """A search of the batch axis: per optimizer the sizes in the order it tested them, why, the verdict
+    each got and how the bracket narrowed with each one (the final verdicts of the sizes tested so far)."""
+    r = sweep.report
+    if r.batch_search is None:
+        return ""
+    against = r.batch_search.against
+    parts = []
+    for opt, o in r.optimizers.items():
+        verdict = {c.batch_size: getattr(c.verdict, against) for c in o.cells}
+        rows, so_far = [], {}
+        for st in o.search_steps:
+            so_far[st.batch_size] = verdict.get(st.batch_size)
+            lo, hi = bracket_of(so_far)
+            seeds = f" (+{st.seeds_added} seeds)" if st.seeds_added else ""
+            cells = (
+                st.order,
+                f"B = {st.batch_size}",
+                _e(st.chosen) + seeds,
+                _e(st.why),
+                _e(so_far[st.batch_size] or "n/a"),
+                _e(f"[{lo if lo is not None else '-'}, {hi if hi is not None else '-'})"),
+            )
+            rows.append(
+                "<tr>" + "".join(f"<td>{v}</td>" for v in cells).replace("<td>", '<td class="name">', 4) + "</tr>"
+            )
+        head = "".join(
+            f"<th>{h}</th>" for h in ("step", "batch size", "chosen", "why", f"verdict vs {against}", "bracket")
+        )
+        parts.append(
+            f'<h3>{_e(opt)}</h3><table class="search-steps" data-optimizer="{_e(opt)}">'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        )
+    lattice = r.batch_search.lattice
+    return (
+        f'<section id="batch-search"><h2>The search of the batch axis</h2><p class="meta">from {lattice[0]} to '
+        f"{lattice[-1]} ({len(lattice)} lattice sizes), steps x{r.batch_search.step:g} until a size is degraded "
+        f"against the {_e(against)} reference, then bisection to a ratio of {r.batch_search.resolution:g}. "
+        f"Assumed: {_e(r.batch_search.assumption)}.</p>{''.join(parts)}</section>"
+    )
+
+
 def _warnings(sweep: SweepData) -> str:
     if not sweep.warnings:
         return ""
@@ -198,6 +241,6 @@ def render_dashboard(
         f"reference batch size {sweep.report.reference_batch_size}, seq_len {sweep.report.seq_len}{_e(status)}"
         + (f", MLflow experiment {_e(sweep.experiment_id)}" if sweep.experiment_id else "")
         + "</p>"
-        f"{_answer(sweep)}{_warnings(sweep)}{_cells_table(sweep)}"
+        f"{_answer(sweep)}{_warnings(sweep)}{_search(sweep)}{_cells_table(sweep)}"
         f'<nav class="meta">Figures: {nav}</nav>{figs}</body></html>\n'
     )

@@ -82,7 +82,8 @@ async def dry_run(
         _validated_and_priced, body, content_type, settings, pricing or PriceConfig()
     )
     return DryRunResult(
-        spec=spec.model_dump(mode="json"), total_trials=spec.total_trials, cells=len(spec.cells()),
+        spec=spec.model_dump(mode="json"), total_trials=spec.total_trials,
+        cells=len(spec.optimizers) * spec.sizes_per_optimizer[1],
         trained_tokens=spec.trained_tokens, cost=cost,
     )  # fmt: skip
 

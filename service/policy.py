@@ -187,7 +187,7 @@ def _corpus_problem(spec: SweepSpec, size: int) -> dict[str, Any] | None:
     """A local corpus too short for the spec's sequences: byte-level BPE makes at most one token per
     byte (three for an invalid UTF-8 byte, which becomes U+FFFD), so 3 x bytes bounds the tokens."""
     workers = spec.resources.workers_per_trial
-    micro = max(split_batch(b, workers, spec.resources.max_micro_batch)[0] for b in spec.batch_sizes)
+    micro = max(split_batch(b, workers, spec.resources.max_micro_batch)[0] for b in spec.lattice)
     short = corpus_shortfall(
         3 * size,
         seq_len=spec.model.seq_len,

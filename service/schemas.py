@@ -40,6 +40,11 @@ class CellProgress(_Out):
     )
     finished: bool = False
     running: int = 0
+    chosen: str | None = Field(
+        default=None,
+        description="why the batch size is tested: listed, or a search's reference, step up, bisect, speculative",
+    )
+    why: str | None = Field(default=None, description="a search of the batch axis: its decision in words")
 
 
 class Progress(_Out):
@@ -53,7 +58,9 @@ class Progress(_Out):
     def initial(cls, spec: dict[str, Any]) -> Progress:
         """Before the driver reports: every cell at zero, totals from the spec."""
         optimizers = [o["name"] for o in spec.get("optimizers", [])]
-        batch_sizes = list(spec.get("batch_sizes", []))
+        given = spec.get("batch_sizes", [])
+        # a search of the batch axis starts with its reference cells; it adds the rest as it decides
+        batch_sizes = [given["min"]] if isinstance(given, dict) else list(given)
         lr = spec.get("lr", {})
         seeds_spec = spec.get("seeds", 2)  # a number, or adaptive {min, max, step}: the minimum is planned
         search = int(lr.get("trials_per_batch_size", 0))
@@ -155,10 +162,11 @@ class SweepCreated(_Out):
 class DryRunResult(_Out):
     valid: Literal[True] = True
     spec: dict[str, Any] = Field(description="the normalised spec (defaults filled in)")
-    total_trials: int
-    cells: int
+    total_trials: int = Field(description="the most trials the sweep runs (a search of the batch axis: at its cap)")
+    cells: int = Field(description="optimizers x batch sizes (a search of the batch axis: the most it can test)")
     trained_tokens: int = Field(
-        description="tokens every trial trains on: token_budget rounded down once to a multiple of lcm(batch_sizes) x seq_len"
+        description="tokens every trial trains on: token_budget rounded down once to a multiple of lcm(batch_sizes) x "
+        "seq_len (of the lattice, for a search of the batch axis)"
     )
     cost: SweepCost = Field(
         description="what the sweep will cost: trials, tokens, model FLOPs and GPU-hours on the GPU and MFU asked "

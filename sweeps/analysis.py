@@ -124,6 +124,7 @@ from typing import Any, Generic, Literal, TypeVar
 import scipy.stats
 from pydantic import BaseModel, ConfigDict
 
+from sweeps.batch_axis import bracket_of
 from sweeps.plan import PARABOLA_WINDOW, neighbourhood, parabola_vertex
 from sweeps.status import RESULT_STATUSES
 
@@ -139,7 +140,9 @@ __all__ = [
     "OptimizerReport",
     "Report",
     "TrialResult",
+    "BatchSearchReport",
     "Bracket",
+    "SearchStep",
     "build_report",
     "describe_bracket",
     "lr_edge_warnings",
@@ -241,6 +244,10 @@ class AnalysisInput:
     noise_looks: int = 1
     lr_extend: float = 1.0  # the search may step past [lr_min, lr_max] by this factor (the spec's lr.extend)
     warmup: str = ""  # how the lr warms up (the spec's schedule, in words): reported
+    # a search of the batch axis (the spec's BatchSearchSpec, as a dict, with its "lattice"): batch_sizes is
+    # then the lattice, each optimizer's cells are the sizes it tested, and every verdict is made at the
+    # level that holds for all the lattice's sizes (the search chooses which to test from the verdicts)
+    batch_search: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
@@ -266,7 +273,6 @@ class AnalysisInput:
         """From a `sweeps.spec.SweepSpec` (duck-typed: this module does not import the spec)."""
         return cls(
             sweep=spec.name,
-            batch_sizes=tuple(spec.batch_sizes),
             optimizers=tuple(o.name for o in spec.optimizers),
             baseline=spec.degradation.baseline,
             tolerance=spec.degradation.tolerance,
@@ -278,6 +284,10 @@ class AnalysisInput:
             noise_looks=spec.noise_looks,
             lr_extend=spec.lr.extend,
             warmup=spec.schedule.describe_warmup(),
+            batch_sizes=tuple(spec.lattice),
+            batch_search=None
+            if spec.batch_search is None
+            else {**spec.batch_search.model_dump(mode="json"), "lattice": list(spec.lattice)},
         )
 
     @property
@@ -534,12 +544,20 @@ def verdict_level(looks: int, comparisons: int) -> float:
 
 
 def _verdicts(
-    cells: list[_Cell], ref: _Cell | None, tol: float, is_ref_cell: Callable[[_Cell], bool], looks: int
+    cells: list[_Cell],
+    ref: _Cell | None,
+    tol: float,
+    is_ref_cell: Callable[[_Cell], bool],
+    looks: int,
+    comparisons: int | None = None,
 ) -> tuple[list[Verdict | None], list[tuple[float, float] | None]]:
-    """Per cell: fine / degraded / undecided against one reference, and the paired interval it rests on."""
+    """Per cell: fine / degraded / undecided against one reference, and the paired interval it rests on.
+    `comparisons`: the Bonferroni count (default: the cells compared)."""
     if ref is None or ref.mean is None:
         return [None] * len(cells), [None] * len(cells)
-    level = verdict_level(looks, sum(1 for c in cells if not is_ref_cell(c)))
+    if comparisons is None:
+        comparisons = sum(1 for c in cells if not is_ref_cell(c))
+    level = verdict_level(looks, comparisons)
     ref_by_seed = {t.seed: t.val_loss for t in ref.completed}
     verdicts: list[Verdict | None] = []
     intervals: list[tuple[float, float] | None] = []
@@ -570,17 +588,7 @@ def _verdicts(
 def _bracket(cells: list[_Cell], verdicts: list[Verdict | None]) -> dict[str, Any]:
     """The answer as a bracket: the largest batch size that is fine with every smaller one fine, and the
     smallest degraded one above it; batch sizes found fine above a degraded one contradict monotonicity."""
-    largest_fine = None
-    for c, v in zip(cells, verdicts, strict=True):
-        if v != "fine":
-            break
-        largest_fine = c.batch_size
-    above = [
-        (c.batch_size, v)
-        for c, v in zip(cells, verdicts, strict=True)
-        if largest_fine is None or c.batch_size > largest_fine
-    ]
-    smallest_degraded = next((b for b, v in above if v == "degraded"), None)
+    largest_fine, smallest_degraded = bracket_of({c.batch_size: v for c, v in zip(cells, verdicts, strict=True)})
     first_degraded = next((c.batch_size for c, v in zip(cells, verdicts, strict=True) if v == "degraded"), None)
     contradictions = [
         c.batch_size
@@ -611,11 +619,13 @@ def _noise_rule(looks: int) -> str:
     )
 
 
-def cells_to_extend(report: dict[str, Any], *, seeds_max: int) -> list[tuple[str, int]]:
+def cells_to_extend(
+    report: dict[str, Any], *, seeds_max: int, references: tuple[str, ...] = ("self", "baseline")
+) -> list[tuple[str, int]]:
     """Adaptive confirmation's next step: the (optimizer, batch size) cells that need more runs. For every
     bracket not yet narrow (an undecided batch size above `largest_fine` and below `smallest_degraded`),
     those undecided cells and the reference cell they are paired with, unless they already have
-    `seeds_max` runs. Sorted, unique."""
+    `seeds_max` runs; of the brackets against `references` only (a batch search: its `against`). Sorted, unique."""
     out: set[tuple[str, int]] = set()
     ref_b = report["reference_batch_size"]
     runs = {
@@ -625,6 +635,8 @@ def cells_to_extend(report: dict[str, Any], *, seeds_max: int) -> list[tuple[str
     }
     for name, opt in report["optimizers"].items():
         for ref, ref_cell in (("self", name), ("baseline", report["baseline"])):
+            if ref not in references:
+                continue
             bracket = opt["bracket"][ref]
             lo, hi = bracket["largest_fine"], bracket["smallest_degraded"]
             undecided = [
@@ -654,6 +666,7 @@ def build_report(
     results: Iterable[TrialResult | dict[str, Any]],
     *,
     inputs: AnalysisInput | None = None,
+    steps: dict[str, list[dict[str, Any]]] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """The sweep's report (schema: `Report`; rules: this module's docstring).
@@ -661,7 +674,9 @@ def build_report(
     Pass the spec's numbers either as `inputs=AnalysisInput(...)` (or `AnalysisInput.from_spec(spec)`)
     or as the keyword arguments of `AnalysisInput`: sweep, batch_sizes, optimizers, baseline,
     tolerance, lr_min, lr_max, seeds, seq_len. Results may be `TrialResult`s or their dicts. A result
-    of an optimizer or batch size outside the spec is refused (ValueError).
+    of an optimizer or batch size outside the spec is refused (ValueError). `steps` (a search of the
+    batch axis): per optimizer, the sizes in the order the search chose them, each
+    {"batch_size", "chosen", "why"} (`sweeps.batch_axis`), reported as they are.
     """
     if inputs is None:
         inputs = AnalysisInput(**kwargs)
@@ -681,10 +696,21 @@ def build_report(
     for t in trials:
         by_cell[(t.optimizer, t.batch_size)].append(t)
 
-    cells = {
-        o: [_make_cell(o, b, by_cell[(o, b)], inputs.seeds) for b in inputs.batch_sizes] for o in inputs.optimizers
-    }
     ref_b = inputs.batch_sizes[0]
+    search = inputs.batch_search
+    steps = steps or {}
+    chosen = {(o, st["batch_size"]): st["chosen"] for o, sts in steps.items() for st in sts}
+
+    def sizes_of(o: str) -> list[int]:
+        """A list sweep judges every batch size; a search the reference and the sizes it tested."""
+        if search is None:
+            return list(inputs.batch_sizes)
+        tested = {b for (opt, b), ts in by_cell.items() if opt == o and ts} | {b for opt, b in chosen if opt == o}
+        return sorted(tested | {ref_b})
+
+    cells = {o: [_make_cell(o, b, by_cell[(o, b)], inputs.seeds) for b in sizes_of(o)] for o in inputs.optimizers}
+    # a search chooses the sizes it tests from the verdicts: the level must hold for every size it could test
+    comparisons = len(inputs.batch_sizes) - 1 if search is not None else None
     tol = inputs.tolerance
     baseline_ref = cells[inputs.baseline][0]
 
@@ -702,12 +728,12 @@ def build_report(
 
         v_self, ans_self, noise_self, checks_self = _judge(row, self_ref, tol, is_self_ref, level)
         v_base, ans_base, noise_base, checks_base = _judge(row, baseline_ref, tol, is_base_ref, level)
-        verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks)
-        verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks)
+        verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
+        verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
         cell_dicts = []
         for i, c in enumerate(row):
             status = {s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}
-            steps, tokens = _to_reference(c, self_ref.mean, tol, inputs.seq_len)
+            to_ref_steps, tokens = _to_reference(c, self_ref.mean, tol, inputs.seq_len)
             if c.samples:
                 mean, lo, hi, avail = mean_ci95(c.samples)
                 ci: list[float | None] = [lo, hi]
@@ -741,15 +767,18 @@ def build_report(
                     "verdict": {"self": verdict_self[i], "baseline": verdict_base[i]},
                     "verdict_diff_ci": {"self": ci_self[i], "baseline": ci_base[i]},
                     "retreated_from_lr": c.retreated_from,
-                    "steps_to_reference": steps,
+                    "steps_to_reference": to_ref_steps,
                     "tokens_to_reference": tokens,
+                    "chosen": chosen.get((o, c.batch_size), "listed" if search is None else None),
                 }
             )
         optimizers[o] = {
             "cells": cell_dicts,
             "reference_val_loss": {"self": self_ref.mean, "baseline": baseline_ref.mean},
             "largest_degradation_free_batch_size": {"self": ans_self, "baseline": ans_base},
-            "bracket": {"self": _bracket(row, verdict_self), "baseline": _bracket(row, verdict_base)},
+            "bracket": (brackets := {"self": _bracket(row, verdict_self), "baseline": _bracket(row, verdict_base)}),
+            "smallest_degraded_batch_size": {k: b["smallest_degraded"] for k, b in brackets.items()},
+            "search_steps": [dict(st, order=i + 1) for i, st in enumerate(steps.get(o, []))],
             "within_noise": {"self": noise_self, "baseline": noise_base},
             "noise_checks": {"self": checks_self, "baseline": checks_base},
         }
@@ -768,11 +797,19 @@ def build_report(
         "noise_rule": _noise_rule(inputs.noise_looks),
         "verdict_rule": _verdict_rule(inputs.noise_looks),
         "warmup": inputs.warmup,
+        "batch_search": None if search is None else {**search, "assumption": _MONOTONE},
         "optimizers": optimizers,
         "warnings": [],  # filled by the driver: data repeated, best lr at the edge of the range
     }
     validate_report(report)  # the report always matches its documented schema
     return report
+
+
+_MONOTONE = (
+    "degradation is monotone in batch size: a size above a degraded one is degraded too, and one below a fine "
+    "one fine; the search tests only the sizes that move the bracket, so a tested size that contradicts this "
+    "(fine above a degraded one) is listed in the bracket's contradictions, and the bracket there is in doubt"
+)
 
 
 def describe_bracket(bracket: Bracket | dict[str, Any]) -> str:
@@ -882,6 +919,31 @@ class CellReport(_Schema):
     retreated_from_lr: float | None = None
     steps_to_reference: int | None
     tokens_to_reference: int | None
+    # why this size was tested: "listed" (a list sweep), or by a search of the batch axis "reference",
+    # "step up", "bisect", "speculative" (sweeps/batch_axis.py); None in reports written before
+    chosen: str | None = None
+
+
+class SearchStep(_Schema):
+    """One size a search of the batch axis chose, in order, and why."""
+
+    order: int  # 1, 2, ...: the order the search chose the sizes in
+    batch_size: int
+    chosen: str  # reference | step up | bisect | speculative
+    why: str  # the decision in words: "1920 is fine, nothing degraded yet: x2", "between 1920 (fine) and ..."
+    seeds_added: int = 0  # confirmation runs adaptive confirmation added there beyond the first
+
+
+class BatchSearchReport(_Schema):
+    """The spec's search of the batch axis, its lattice and what the answer assumes."""
+
+    min: int
+    max: int
+    resolution: float
+    step: float
+    against: str  # the reference the search narrowed the bracket against: "baseline" or "self"
+    lattice: list[int]  # every size it could test (the token budget is a multiple of their lcm x seq_len)
+    assumption: str
 
 
 class OptimizerReport(_Schema):
@@ -889,6 +951,9 @@ class OptimizerReport(_Schema):
     reference_val_loss: ByReference[float | None]
     largest_degradation_free_batch_size: ByReference[int | None]  # the point estimate: walk of the means
     bracket: ByReference[Bracket] = ByReference(self=Bracket(), baseline=Bracket())  # what is decided with confidence
+    # the bracket's upper end: the smallest batch size degraded with confidence above largest_fine
+    smallest_degraded_batch_size: ByReference[int | None] = ByReference(self=None, baseline=None)
+    search_steps: list[SearchStep] = []  # a search of the batch axis: the sizes in the order it chose them
     within_noise: ByReference[bool | None]
     noise_checks: ByReference[list[NoiseCheck]]
 
@@ -898,7 +963,7 @@ class Report(_Schema):
 
     schema_version: Literal[2]
     sweep: str
-    reference_batch_size: int  # the smallest batch size of the spec
+    reference_batch_size: int  # the smallest batch size of the spec (a search's min)
     baseline: str
     tolerance: float
     seq_len: int
@@ -910,6 +975,7 @@ class Report(_Schema):
     noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
     verdict_rule: str = ""  # how each verdict and the bracket are decided, and what they assume
     warmup: str = ""  # how the lr warmed up in every trial (only the peak lr is searched)
+    batch_search: BatchSearchReport | None = None  # None: the spec listed its batch sizes
     optimizers: dict[str, OptimizerReport]  # in the spec's order
     warnings: list[str] = []  # things a reader must know before trusting the answer
 

@@ -12,7 +12,9 @@ FLOPs and the peaks from `worker.hardware` (the table the training loop's MFU us
 N: the model's parameters without the position embeddings (worker/hardware.py says why), at the
 spec's `data.vocab_size`; L, T, d: layers, `seq_len`, width. Each figure is a range, `min` to `max`:
 `max` with every cell at its most confirmation runs, `min` at its fewest (they differ only with
-adaptive seeds), and both with every trial trained to its whole budget. That is an upper bound where
+adaptive seeds), and both with every trial trained to its whole budget. A search of the batch axis
+(`batch_sizes: {min, max, ...}`) tests from `SweepSpec.sizes_per_optimizer`'s fewest to its most
+sizes per optimizer: `min` counts the fewest at the fewest runs, `max` the most at the most. That is an upper bound where
 pruning is on: ASHA stops poor search trials early (confirmation runs never), so the search's share,
 `prunable_training_tokens`, can cost less. Not counted: the attention probe's few sequences per
 evaluation, Sophia's Hessian pass, data preparation (BPE training, tokenising) and idle GPUs.
@@ -126,8 +128,11 @@ class SweepCost(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    trials: IntRange = Field(description="the spec's total_trials: cells x (lr.trials_per_batch_size + seeds)")
-    search_trials: int = Field(description="of those, lr-search trials (the ones pruning may stop early)")
+    trials: IntRange = Field(
+        description="cells x (lr.trials_per_batch_size + seeds); a search of the batch axis: from its fewest "
+        "cells at the fewest seeds to its most (the spec's total_trials)"
+    )
+    search_trials: int = Field(description="of the most, lr-search trials (the ones pruning may stop early)")
     tokens_per_trial: int = Field(description="trained tokens of every trial (token_budget rounded down once)")
     training_tokens: IntRange = Field(description="trials x tokens_per_trial: every trial to its whole budget")
     prunable_training_tokens: int = Field(
@@ -168,18 +173,25 @@ def evaluations_per_trial(cfg: TrainConfig) -> int:
 def price(spec: SweepSpec, config: PriceConfig | None = None) -> SweepCost:
     """The price of `spec` on `config`'s GPU (default: PriceConfig(), an H100 at MFU 0.4)."""
     cfg = config or PriceConfig()
-    n_opt, n_bs, search = len(spec.optimizers), len(spec.batch_sizes), spec.lr.trials_per_batch_size
+    n_opt, search = len(spec.optimizers), spec.lr.trials_per_batch_size
+    fewest, most = spec.sizes_per_optimizer  # batch sizes per optimizer: the list's, or a search's bounds
     seeds = {"min": spec.seeds_min, "max": spec.seeds_max}
-    trials = {"min": total_trials(n_opt, n_bs, search, spec.seeds_min), "max": spec.total_trials}
-    search_trials = total_trials(n_opt, n_bs, search, 0)
+    trials = {"min": total_trials(n_opt, fewest, search, spec.seeds_min), "max": spec.total_trials}
+    search_trials = total_trials(n_opt, most, search, 0)
     per_trial = spec.trained_tokens
 
     # evaluations: per batch size (its steps and eval interval), times that column's trials
     opt = spec.optimizers[0].name  # evaluations do not depend on the optimizer
-    evals_at = {b: evaluations_per_trial(spec.train_config(opt, b, spec.lr.min, seed=0)) for b in spec.batch_sizes}
-    evaluations = {
-        k: sum(evals_at[b] * total_trials(n_opt, 1, search, s) for b in spec.batch_sizes) for k, s in seeds.items()
-    }
+    evals_at = {b: evaluations_per_trial(spec.train_config(opt, b, spec.lr.min, seed=0)) for b in spec.lattice}
+    if spec.batch_search is None:
+        evaluations = {
+            k: sum(evals_at[b] * total_trials(n_opt, 1, search, s) for b in spec.lattice) for k, s in seeds.items()
+        }
+    else:  # which sizes a search tests is not known: the fewest evaluations of any, and the most
+        evaluations = {
+            "min": min(evals_at.values()) * trials["min"],
+            "max": max(evals_at.values()) * trials["max"],
+        }
     seq_len = spec.model.seq_len
     per_eval = math.ceil(spec.eval_tokens / seq_len) * seq_len  # worker.data.val_windows: whole windows
 
@@ -223,8 +235,20 @@ def price(spec: SweepSpec, config: PriceConfig | None = None) -> SweepCost:
     )
 
 
+def _search_notes(spec: SweepSpec) -> list[str]:
+    if (search := spec.batch_search) is None:
+        return []
+    fewest, most = spec.sizes_per_optimizer
+    return [
+        f"a search of the batch axis: each optimizer tests {fewest} to {most} of the {len(spec.lattice)} lattice sizes "
+        f"{spec.lattice[0]}..{spec.lattice[-1]} (resolution {search.resolution:g}, step x{search.step:g}); min: the "
+        f"fewest sizes at the fewest confirmation runs, max: the most sizes any outcome that is monotone in batch "
+        f"size can need (the search's cap) at the most runs"
+    ]
+
+
 def _notes(spec: SweepSpec, cfg: PriceConfig) -> list[str]:
-    notes = [
+    notes = _search_notes(spec) + [
         f"GPU-hours at MFU {cfg.mfu:g} of one {cfg.gpu}'s dense bf16 peak ({cfg.peak_flops / 1e12:g} TFLOP/s"
         f"{', given' if cfg.peak_tflops is not None else ''}); model FLOPs only, no idle or restarted GPUs"
     ]

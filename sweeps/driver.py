@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.analysis import AnalysisInput, build_report, lr_edge_warnings
+from sweeps.analysis import lr_edge_warnings
 from sweeps.plan import DriverOnly
 from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
 from sweeps.search import (
@@ -77,8 +77,9 @@ def run_sweep(
     trained = spec.trained_tokens
     if trained != spec.token_budget:
         warnings.append(
-            f"token_budget={spec.token_budget} was rounded down to {trained} tokens, a multiple of lcm(batch_sizes) x "
-            f"seq_len, so that every batch size trains on exactly the same tokens"
+            f"token_budget={spec.token_budget} was rounded down to {trained} tokens, a multiple of "
+            f"lcm({'the lattice' if spec.batch_search else 'batch_sizes'}) x seq_len, so that every batch size "
+            f"trains on exactly the same tokens"
         )
     if trained > available:
         warnings.append(
@@ -162,14 +163,15 @@ def run_sweep(
     )
     if on_progress:
         on_progress(searcher.progress())
-    if not all(c.finished() for c in searcher.cells):
+    if not all(c.finished() for c in searcher.cells) or searcher.grow():
         tuner.fit()
     cancelled = searcher.cancelling
     if cancelled:
         recorder.mark_cancelled()
 
-    results, train_times = collect_results(searcher, recorder.trial_run_ids())
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    run_ids = recorder.trial_run_ids()
+    _, train_times = collect_results(searcher, run_ids)
+    report = searcher.report(run_ids)
     report["warnings"] = [*report["warnings"], *warnings, *lr_edge_warnings(report)]
     status = SweepStatus.cancelled if cancelled else SweepStatus.succeeded
     summary_run_id = recorder.write_summary(report, status=status)

@@ -36,6 +36,10 @@ class Tag(enum.StrEnum):
     node_id = PREFIX + "node_id"  # the Ray node of the trial's latest report
     node_ids = PREFIX + "node_ids"  # every Ray node it reported from, in order (a restart may move it)
     driver_node_id = PREFIX + "driver_node_id"  # the summary run's: the Ray node of the sweep's driver
+    # a cell's and its trials': why its batch size was tested (sweeps.batch_axis.Chosen: listed, reference,
+    # step up, bisect, speculative) and the search's decision in words
+    chosen = PREFIX + "chosen"
+    chosen_why = PREFIX + "chosen_why"
 
 
 class Role(enum.StrEnum):
@@ -59,10 +63,12 @@ def experiment_tags(sweep_id: str, spec_name: str) -> dict[str, str]:
     return {Tag.sweep_id: sweep_id, Tag.spec_name: spec_name, KIND_TAG: KIND_TRAINING}
 
 
-def cell_tags(sweep_id: str, cell: str, optimizer: str, batch_size: int) -> dict[str, str]:
+def cell_tags(
+    sweep_id: str, cell: str, optimizer: str, batch_size: int, chosen: str = "listed", why: str = ""
+) -> dict[str, str]:
     return {
         Tag.sweep_id: sweep_id, Tag.role: Role.cell, Tag.cell: cell, Tag.optimizer: optimizer,
-        Tag.batch_size: str(batch_size),
+        Tag.batch_size: str(batch_size), Tag.chosen: chosen, Tag.chosen_why: why[:5000],
     }  # fmt: skip
 
 
@@ -79,11 +85,12 @@ def trial_tags(
     status: str,
     optuna_number: int | None,
     tune_trial_id: str | None = None,
+    chosen: str = "listed",
 ) -> dict[str, str]:
     tags = {
         PARENT_TAG: parent_run_id, Tag.sweep_id: sweep_id, Tag.role: str(role), Tag.cell: cell,
         Tag.optimizer: optimizer, Tag.batch_size: str(batch_size), Tag.lr: repr(lr), Tag.seed: str(seed),
-        Tag.status: str(status), Tag.optuna_number: str(optuna_number),
+        Tag.status: str(status), Tag.optuna_number: str(optuna_number), Tag.chosen: chosen,
     }  # fmt: skip
     if tune_trial_id is not None:
         tags[Tag.tune_trial_id] = tune_trial_id

@@ -27,17 +27,34 @@ BRACKET_STEP = 0.5
 
 
 def warm_start_lrs(
-    prev_best_lr: float, prev_batch_size: int, batch_size: int, *, lr_min: float, lr_max: float
+    prev_best_lr: float,
+    prev_batch_size: int,
+    batch_size: int,
+    *,
+    lr_min: float,
+    lr_max: float,
+    upper: tuple[float, int] | None = None,
 ) -> list[float]:
     """First lrs of a cell: a bracket around the smaller batch's best lr sqrt-scaled by the batch ratio
     (the square-root rule for Adam-type optimizers), at that lr and BRACKET_STEP either side in ln lr;
-    clipped to the searched range, duplicates dropped."""
+    clipped to the searched range, duplicates dropped. With `upper` ((best lr, batch size) of a searched
+    larger batch: a bisection between two searched sizes) the centre is interpolated between the two
+    instead, linearly in ln lr over ln batch size: what both measured, not a rule."""
     if not (prev_batch_size > 0 and batch_size > 0 and prev_best_lr > 0):
         raise ValueError(
             f"need positive batch sizes and lr, got prev_batch_size={prev_batch_size}, "
             f"batch_size={batch_size}, prev_best_lr={prev_best_lr}"
         )
-    centre = prev_best_lr * math.sqrt(batch_size / prev_batch_size)
+    if upper is not None:
+        up_lr, up_b = upper
+        if not (up_lr > 0 and up_b > batch_size > prev_batch_size):
+            raise ValueError(
+                f"need upper=(lr > 0, batch size > {batch_size} > prev_batch_size={prev_batch_size}), got {upper}"
+            )
+        w = math.log(batch_size / prev_batch_size) / math.log(up_b / prev_batch_size)
+        centre = math.exp((1 - w) * math.log(prev_best_lr) + w * math.log(up_lr))
+    else:
+        centre = prev_best_lr * math.sqrt(batch_size / prev_batch_size)
     out: list[float] = []
     for lr in (centre, centre * math.exp(-BRACKET_STEP), centre * math.exp(BRACKET_STEP)):
         lr = min(max(lr, lr_min), lr_max)

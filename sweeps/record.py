@@ -116,7 +116,8 @@ class SweepRecorder(DriverOnly, Callback):
         self._nodes: dict[str, list[str]] = {}  # tune trial id -> the Ray nodes it reported from
         for run in layout.runs_of(self.client, self.experiment_id, Role.cell):
             self._cells[run.data.tags[Tag.cell]] = run.info.run_id
-        for opt, bs in spec.cells():
+        # a list sweep's cells exist from the start; a search's when it chooses their batch size (_cell_run)
+        for opt, bs in spec.cells() if spec.batch_search is None else []:
             if cell_key(opt, bs) not in self._cells:
                 run = self.client.create_run(
                     self.experiment_id,
@@ -248,7 +249,7 @@ class SweepRecorder(DriverOnly, Callback):
             run_name=run_name(c["optimizer"], c["batch_size"], c["lr"], c["seed"]),
             tags=layout.trial_tags(
                 sweep_id=self.sweep_id,
-                parent_run_id=self._cells[c["cell"]],
+                parent_run_id=self._cell_run(c),
                 role=c["role"],
                 cell=c["cell"],
                 optimizer=c["optimizer"],
@@ -258,12 +259,26 @@ class SweepRecorder(DriverOnly, Callback):
                 status=TrialStatus.running,
                 optuna_number=c.get("optuna_number"),
                 tune_trial_id=trial_id,
+                chosen=c.get("chosen", "listed"),
             ),  # fmt: skip
         )
         self._trials[trial_id] = run.info.run_id
         params = flatten("", {k: v for k, v in train.items() if k not in ("optimizer",)})
         params |= flatten("optimizer", train["optimizer"])
         self.client.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
+
+    def _cell_run(self, c: dict[str, Any]) -> str:
+        """The run id of a trial's cell; a search's cell run is made with its first trial, tagged with why
+        its batch size was chosen."""
+        if c["cell"] not in self._cells:
+            tags = layout.cell_tags(
+                self.sweep_id, c["cell"], c["optimizer"], c["batch_size"], c.get("chosen", "listed"), c.get("why", "")
+            )
+            run = self.client.create_run(
+                self.experiment_id, run_name=run_name(c["optimizer"], c["batch_size"]), tags=tags
+            )
+            self._cells[c["cell"]] = run.info.run_id
+        return self._cells[c["cell"]]
 
     def _log(self, trial_id: str, metrics: list[tuple[str, float, int]]) -> None:
         run_id = self._trials.get(trial_id)

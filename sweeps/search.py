@@ -103,6 +103,12 @@ class Cell:
     lr_min: float
     lr_max: float
     previous: Cell | None = None  # same optimizer, next smaller batch size
+    following: Cell | None = None  # same optimizer, next larger batch size (when it was added: a bisection)
+    chosen: str = "listed"  # why this batch size is tested (sweeps.batch_axis.Chosen)
+    why: str = ""  # the search's decision in words
+    order: int = 0  # the order in which the sweep added its cells
+    # a speculative size above one that turned out degraded: its runs stop, what ran is kept
+    abandoned: bool = False
     # tune trial id -> the Optuna trial of a search run, or (seed, lr) of a seed re-run
     running: dict[str, optuna.trial.Trial | tuple[int, float]] = field(default_factory=dict)
     # Within `CellSearcher.reading_once()`: the study's trials as read once (None: not read yet), so that
@@ -204,6 +210,8 @@ class Cell:
         return kind, lr
 
     def finished(self) -> bool:
+        if self.abandoned:
+            return not self.running
         if not self.search_done():
             return False
         return self.best() is None or (not self.seeds_wanted() and not self.running)
@@ -237,46 +245,96 @@ class CellSearcher(DriverOnly, Searcher):
         # the whole range the line search may reach (past [min, max] by lr.extend); TPE draws from it too
         self.distribution = FloatDistribution(*spec.lr.bounds, log=True)
         self._lock = threading.Lock()
-        fingerprint = spec_fingerprint(spec)
-        accepted = {fingerprint, spec_fingerprint(spec, given_only=False)}
+        self.storage, self.seed = storage, seed
+        self.fingerprint = spec_fingerprint(spec)
+        self._accepted = {self.fingerprint, spec_fingerprint(spec, given_only=False)}
         self.cells: list[Cell] = []
-        by_opt: dict[str, Cell] = {}
-        for opt, bs in cell_order(spec.optimizer_names, spec.batch_sizes):
-            study = optuna.create_study(
-                storage=storage, study_name=study_name(sweep_id, opt, bs), direction="minimize", load_if_exists=True
-            )
-            if study.metric_names != [METRIC]:
-                with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and unchanged since
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    study.set_metric_names([METRIC])  # Optuna's dashboard says "val_loss", not "Objective 0"
-            study.sampler = optuna.samplers.TPESampler(
-                seed=sampler_seed(seed, len(self.cells), len(study.trials)), n_startup_trials=2
-            )
-            stored = study.user_attrs.get("spec_fingerprint")
-            if stored is None:
-                study.set_user_attr("spec_fingerprint", fingerprint)
-            elif stored not in accepted:
-                raise ValueError(
-                    f"sweep id {sweep_id!r} was started with a different spec (fingerprint {stored}, "
-                    f"now {fingerprint}); use a new sweep id"
-                )
-            close_running_trials(study)  # left behind by an interrupted driver: replaced, not resumed
-            cell = Cell(
-                opt,
-                bs,
-                study,
-                spec.lr.trials_per_batch_size,
-                spec.seeds_min,
-                *spec.lr.bounds,
-                previous=by_opt.get(opt),
-            )
-            # a resumed sweep keeps the confirmation runs adaptive confirmation had already added
-            cell.n_seeds = max(cell.n_seeds, *cell.seeds_recorded(), 0)
-            by_opt[opt] = cell
-            self.cells.append(cell)
+        self.search = spec.batch_search
+        # a search of the batch axis: per optimizer why it stopped (sweeps.batch_axis.Decision.why)
+        self.search_done_why: dict[str, str] = {}
+        self._changes, self._grown_at = 0, -1  # trials ended or cells added; `_grow` looked at this count
+        if self.search is None:
+            for opt, bs in cell_order(spec.optimizer_names, spec.batch_sizes):  # type: ignore[arg-type]
+                self._open_cell(opt, bs, "listed", "")
+        else:
+            # resumed: the cells the search had chosen, in the order it chose them; then each reference
+            prefix, stored_cells = f"{sweep_id}/", []
+            for name in optuna.get_all_study_names(storage):
+                if name.startswith(prefix):
+                    attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
+                    if attrs.get("optimizer") in spec.optimizer_names and attrs.get("batch_size") in spec.lattice:
+                        stored_cells.append(attrs)
+            for attrs in sorted(stored_cells, key=lambda a: a.get("order", 0)):
+                cell = self._open_cell(attrs["optimizer"], attrs["batch_size"], attrs["chosen"], attrs.get("why", ""))
+                cell.abandoned = bool(attrs.get("abandoned", False))
+            ref = spec.lattice[0]
+            for opt in spec.optimizer_names:
+                if self._cell(opt, ref) is None:
+                    self._open_cell(opt, ref, "reference", f"the reference batch size {ref}")
         self._by_trial: dict[str, Cell] = {}
         self._curves: dict[str, list[tuple[int, float]]] = {}
         self._started: dict[str, float] = {}
+
+    def _cell(self, optimizer: str, batch_size: int) -> Cell | None:
+        return next((c for c in self.cells if (c.optimizer, c.batch_size) == (optimizer, batch_size)), None)
+
+    def _open_cell(self, opt: str, bs: int, chosen: str, why: str) -> Cell:
+        """The cell's study, made or loaded (a resumed sweep), and the cell in its place in `cell_order`."""
+        spec = self.spec
+        study = optuna.create_study(
+            storage=self.storage,
+            study_name=study_name(self.sweep_id, opt, bs),
+            direction="minimize",
+            load_if_exists=True,
+        )
+        if study.metric_names != [METRIC]:
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and unchanged since
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names([METRIC])  # Optuna's dashboard says "val_loss", not "Objective 0"
+        study.sampler = optuna.samplers.TPESampler(
+            seed=sampler_seed(self.seed, len(self.cells), len(study.trials)), n_startup_trials=2
+        )
+        attrs = study.user_attrs
+        stored = attrs.get("spec_fingerprint")
+        if stored is None:
+            study.set_user_attr("spec_fingerprint", self.fingerprint)
+        elif stored not in self._accepted:
+            raise ValueError(
+                f"sweep id {self.sweep_id!r} was started with a different spec (fingerprint {stored}, "
+                f"now {self.fingerprint}); use a new sweep id"
+            )
+        order = attrs.get("order", max((c.order for c in self.cells), default=0) + 1)
+        if "chosen" not in attrs:  # what the searcher rebuilds a search from on resume
+            for key, value in {
+                "optimizer": opt,
+                "batch_size": bs,
+                "chosen": chosen,
+                "why": why,
+                "order": order,
+            }.items():
+                study.set_user_attr(key, value)
+        close_running_trials(study)  # left behind by an interrupted driver: replaced, not resumed
+        same = sorted((c for c in self.cells if c.optimizer == opt), key=lambda c: c.batch_size)
+        cell = Cell(
+            opt,
+            bs,
+            study,
+            spec.lr.trials_per_batch_size,
+            spec.seeds_min,
+            *spec.lr.bounds,
+            previous=next((c for c in reversed(same) if c.batch_size < bs), None),
+            following=next((c for c in same if c.batch_size > bs), None),
+            chosen=attrs.get("chosen", chosen),
+            why=attrs.get("why", why),
+            order=order,
+        )
+        # a resumed sweep keeps the confirmation runs adaptive confirmation had already added
+        cell.n_seeds = max(cell.n_seeds, *cell.seeds_recorded(), 0)
+        self.cells.append(cell)
+        rank = {o: i for i, o in enumerate(spec.optimizer_names)}
+        self.cells.sort(key=lambda c: (c.batch_size, rank[c.optimizer]))  # cell_order's priority
+        self._changes += 1
+        return cell
 
     # ---- Tune's Searcher interface ---------------------------------------------------------------
 
@@ -300,7 +358,7 @@ class CellSearcher(DriverOnly, Searcher):
                     f"{self.lost_trials} trials were lost to infrastructure failures (worker processes killed, "
                     f"nodes lost), each after {TRIAL_RETRIES} restarts; the cluster needs attention"
                 )
-            for _ in range(2):  # a second pass after adaptive confirmation added runs
+            for _ in range(3):  # again after adaptive confirmation or the batch search added runs
                 for cell in self.cells:
                     config = self._next_of(cell, trial_id)
                     if config is not None:
@@ -308,29 +366,170 @@ class CellSearcher(DriverOnly, Searcher):
                         self._curves[trial_id] = []
                         self._started[trial_id] = time.time()
                         return config
-                if not all(c.finished() for c in self.cells):
-                    return None  # waiting: a cell's confirmations need its search to end first
-                if not self._extend_boundary_cells():
-                    return Searcher.FINISHED
+                if not self._grow():
+                    # waiting (a cell's confirmations need its search to end first), or nothing left
+                    return Searcher.FINISHED if all(c.finished() for c in self.cells) else None
             return None
 
-    def _extend_boundary_cells(self) -> bool:
+    def report(self, run_ids: dict[str, str] | None = None) -> dict[str, Any]:
+        """The report of what has finished so far (`build_report`, with the batch search's steps);
+        `run_ids` as `collect_results` takes them."""
+        results, _ = collect_results(self, run_ids)
+        report = build_report(results, inputs=AnalysisInput.from_spec(self.spec), steps=self.search_steps())
+        report["warnings"] = [*report["warnings"], *self.search_warnings()]
+        return report
+
+    def grow(self) -> bool:
+        """`_grow` under the lock: whether a finished-looking sweep has more to run (a resumed search)."""
+        with self._lock, self.reading_once():
+            return self._grow()
+
+    def search_warnings(self) -> list[str]:
+        """What a reader of a search's answer must know: an optimizer's search stopped at the cap."""
+        return [f"{opt}: the batch search {why}" for opt, why in self.search_done_why.items() if "cap" in why]
+
+    def _grow(self) -> bool:
+        """More runs where the verdicts ask for them; True when some were added. Looks again only after
+        a trial ended or a cell was added (Tune asks `suggest` over and over while trials run)."""
+        if self._grown_at == self._changes:
+            return False
+        if self.search is None:
+            grew = all(c.finished() for c in self.cells) and self._extend_boundary_cells(self.report())
+        else:
+            grew = self._search_batch_axis()
+        if not grew:
+            self._grown_at = self._changes
+        return grew
+
+    def _extend(self, cells: list[tuple[str, int]]) -> bool:
+        spec, extended = self.spec, False
+        for opt, bs in cells:
+            cell = self._cell(opt, bs)
+            if cell is not None and cell.n_seeds < spec.seeds_max:
+                cell.n_seeds = min(spec.seeds_max, cell.n_seeds + spec.seeds_step)
+                extended = True
+                self._changes += 1
+                log.info("%s: within noise at the boundary, %d confirmation runs now", cell.key, cell.n_seeds)
+        return extended
+
+    def _extend_boundary_cells(self, report: dict[str, Any]) -> bool:
         """Adaptive confirmation (`seeds: {min, max, step}`): every cell has its runs; where a boundary
         verdict is within noise, give the cells it compares `step` more confirmation runs (up to max).
         True when some cell got more. The verdicts are the report's own (`cells_to_extend`)."""
         spec = self.spec
         if spec.seeds_max <= spec.seeds_min:
             return False
-        results, _ = collect_results(self)
-        report = build_report(results, inputs=AnalysisInput.from_spec(spec))
-        extended = False
-        for opt, bs in cells_to_extend(report, seeds_max=spec.seeds_max):
-            cell = next(c for c in self.cells if (c.optimizer, c.batch_size) == (opt, bs))
-            if cell.n_seeds < spec.seeds_max:
-                cell.n_seeds = min(spec.seeds_max, cell.n_seeds + spec.seeds_step)
-                extended = True
-                log.info("%s: within noise at the boundary, %d confirmation runs now", cell.key, cell.n_seeds)
-        return extended
+        return self._extend(cells_to_extend(report, seeds_max=spec.seeds_max))
+
+    def _search_batch_axis(self) -> bool:
+        """One look of the batch-axis search (sweeps/batch_axis.py) per optimizer whose cells have all
+        finished: more seeds where its bracket has undecided sizes (adaptive confirmation, against the
+        search's reference), else the next size the plan asks for. An optimizer still running may add
+        the next step up speculatively while its largest size confirms (a free trial slot asked)."""
+        from sweeps.batch_axis import plan_for_reference
+
+        spec, search = self.spec, self.search
+        assert search is not None
+        against, ref_b, lattice = search.against, spec.lattice[0], spec.lattice
+        cap = spec.sizes_per_optimizer[1]
+        report = self.report()
+        rows = {(o, c["batch_size"]): c for o, r in report["optimizers"].items() for c in r["cells"]}
+        extend = cells_to_extend(report, seeds_max=spec.seeds_max, references=(against,)) if spec.seeds_step else []
+        grew = False
+        for opt in spec.optimizer_names:
+            mine = [c for c in self.cells if c.optimizer == opt]
+            ref_cell = self._cell(spec.degradation.baseline if against == "baseline" else opt, ref_b)
+            assert ref_cell is not None
+
+            def verdict(c: Cell, ref_cell: Cell = ref_cell) -> str | None:
+                if not (c.finished() and ref_cell.finished()):
+                    return None
+                return (
+                    rows[(c.optimizer, c.batch_size)]["verdict"][against]
+                    if (c.optimizer, c.batch_size) in rows
+                    else None
+                )
+
+            decided = {c.batch_size: verdict(c) for c in mine if not c.abandoned}
+            for c in mine:
+                if c.chosen == "speculative" and not c.abandoned and not c.finished():
+                    below = [b for b, v in decided.items() if b < c.batch_size and v == "degraded"]
+                    if below:
+                        c.abandoned, c.why = True, f"{c.why}; not needed: {min(below)} is degraded"
+                        c.study.set_user_attr("abandoned", True)
+                        c.study.set_user_attr("why", c.why)
+                        self._changes += 1
+                        grew = True  # nothing to run, but the plan moved
+                        log.info("%s: speculative size not needed, %d below it is degraded", c.key, min(below))
+            decided = {c.batch_size: verdict(c) for c in mine if not c.abandoned}
+            if ref_cell.finished() and all(c.finished() for c in mine):
+                ours = [(o, b) for o, b in extend if o == opt or (o, b) == (ref_cell.optimizer, ref_b)]
+                if self._extend(ours):
+                    grew = True
+                    continue
+                passes = {
+                    c.batch_size: rows[key]["degradation_free"][against]
+                    if (key := (opt, c.batch_size)) in rows
+                    else None
+                    for c in mine
+                    if not c.abandoned
+                }
+                d = plan_for_reference(
+                    lattice,
+                    decided,  # type: ignore[arg-type]
+                    step=search.step,
+                    resolution=search.resolution,
+                    passes=passes,
+                )
+                if d.kind == "test" and len(mine) >= cap:
+                    self.search_done_why[opt] = f"stopped at the cap of {cap} batch sizes; next would be {d.batch_size}"
+                elif d.kind == "test":
+                    self._open_cell(opt, d.batch_size, d.chosen, d.why)  # type: ignore[arg-type]
+                    log.info("%s: batch size %d (%s: %s)", opt, d.batch_size, d.chosen, d.why)
+                    grew = True
+                elif d.kind == "done":
+                    self.search_done_why[opt] = d.why
+                continue
+            # speculation: the largest sizes confirm, a trial slot is free: step up as if they end fine
+            pending = [c for c in mine if not c.abandoned and not c.finished()]
+            if len(mine) >= cap or any(c.chosen == "speculative" for c in pending):
+                continue
+            if not pending or not all(c.search_done() for c in pending) or not ref_cell.search_done():
+                continue
+            # only where it is likely: every confirming size's search found an lr within the tolerance of
+            # the reference (the search's best is biased low, so a size above it will likely be degraded)
+            tol = spec.degradation.tolerance
+            ref_row = rows.get((ref_cell.optimizer, ref_b), {})
+            ref_loss = ref_row.get("val_loss_mean") or ref_row.get("search_best_val_loss")
+            likely = [rows.get((opt, c.batch_size), {}).get("search_best_val_loss") for c in pending]
+            if ref_loss is None or any(v is None or v > (1 + tol) * ref_loss for v in likely):
+                continue
+            hopeful = {b: ("fine" if v is None else v) for b, v in decided.items()}
+            d = plan_for_reference(lattice, hopeful, step=search.step, resolution=search.resolution)  # type: ignore[arg-type]
+            if d.kind == "test" and d.chosen == "step up":
+                waiting = ", ".join(str(c.batch_size) for c in pending)
+                self._open_cell(
+                    opt, d.batch_size, "speculative", f"step up while {waiting} confirm(s): x{search.step:g}"
+                )  # type: ignore[arg-type]
+                log.info("%s: batch size %d speculatively, while %s confirm(s)", opt, d.batch_size, waiting)
+                grew = True
+        return grew
+
+    def search_steps(self) -> dict[str, list[dict[str, Any]]]:
+        """Per optimizer, the batch sizes a search of the batch axis tested, in the order it chose them."""
+        if self.search is None:
+            return {}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for c in sorted(self.cells, key=lambda c: c.order):
+            out.setdefault(c.optimizer, []).append(
+                {
+                    "batch_size": c.batch_size,
+                    "chosen": c.chosen,
+                    "why": c.why,
+                    "seeds_added": max(0, c.n_seeds - self.spec.seeds_min),
+                }
+            )
+        return out
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         if METRIC in result and TIME_ATTR in result and math.isfinite(result[METRIC]):
@@ -346,6 +545,7 @@ class CellSearcher(DriverOnly, Searcher):
             if cell is None:
                 return
             handle = cell.running.pop(trial_id)
+            self._changes += 1
             result = result or {}
             status = trial_status(result, error, cancelling=self.cancelling)
             if status == TrialStatus.interrupted:
@@ -408,6 +608,8 @@ class CellSearcher(DriverOnly, Searcher):
     # ---- internals -----------------------------------------------------------------------------
 
     def _next_of(self, cell: Cell, trial_id: str) -> dict[str, Any] | None:
+        if cell.abandoned:
+            return None
         if cell.search_asked() < cell.n_search and not cell.search_done():
             prev = cell.previous
             if prev is not None and not prev.search_done():
@@ -416,8 +618,15 @@ class CellSearcher(DriverOnly, Searcher):
             if not cell.all_trials():
                 if prev is not None and (best := prev.best()) is not None:
                     design = "bracket"  # where the smaller batch's best lr scales to, up to the bounds
+                    nxt = cell.following  # a bisection: a larger size was searched too, interpolate
+                    upper_best = nxt.best() if nxt is not None and nxt.search_done() else None
                     lrs = warm_start_lrs(
-                        best.params["lr"], prev.batch_size, cell.batch_size, lr_min=cell.lr_min, lr_max=cell.lr_max
+                        best.params["lr"],
+                        prev.batch_size,
+                        cell.batch_size,
+                        lr_min=cell.lr_min,
+                        lr_max=cell.lr_max,
+                        upper=(float(upper_best.params["lr"]), nxt.batch_size) if upper_best and nxt else None,
                     )
                 else:  # nothing to go on: the range the spec gave
                     design, lrs = "coarse", coarse_lrs(self.spec.lr.min, self.spec.lr.max)
@@ -461,6 +670,8 @@ class CellSearcher(DriverOnly, Searcher):
             "role": role,
             "optuna_number": number,
             "prunable": prunable,
+            "chosen": cell.chosen,  # why the batch size is tested: MLflow tags the cell and its trials
+            "why": cell.why,
             "train": train.model_dump(mode="json"),
         }
 
@@ -490,6 +701,8 @@ class CellSearcher(DriverOnly, Searcher):
                         else None,
                         "finished": c.finished(),
                         "running": len(c.running),
+                        "chosen": c.chosen,
+                        "why": c.why,
                     }
                 )
             # confirmation runs at an lr the cell retreated from count as done and as planned

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.analysis import AnalysisInput, TrialResult, build_report, lr_edge_warnings
+from sweeps.analysis import TrialResult, lr_edge_warnings
 from sweeps.spec import SweepSpec
 
 __all__ = ["Objective", "Run", "SimulationResult", "simulate"]
@@ -60,6 +60,9 @@ class SimulationResult:
     tokens_trained: int  # summed over trials: pruned ones to the evaluation where ASHA stopped them
     trials: int  # trials run
     results: list[TrialResult] = field(default_factory=list)  # what the analysis judged
+    # simulated wall time: when the last trial ended, in tokens of one trial's training (a trial that
+    # trains t tokens takes t units; `max_concurrent_trials` run at once)
+    wall_tokens: int = 0
 
 
 class _Trial:
@@ -157,6 +160,6 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
             searcher.on_trial_result(trial_id, result)
             heapq.heappush(events, (started + reports[i + 1]["tokens"], next(order), trial_id, i + 1))
     results, _ = collect_results(searcher)
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report = searcher.report()
     report["warnings"] = [*report["warnings"], *lr_edge_warnings(report)]
-    return SimulationResult(report=report, tokens_trained=tokens, trials=launched, results=results)
+    return SimulationResult(report=report, tokens_trained=tokens, trials=launched, results=results, wall_tokens=clock)

@@ -24,12 +24,13 @@ are torch-free.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -42,6 +43,7 @@ from pydantic import (
     model_validator,
 )
 
+from sweeps.batch_axis import MAX_LATTICE, lattice, search_bounds
 from sweeps.documents import SpecLoadError, parse_document
 from worker.config import (
     EXCERPT_CHARS,
@@ -70,6 +72,7 @@ from worker.config import (
 
 __all__ = [
     "DEFAULT_MAX_TRIALS",
+    "BatchSearchSpec",
     "MAX_BATCH_SIZES",
     "MAX_CONCURRENT_TRIALS",
     "NAME_PATTERN",
@@ -172,6 +175,37 @@ class AdaptiveSeeds(_Strict):
 
 
 MAX_LR_EXTEND = 100.0
+
+
+class BatchSearchSpec(_Strict):
+    """`batch_sizes: {min, max, resolution, step, against}`: search the batch axis instead of a list
+    (sweeps/batch_axis.py). Per optimizer, from the reference `min` up x `step` until a size is
+    degraded against `against` (or `max`), then bisection until the largest fine and the smallest
+    degraded size are at most `resolution` apart. Sizes come from a lattice fixed in advance
+    (`SweepSpec.lattice`), so every cell trains exactly the same tokens."""
+
+    min: int = Field(ge=1, le=MAX_BATCH_SIZE)  # the reference batch size, in sequences
+    max: int = Field(ge=1, le=MAX_BATCH_SIZE)  # the largest size tested (the lattice's largest <= max)
+    resolution: float = Field(default=1.25, ge=1.1, le=4.0)  # ratio of the bracket's ends when done
+    step: float = Field(default=2.0, gt=1.0, le=16.0)  # ratio of each step up before a degraded size
+    # the reference that drives the search: the baseline optimizer at min (the claim "no loss against
+    # AdamW at 480"), or the optimizer's own min; the other is judged on the sizes tested
+    against: Literal["baseline", "self"] = "baseline"
+
+    @model_validator(mode="after")
+    def _order(self) -> BatchSearchSpec:
+        if not self.max > self.min:
+            raise _problem(
+                "max", f"batch_sizes.max must be > batch_sizes.min, got min={self.min}, max={self.max}", self.max
+            )
+        if self.step < self.resolution:
+            raise _problem(
+                "step",
+                f"batch_sizes.step must be >= batch_sizes.resolution, got step={self.step}, "
+                f"resolution={self.resolution}",
+                self.step,
+            )
+        return self
 
 
 class LRSearchSpec(_Strict):
@@ -279,7 +313,9 @@ class SweepSpec(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     optimizers: list[OptimizerSpec]
-    batch_sizes: list[int]  # global batch in sequences; strictly increasing
+    # global batch in sequences: a list, strictly increasing, every one trained; or {min, max,
+    # resolution, step, against}: a search of the batch axis for the boundary (BatchSearchSpec)
+    batch_sizes: list[int] | BatchSearchSpec
     token_budget: int = Field(gt=0, le=MAX_TOKENS)  # tokens per trial, the same at every batch size
     lr: LRSearchSpec
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
@@ -381,9 +417,35 @@ class SweepSpec(_Strict):
             raise SpecError(problems)
         return v
 
+    @field_validator("batch_sizes", mode="before")
+    @classmethod
+    def _batch_sizes_form(cls, v: Any) -> Any:
+        """A list, or {min, max, ...}: one readable refusal instead of one per union branch."""
+        if isinstance(v, dict):
+            try:
+                return BatchSearchSpec.model_validate(v)
+            except ValidationError as exc:
+                problems = []
+                for err, p in zip(exc.errors(), format_validation_error(exc), strict=True):
+                    message = p["message"]
+                    if err["type"] == "extra_forbidden":
+                        fields = ", ".join(BatchSearchSpec.model_fields)
+                        message = f"unknown field {p['field']!r}; valid fields: {fields}"
+                    if not message.startswith("batch_sizes."):
+                        message = f"batch_sizes.{p['field']}: {message}"
+                    problems.append(FieldProblem(p["field"], message, p.get("value")))
+                raise SpecError(problems) from None
+        if isinstance(v, str | bytes) or not isinstance(v, list | tuple | BatchSearchSpec):
+            raise ValueError(
+                f"batch_sizes must be a list of batch sizes or {{min, max, resolution}}, got batch_sizes={excerpt(v)}"
+            )
+        return v
+
     @field_validator("batch_sizes")
     @classmethod
-    def _batch_sizes(cls, v: list[int]) -> list[int]:
+    def _batch_sizes(cls, v: list[int] | BatchSearchSpec) -> list[int] | BatchSearchSpec:
+        if isinstance(v, BatchSearchSpec):
+            return v
         if not v:
             raise _problem("", "batch_sizes must not be empty, e.g. [16, 32, 64]", [])
         # the count first: the checks below are quadratic in it, and each batch size is a column of cells
@@ -427,15 +489,36 @@ class SweepSpec(_Strict):
                 )
             )
 
+        search = self.batch_search
+        if search is not None:
+            try:
+                sizes = lattice(search.min, search.max, search.resolution, self.resources.workers_per_trial)
+            except ValueError as exc:
+                raise _problem("batch_sizes.min", f"batch_sizes.{exc}", search.min) from None
+            if len(sizes) > MAX_LATTICE:
+                raise _problem(
+                    "batch_sizes.resolution",
+                    f"batch_sizes from {search.min} to {search.max} at resolution={search.resolution} is a lattice of "
+                    f"more than {MAX_LATTICE} sizes; raise resolution or narrow [min, max]",
+                    search.resolution,
+                )
+            if len(sizes) < 2:
+                raise _problem(
+                    "batch_sizes.max",
+                    f"batch_sizes.max={search.max} leaves nothing to search above min={search.min}: the next lattice "
+                    f"size is {lattice(search.min, 4 * search.min, search.resolution, self.resources.workers_per_trial)[1]}",
+                    search.max,
+                )
         seq_len = self.model.seq_len
         if self.trained_tokens < 1:
-            lcm, unit = math.lcm(*self.batch_sizes), token_unit(self.batch_sizes, seq_len)
+            lcm, unit = math.lcm(*self.lattice), token_unit(self.lattice, seq_len)
             unit_text = str(unit) if unit < 10**15 else f"about 10^{len(str(unit)) - 1}"
             problems.append(
                 FieldProblem(
                     "token_budget",
                     f"token_budget={self.token_budget} is smaller than the least every batch size can train on "
-                    f"in whole steps: lcm(batch_sizes) = {lcm} x model.seq_len {seq_len} = {unit_text} tokens; "
+                    f"in whole steps: lcm({'the lattice' if search else 'batch_sizes'}) = {lcm} x model.seq_len "
+                    f"{seq_len} = {unit_text} tokens; "
                     f"every cell trains on the same tokens, token_budget rounded down to a multiple of that",
                     self.token_budget,
                 )
@@ -443,7 +526,7 @@ class SweepSpec(_Strict):
 
         workers = self.resources.workers_per_trial
         unsplittable = []
-        for b in self.batch_sizes:
+        for b in self.lattice:
             try:
                 split_batch(b, workers, self.resources.max_micro_batch)
             except ValueError:
@@ -465,7 +548,7 @@ class SweepSpec(_Strict):
             short = corpus_shortfall(
                 builtin_corpus_tokens(self.data.vocab_size),
                 seq_len=seq_len,
-                micro_batch=max(split_batch(b, workers, self.resources.max_micro_batch)[0] for b in self.batch_sizes),
+                micro_batch=max(split_batch(b, workers, self.resources.max_micro_batch)[0] for b in self.lattice),
                 num_workers=workers,
                 val_fraction=self.data.val_fraction,
                 what=f"the builtin corpus at data.vocab_size={self.data.vocab_size}",
@@ -480,10 +563,13 @@ class SweepSpec(_Strict):
             cap = int(info.context["max_trials"])
         total = self.total_trials
         if total > cap:
+            sizes_text = (
+                f"{self.sizes_per_optimizer[1]} batch sizes at most" if search else f"{len(self.lattice)} batch sizes"
+            )
             problems.append(
                 FieldProblem(
                     "total_trials",
-                    f"total trials {total} = {len(self.optimizers)} optimizers x {len(self.batch_sizes)} batch sizes "
+                    f"total trials {total} = {len(self.optimizers)} optimizers x {sizes_text} "
                     f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {self.seeds_max} seeds) "
                     f"exceeds the cap max_trials={cap}; reduce optimizers, batch_sizes, "
                     f"lr.trials_per_batch_size or seeds",
@@ -496,7 +582,7 @@ class SweepSpec(_Strict):
 
         # Last guard: every cell must map onto a valid TrainConfig (the worker's own checks), so a spec
         # that passes here cannot fail at launch for a config reason. Both lr ends are tried: at most
-        # 5 optimizers x MAX_BATCH_SIZES x 2 TrainConfigs, ~5 ms.
+        # 5 optimizers x MAX_LATTICE x 2 TrainConfigs, ~10 ms.
         for opt, b in self.cells():
             for lr in self.lr.bounds:
                 try:
@@ -513,17 +599,41 @@ class SweepSpec(_Strict):
     # ---- derived --------------------------------------------------------------------------------
 
     @property
+    def batch_search(self) -> BatchSearchSpec | None:
+        """The search of the batch axis, or None for a list of batch sizes."""
+        return self.batch_sizes if isinstance(self.batch_sizes, BatchSearchSpec) else None
+
+    @property
+    def lattice(self) -> list[int]:
+        """Every batch size a trial of this sweep may train at, ascending: the list, or the search's
+        lattice (sweeps/batch_axis.py), fixed before anything runs."""
+        if (search := self.batch_search) is None:
+            return list(self.batch_sizes)  # type: ignore[arg-type]
+        return list(_lattice(search.min, search.max, search.resolution, self.resources.workers_per_trial))
+
+    @property
+    def sizes_per_optimizer(self) -> tuple[int, int]:
+        """(fewest, most) batch sizes one optimizer tests: the list's length, or the search's bounds."""
+        if (search := self.batch_search) is None:
+            return len(self.lattice), len(self.lattice)
+        return search_bounds(tuple(self.lattice), search.step, search.resolution)
+
+    @property
     def total_trials(self) -> int:
-        """At most: every cell at seeds_max confirmation runs (adaptive seeds stop earlier where they can)."""
-        return total_trials(len(self.optimizers), len(self.batch_sizes), self.lr.trials_per_batch_size, self.seeds_max)
+        """At most: every cell at seeds_max confirmation runs (adaptive seeds stop earlier where they can),
+        at the most batch sizes a search can test."""
+        return total_trials(
+            len(self.optimizers), self.sizes_per_optimizer[1], self.lr.trials_per_batch_size, self.seeds_max
+        )
 
     @property
     def trained_tokens(self) -> int:
         """Tokens every trial of the sweep trains on: `token_budget` rounded down, once for the whole
-        sweep, to a multiple of lcm(batch_sizes) x seq_len, so that every batch size runs whole steps
-        over exactly the same tokens (a larger batch takes proportionally fewer steps). Rounding per
-        batch size instead would train larger batches on fewer tokens and bias every verdict."""
-        unit = token_unit(self.batch_sizes, self.model.seq_len)
+        sweep, to a multiple of lcm(lattice) x seq_len (lcm(batch_sizes) for a list), so that every batch
+        size runs whole steps over exactly the same tokens (a larger batch takes proportionally fewer
+        steps). Rounding per batch size instead would train larger batches on fewer tokens and bias
+        every verdict."""
+        unit = token_unit(self.lattice, self.model.seq_len)
         return self.token_budget // unit * unit
 
     @property
@@ -531,8 +641,9 @@ class SweepSpec(_Strict):
         return [o.name for o in self.optimizers]
 
     def cells(self) -> list[tuple[str, int]]:
-        """(optimizer, batch_size) pairs: optimizers in the order given, batch sizes ascending."""
-        return [(o.name, b) for o in self.optimizers for b in self.batch_sizes]
+        """(optimizer, batch_size) pairs: optimizers in the order given, batch sizes ascending; for a
+        search, every cell it may test (the lattice)."""
+        return [(o.name, b) for o in self.optimizers for b in self.lattice]
 
     def optimizer(self, name: str) -> OptimizerSpec:
         for o in self.optimizers:
@@ -542,10 +653,8 @@ class SweepSpec(_Strict):
 
     def train_config(self, optimizer: str, batch_size: int, lr: float, seed: int) -> TrainConfig:
         """The `TrainConfig` of one trial of this sweep (cell `(optimizer, batch_size)` at `lr`, `seed`)."""
-        if batch_size not in self.batch_sizes:
-            raise ValueError(
-                f"batch_size={batch_size} is not in sweep {self.name!r}; its batch_sizes: {self.batch_sizes}"
-            )
+        if batch_size not in self.lattice:
+            raise ValueError(f"batch_size={batch_size} is not in sweep {self.name!r}; its batch sizes: {self.lattice}")
         cfg = TrainConfig(
             model=self.model,
             data=self.data,
@@ -629,6 +738,11 @@ class SweepSpec(_Strict):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _lattice(min_size: int, max_size: int, resolution: float, workers: int) -> tuple[int, ...]:
+    return tuple(lattice(min_size, max_size, resolution, workers))
 
 
 def _read(text_or_path: str | os.PathLike[str]) -> tuple[str, str]:

@@ -199,6 +199,8 @@ def answer_of(report: dict[str, Any] | None) -> list[dict[str, Any]]:
             "noise_baseline": o.within_noise.baseline,
             "is_baseline": name == r.baseline,
             "baseline_name": r.baseline,
+            # a search of the batch axis: the sizes in the order tested, and why
+            "steps": [f"{st.batch_size} ({st.chosen})" for st in o.search_steps],
         }
         for name, o in r.optimizers.items()
     ]
@@ -494,8 +496,9 @@ async def submit_form(
         if action == "check":
             limits.take_dry_run(owner)
             result = await manager.dry_run(body, "application/yaml", settings)
+            most = "at most " if isinstance(result.spec.get("batch_sizes"), dict) else ""  # a search of the batch axis
             message = (
-                f"Valid: {result.cells} cells, {result.total_trials} trials, each training on "
+                f"Valid: {most}{result.cells} cells, {most}{result.total_trials} trials, each training on "
                 f"{result.trained_tokens:,} tokens. Submit it to start."
             )
             return submit_page(request, text, message=message, key=idempotency_key or None)

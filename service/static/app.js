@@ -37,7 +37,9 @@ function renderProgress(sweep) {
     const head = el("tr", {}, ...["cell", "search", "", "seeds", "", "best lr", "search best", "confirmed mean", "running"].map((h) => el("th", {}, h)));
     const rows = p.cells.map((c) =>
       el("tr", { "data-cell": c.cell },
-        el("td", {}, `${c.optimizer ?? c.cell} B=${c.batch_size ?? "?"}`),
+        // a search of the batch axis says why it tests the size (hover: its decision in words)
+        el("td", c.why ? { title: c.why } : {}, `${c.optimizer ?? c.cell} B=${c.batch_size ?? "?"}` +
+          (c.chosen && c.chosen !== "listed" ? ` (${c.chosen})` : "")),
         el("td", {}, bar(c.search_done, c.search_total)), el("td", {}, `${c.search_done}/${c.search_total ?? "?"}`),
         el("td", {}, bar(c.seeds_done, c.seeds_total)), el("td", {}, `${c.seeds_done}/${c.seeds_total ?? "?"}`),
         el("td", {}, fmt.lr(c.best_lr)), el("td", {}, fmt.loss(c.search_best_val_loss)),

@@ -107,6 +107,8 @@ def make_sweep(
     seeds: int = 2,
     seq_len: int = 8,
     warnings: Sequence[str] = (),
+    batch_search: dict[str, Any] | None = None,
+    steps: dict[str, list[dict[str, Any]]] | None = None,
 ) -> SweepData:
     """A SweepData whose report is what the analysis makes of these trials (as the driver does): each
     TrialResult carries the trial's Optuna number and run id, so the report names these runs."""
@@ -150,7 +152,9 @@ def make_sweep(
             lr_max=lr_range[1],
             seeds=seeds,
             seq_len=seq_len,
+            batch_search=batch_search,
         ),
+        steps=steps,
     )
     return SweepData(
         sweep_id=sweep_id, report=validate_report(report), trials=trials, warnings=tuple(warnings), status="succeeded"

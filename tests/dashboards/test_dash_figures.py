@@ -700,3 +700,41 @@ def test_page_escapes_a_hostile_sweep_id() -> None:
     assert all(evil in f.title for f in figs)
     assert all('&lt;script&gt;alert("x")&lt;/script&gt;' in f.plotly_fig.layout.title.text for f in figs)
     assert evil not in figs[0].html()
+
+
+def test_a_search_of_the_batch_axis_draws_and_shows_its_steps() -> None:
+    """Each optimizer tested its own sizes (a search): every figure and the page still draw, and the page
+    lists each optimizer's steps in order with the bracket after each."""
+    from dashboards import build_figures, render_dashboard
+
+    rich = rich_sweep()
+    tested = {"adamw": (4, 8, 16), "merit": (4, 16, 32)}
+    trials = [t for t in rich.trials if t.batch_size in tested[t.optimizer]]
+    steps = {
+        opt: [
+            {"batch_size": b, "chosen": c, "why": w, "seeds_added": 0}
+            for b, c, w in zip(
+                sizes,
+                ("reference", "step up", "bisect"),
+                ("the reference", "x2", "between 8 (fine) and 32"),
+                strict=True,
+            )
+        ]
+        for opt, sizes in tested.items()
+    }
+    search = {"min": 4, "max": 32, "resolution": 2.0, "step": 2.0, "against": "baseline", "lattice": [4, 8, 16, 32]}
+    sweep = make_sweep(trials, batch_sizes=(4, 8, 16, 32), tolerance=0.03, batch_search=search, steps=steps)
+    assert [c.batch_size for c in sweep.report.optimizers["merit"].cells] == [4, 16, 32]
+    figs = build_figures(sweep)
+    page = render_dashboard(sweep, figs, png_fallback=False)
+    section = page.split('<section id="batch-search">', 1)[1].split("</section>", 1)[0]
+    for opt, sizes in tested.items():
+        table = section.split(f'data-optimizer="{opt}"', 1)[1].split("</table>", 1)[0]
+        assert re.findall(r"<td class=\"name\">B = (\d+)</td>", table) == [str(b) for b in sizes]
+        assert table.count("<tr>") == len(sizes) + 1  # the head and one row per step
+    # the bracket after the last step is the report's
+    merit = sweep.report.optimizers["merit"].bracket.baseline
+    last = section.split('data-optimizer="merit"', 1)[1].split("</table>", 1)[0].rsplit("<tr>", 1)[1]
+    lo = "-" if merit.largest_fine is None else merit.largest_fine
+    hi = "-" if merit.smallest_degraded is None else merit.smallest_degraded
+    assert f"[{lo}, {hi})" in html.unescape(last)

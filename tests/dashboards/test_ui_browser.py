@@ -344,3 +344,68 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
     dead = httpx.get(f"{stack.url}/sweeps", cookies={COOKIE: cookie["value"]}, timeout=30)
     assert dead.status_code == 401
     shots(page, "08-signed-out")
+
+
+def test_a_search_of_the_batch_axis_in_the_browser(stack: Stack, browser: Browser, shots: Shots) -> None:
+    """A `{min, max}` spec through `sweeps serve` on embedded defaults ends with a bracket; its tested
+    sizes and the decision at each step show on the dashboard and the list, and MLflow tags each cell."""
+    spec = tiny("ui-search", batch_sizes={"min": 4, "max": 16, "resolution": 2.0}, seeds=2)
+    resp = httpx.post(f"{stack.url}/sweeps", json=spec, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    assert resp.status_code == 201, resp.text
+    sweep_id = resp.json()["id"]
+    deadline = time.monotonic() + 600
+    while (s := status_of(stack, sweep_id))["status"] not in ("succeeded", "failed", "cancelled"):
+        assert time.monotonic() < deadline, s
+        time.sleep(1)
+    assert s["status"] == "succeeded", f"{s}\n{stack.service.tail()}"
+    report = httpx.get(
+        f"{stack.url}/sweeps/{sweep_id}/report", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    ).json()
+    assert report["batch_search"]["lattice"] == [4, 8, 16]
+    adamw = report["optimizers"]["adamw"]
+    steps = adamw["search_steps"]
+    assert steps[0]["batch_size"] == 4 and steps[0]["chosen"] == "reference"
+    assert [c["batch_size"] for c in adamw["cells"]] == sorted(st["batch_size"] for st in steps)
+    assert set(adamw["bracket"]["baseline"]) == {"largest_fine", "smallest_degraded", "contradictions"}
+    assert adamw["bracket"]["baseline"]["largest_fine"] in (4, 8, 16)  # the reference is fine against itself
+
+    watch = Watch(stack.url)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = watch.attach(context.new_page())
+    try:
+        page.goto(f"{stack.url}/", wait_until="load")
+        page.fill("#token", TOKEN)
+        page.click("#sign-in button[type=submit]")
+        page.wait_for_selector(f'[data-sweep="{sweep_id}"] .answer')
+        listed = page.inner_text(f'[data-sweep="{sweep_id}"] .search-steps')
+        assert listed == "tested in order: " + " → ".join(f"{st['batch_size']} ({st['chosen']})" for st in steps)
+        page.goto(f"{stack.url}/sweeps/{sweep_id}/dashboard", wait_until="load")
+        page.wait_for_selector("#batch-search table.search-steps")
+        rows = page.locator('#batch-search table[data-optimizer="adamw"] tbody tr').all()
+        assert len(rows) == len(steps)
+        for row, st in zip(rows, steps, strict=True):
+            cells = row.locator("td").all_inner_texts()
+            assert cells[0] == str(st["order"]) and cells[1] == f"B = {st['batch_size']}"
+            assert cells[2].startswith(st["chosen"]) and cells[3] == st["why"]
+        # the bracket after the last step is the report's
+        lo, hi = adamw["bracket"]["baseline"]["largest_fine"], adamw["bracket"]["baseline"]["smallest_degraded"]
+        assert (
+            rows[-1].locator("td").all_inner_texts()[5]
+            == f"[{lo if lo is not None else '-'}, {hi if hi is not None else '-'})"
+        )
+        shots(page, "09-batch-search-dashboard")
+    finally:
+        context.close()
+    assert watch.errors == []
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{stack.data_dir / 'mlflow.db'}")
+    cells = client.search_runs([s["experiment_id"]], "tags.`batchsweep.role` = 'cell'", max_results=100)
+    chosen = {int(r.data.tags["batchsweep.batch_size"]): r.data.tags["batchsweep.chosen"] for r in cells}
+    assert chosen == {st["batch_size"]: st["chosen"] for st in steps}
+    assert all(r.data.tags["batchsweep.chosen_why"] for r in cells)
+    trials = client.search_runs([s["experiment_id"]], "tags.`batchsweep.role` = 'seed'", max_results=100)
+    assert trials and all(
+        t.data.tags["batchsweep.chosen"] == chosen[int(t.data.tags["batchsweep.batch_size"])] for t in trials
+    )

@@ -122,6 +122,44 @@ def test_the_papers_protocol_prices_in_thousands_of_gpu_hours(
             assert [d["field"] for d in err["details"]] == ["token_budget"]
 
 
+def test_a_search_of_the_batch_axis_is_priced_as_a_range(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher
+) -> None:
+    """The fewest and the most the search can spend: from the fewest sizes at the fewest seeds to the
+    most sizes (its cap) at the most; the paper's protocol as a search, beside its list."""
+    with TestClient(create_app(make_settings(), launcher=launcher)) as client:
+        spec = tiny_spec(
+            batch_sizes={"min": 4, "max": 64, "resolution": 1.5},
+            seeds={"min": 2, "max": 4, "step": 2},
+            token_budget=61440,
+        )
+        resp_tiny = client.post("/sweeps?dry_run=true", json=spec, headers=auth())
+    assert resp_tiny.status_code == 200, resp_tiny.text
+    cost = resp_tiny.json()["cost"]
+    parsed = SweepSpec.from_mapping(spec)
+    fewest, most = parsed.sizes_per_optimizer
+    assert (fewest, most) == (1, 8) and parsed.lattice == [4, 6, 8, 12, 16, 24, 32, 48, 64]
+    assert cost["trials"] == {"min": fewest * (2 + 2), "max": most * (2 + 4)}
+    assert cost["tokens_per_trial"] == parsed.trained_tokens
+    assert cost["training_tokens"] == {k: v * parsed.trained_tokens for k, v in cost["trials"].items()}
+    assert any("a search of the batch axis" in n and "1 to 8 of the 9 lattice sizes" in n for n in cost["notes"])
+
+    settings = make_settings(max_token_budget=50 * 10**9, hf_datasets=["Skylion007/openwebtext"])
+    with TestClient(create_app(settings, launcher=launcher)) as client:
+        costs = {}
+        for name in ("merit_gpt2.yaml", "merit_gpt2_search.yaml"):
+            resp = client.post(
+                "/sweeps?dry_run=true",
+                content=(EXAMPLES / name).read_bytes(),
+                headers=auth() | {"Content-Type": "application/yaml"},
+            )
+            assert resp.status_code == 200, resp.text
+            costs[name] = resp.json()["cost"]
+            assert costs[name] == price(SweepSpec.load(EXAMPLES / name)).model_dump(mode="json")
+    search = costs["merit_gpt2_search.yaml"]
+    assert search["gpu_hours"]["min"] < costs["merit_gpt2.yaml"]["gpu_hours"]["min"] < search["gpu_hours"]["max"]
+
+
 # ---- the CLI ------------------------------------------------------------------------------------
 
 

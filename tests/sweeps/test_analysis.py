@@ -399,9 +399,11 @@ def test_report_schema_keys_are_stable():
         "noise_rule",
         "verdict_rule",
         "warmup",
+        "batch_search",
         "optimizers",
         "warnings",
     ]
+    assert report["batch_search"] is None  # a list of batch sizes
     assert report["reference_batch_size"] == 16 and report["sweep"] == "merit-vs-adamw"
     assert list(report["optimizers"]) == ["adamw", "merit"]  # spec order
     opt = report["optimizers"]["merit"]
@@ -410,6 +412,8 @@ def test_report_schema_keys_are_stable():
         "reference_val_loss",
         "largest_degradation_free_batch_size",
         "bracket",
+        "smallest_degraded_batch_size",
+        "search_steps",
         "within_noise",
         "noise_checks",
     ]
@@ -438,8 +442,10 @@ def test_report_schema_keys_are_stable():
         "retreated_from_lr",
         "steps_to_reference",
         "tokens_to_reference",
+        "chosen",
     ]
     assert [c["batch_size"] for c in opt["cells"]] == list(BATCHES)
+    assert {c["chosen"] for c in opt["cells"]} == {"listed"}
 
 
 def test_report_json_round_trip_and_validation():

@@ -45,7 +45,7 @@ def test_the_merit_examples_train_at_bf16(path: Path) -> None:
     """The paper's runs are bf16 on H100s: every trial of the example gets bf16 autocast."""
     spec = SweepSpec.load(path)
     assert spec.precision == "bf16"
-    assert spec.train_config(spec.optimizer_names[0], spec.batch_sizes[0], spec.lr.min, 0).precision == "bf16"
+    assert spec.train_config(spec.optimizer_names[0], spec.lattice[0], spec.lr.min, 0).precision == "bf16"
 
 
 def test_the_papers_medium_protocol_costs_thousands_of_h100_hours() -> None:
