@@ -265,7 +265,9 @@ class CellSearcher(DriverOnly, Searcher):
                     if attrs.get("optimizer") in spec.optimizer_names and attrs.get("batch_size") in spec.lattice:
                         stored_cells.append(attrs)
             for attrs in sorted(stored_cells, key=lambda a: a.get("order", 0)):
-                cell = self._open_cell(attrs["optimizer"], attrs["batch_size"], attrs["chosen"], attrs.get("why", ""))
+                cell = self._open_cell(
+                    attrs["optimizer"], attrs["batch_size"], attrs.get("chosen", "listed"), attrs.get("why", "")
+                )
                 cell.abandoned = bool(attrs.get("abandoned", False))
             ref = spec.lattice[0]
             for opt in spec.optimizer_names:
@@ -483,6 +485,13 @@ class CellSearcher(DriverOnly, Searcher):
                 )
                 if d.kind == "test" and len(mine) >= cap:
                     self.search_done_why[opt] = f"stopped at the cap of {cap} batch sizes; next would be {d.batch_size}"
+                elif d.kind == "test" and (old := self._cell(opt, d.batch_size)) is not None:
+                    # a speculative size dropped before, needed after all: its runs go on
+                    old.abandoned, old.why = False, f"{old.why}; needed after all: {d.why}"
+                    old.study.set_user_attr("abandoned", False)
+                    old.study.set_user_attr("why", old.why)
+                    self._changes += 1
+                    grew = True
                 elif d.kind == "test":
                     self._open_cell(opt, d.batch_size, d.chosen, d.why)  # type: ignore[arg-type]
                     log.info("%s: batch size %d (%s: %s)", opt, d.batch_size, d.chosen, d.why)

@@ -1,0 +1,558 @@
+"""Soak: many owners, many sweeps, faults throughout; nothing lost, nothing left running, nothing growing.
+
+    python benchmarks/soak.py [--minutes 60] [--postgres] [--seed 0] [--keep DIR]
+
+Starts `sweeps serve` as the README runs it (its own local Ray head, SQLite stores in a data dir of
+its own; `--postgres`: a PostgreSQL server of its own for the service's store and Optuna), then for
+`--minutes` drives it as a team would:
+
+- 3 owners submit small real sweeps (gpt2-nano, built-in corpus) at random intervals, a third of them
+  retried with the same `Idempotency-Key` (the same sweep must come back, `replayed`), some cancelled
+  mid-way; a 429 (the per-owner limit of concurrent sweeps) waits and tries again;
+- 20 pollers read `GET /sweeps/{id}` of their owner's sweeps throughout (their latencies give p99);
+- 5 event streams stay open throughout, 2 of them in cookie sessions (as a browser holds them: signed
+  in at `POST /login`), reconnecting when a sweep ends or the API restarts;
+- between the first and the last window, at random times: kill -9 of the API (restarted at once), of
+  a sweep's driver actor, of a trial's worker process (processes found below the Ray head's pid).
+
+It prints a line per window (5 minutes, or a sixth of a shorter run): sweeps by status, trials done,
+the API's RSS and open file descriptors, the store's and Optuna's rows, live Ray actors and placement
+groups, p99 of `GET /sweeps/{id}`. Then it stops submitting, waits for every sweep to be final, and
+checks (the last line is the verdict; the exit status is 1 when any check fails):
+
+- every submitted sweep is final, none failed (these specs cannot fail for a cause of their own, so a
+  failure is a fault that was reported as a result);
+- every sweep's trials are recorded once in Optuna and once in MLflow and the two agree, nothing is
+  RUNNING in either; a succeeded sweep has every planned trial;
+- no driver actor of a final sweep is alive, and no placement group is left;
+- the API's RSS and open file descriptors at the end are within 10 % of their level after the first
+  third of the run (20 minutes of an hour), and p99 of `GET /sweeps/{id}` in the last window within
+  1.5x of the first (faults are injected between those windows only, so the two measure the service,
+  not a restart).
+
+The HTTP API has no way to resubmit a cancelled sweep under its id; resuming is exercised by the
+killed drivers (a relaunched driver resumes its sweep from Optuna). Processes are stopped by pid
+(the service and its head, the PostgreSQL server): nothing else on the machine is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the test harness's processes: one way to start each
+
+from harness import ServiceProcess, create_database, postgres_server  # noqa: E402
+
+from service.processes import cmdline, descendants, free_port  # noqa: E402
+from service.ray_head import LocalRayHead  # noqa: E402
+
+OWNERS = {name: f"soak-{name}-token-0123456789" for name in ("alice", "bob", "carol")}
+FINAL = ("succeeded", "failed", "cancelled")
+# what the README's `sweeps serve` does not set: the embedded defaults stand
+EMBEDDED = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "SWEEPS_OPTUNA_STORAGE", "SWEEPS_DATABASE_URL", "RAY_AUTH_TOKEN")
+SEARCH, SEEDS = 1, 1  # per cell: planned search trials (1 < the 3 coarse lrs: never converges early), seeds
+
+
+def spec(name: str) -> dict[str, Any]:
+    """gpt2-nano on the built-in corpus, 2 batch sizes x (1 search trial + 1 confirmation run), one at a time."""
+    return {
+        "name": name,
+        "model": {"preset": "gpt2-nano", "seq_len": 32},
+        "data": {"source": "builtin"},
+        "optimizers": [{"name": "adamw"}],
+        "batch_sizes": [4, 8],
+        "token_budget": 8192,
+        "eval_every_tokens": 2048,
+        "eval_tokens": 4096,
+        "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": SEARCH},
+        "seeds": SEEDS,
+        "degradation": {"tolerance": 0.05, "baseline": "adamw"},
+        "resources": {"max_concurrent_trials": 1},
+        "pruning": {"enabled": False},
+    }
+
+
+@dataclass
+class Soak:
+    svc: ServiceProcess
+    data_dir: Path
+    stop: threading.Event = field(default_factory=threading.Event)
+    stop_submitting: threading.Event = field(default_factory=threading.Event)
+    faults_on: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    sweeps: dict[str, str] = field(default_factory=dict)  # id -> owner
+    cancelled: set[str] = field(default_factory=set)
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (time, seconds) of GET /sweeps/{id}
+    counts: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+    def client(self, owner: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.svc.url, headers={"Authorization": f"Bearer {OWNERS[owner]}"}, timeout=httpx.Timeout(30)
+        )
+
+    def ids_of(self, owner: str) -> list[str]:
+        with self.lock:
+            return [i for i, o in self.sweeps.items() if o == owner]
+
+    def problem(self, text: str) -> None:
+        with self.lock:
+            self.problems.append(text)
+        print(f"  PROBLEM: {text}", flush=True)
+
+
+# ---- the team ------------------------------------------------------------------------------------
+
+
+def submitter(soak: Soak, owner: str, rng: random.Random) -> None:
+    with soak.client(owner) as c:
+        n = 0
+        while not soak.stop_submitting.wait(rng.uniform(20, 70)):
+            n += 1
+            body = spec(f"soak-{owner}-{n}")
+            key = f"{owner}-{n}-{rng.random():.6f}"
+            try:
+                r = c.post("/sweeps", json=body, headers={"Idempotency-Key": key})
+                while r.status_code == 429 and not soak.stop_submitting.is_set():
+                    soak.counts["submit 429"] += 1
+                    time.sleep(5)
+                    r = c.post("/sweeps", json=body, headers={"Idempotency-Key": key})
+                if r.status_code != 201:
+                    if r.status_code != 429:
+                        soak.problem(f"submit of {owner} answered {r.status_code}: {r.text[:300]}")
+                    continue
+                sweep_id = r.json()["id"]
+                with soak.lock:
+                    soak.sweeps[sweep_id] = owner
+                soak.counts["submitted"] += 1
+                if rng.random() < 1 / 3:  # the client retries: the same sweep comes back
+                    again = c.post("/sweeps", json=body, headers={"Idempotency-Key": key})
+                    soak.counts["retried"] += 1
+                    if again.status_code != 201 or again.json().get("id") != sweep_id or not again.json()["replayed"]:
+                        soak.problem(f"a retried submit of {sweep_id} answered {again.status_code}: {again.text[:300]}")
+                if rng.random() < 0.2:
+                    threading.Thread(
+                        target=canceller, args=(soak, owner, sweep_id, rng.uniform(5, 60)), daemon=True
+                    ).start()
+            except httpx.TransportError:
+                soak.counts["submit during restart"] += 1  # the API was being restarted: tried again later
+
+
+def canceller(soak: Soak, owner: str, sweep_id: str, after_s: float) -> None:
+    if soak.stop.wait(after_s):
+        return
+    with soak.client(owner) as c:
+        for _ in range(10):
+            try:
+                r = c.post(f"/sweeps/{sweep_id}/cancel")
+            except httpx.TransportError:
+                time.sleep(3)
+                continue
+            if r.status_code == 202:
+                with soak.lock:
+                    soak.cancelled.add(sweep_id)
+                soak.counts["cancelled"] += 1
+            elif r.status_code != 409:  # 409: it had finished already
+                soak.problem(f"cancel of {sweep_id} answered {r.status_code}: {r.text[:300]}")
+            return
+
+
+def poller(soak: Soak, owner: str, rng: random.Random) -> None:
+    with soak.client(owner) as c:
+        while not soak.stop.wait(rng.uniform(0.5, 1.5)):
+            ids = soak.ids_of(owner)
+            if not ids:
+                continue
+            started = time.monotonic()
+            try:
+                r = c.get(f"/sweeps/{rng.choice(ids)}")
+            except httpx.TransportError:
+                soak.counts["poll during restart"] += 1
+                continue
+            took = time.monotonic() - started
+            if r.status_code != 200:
+                soak.problem(f"GET /sweeps/{{id}} answered {r.status_code}: {r.text[:300]}")
+                continue
+            with soak.lock:
+                soak.latencies.append((time.monotonic(), took))
+
+
+def streamer(soak: Soak, owner: str, rng: random.Random, cookie: bool) -> None:
+    while not soak.stop.is_set():
+        ids = soak.ids_of(owner)
+        if not ids:
+            soak.stop.wait(2)
+            continue
+        try:
+            with httpx.Client(base_url=soak.svc.url, timeout=httpx.Timeout(10, read=60)) as c:
+                if cookie:  # signed in as a browser is: the form, from the service's own origin
+                    r = c.post("/login", data={"token": OWNERS[owner], "next": "/"}, headers={"Origin": soak.svc.url})
+                    if r.status_code not in (200, 303):
+                        soak.problem(f"sign-in of {owner} answered {r.status_code}: {r.text[:200]}")
+                        soak.stop.wait(5)
+                        continue
+                else:
+                    c.headers["Authorization"] = f"Bearer {OWNERS[owner]}"
+                with c.stream("GET", f"/sweeps/{rng.choice(ids)}/events") as resp:
+                    if resp.status_code == 429:
+                        soak.counts["stream 429"] += 1
+                        soak.stop.wait(5)
+                        continue
+                    if resp.status_code != 200:
+                        soak.problem(f"event stream answered {resp.status_code}")
+                        continue
+                    soak.counts["streams opened"] += 1
+                    for line in resp.iter_lines():
+                        if line.startswith("event:"):
+                            soak.counts["events"] += 1
+                        if soak.stop.is_set() or line == "event: end":
+                            break
+        except httpx.TransportError:
+            soak.counts["stream cut"] += 1  # the API restarted: open it again
+            soak.stop.wait(1)
+
+
+# ---- faults ----------------------------------------------------------------------------------------
+
+
+def below_head(soak: Soak, marker: str) -> list[int]:
+    head = LocalRayHead(soak.data_dir).running()
+    if head is None:
+        return []
+    return [p for p in descendants(head.pid) if any(marker in part for part in cmdline(p))]
+
+
+def faults(soak: Soak, rng: random.Random, every_s: float) -> None:
+    soak.faults_on.wait()
+    while not soak.stop_submitting.wait(rng.uniform(0.5, 1.5) * every_s):
+        if not soak.faults_on.is_set():
+            continue
+        kind = rng.choice(["api", "driver", "worker"])
+        if kind == "api":
+            proc = soak.svc.proc
+            assert proc is not None
+            os.killpg(proc.pid, signal.SIGKILL)  # the service's own process group: what it started
+            proc.wait()
+            soak.svc.proc = None
+            soak.svc.start(timeout_s=180)
+        else:
+            pids = below_head(soak, "SweepActor" if kind == "driver" else "ImplicitFunc")
+            if not pids:
+                continue
+            try:
+                os.kill(rng.choice(pids), signal.SIGKILL)
+            except ProcessLookupError:
+                continue  # it ended on its own meanwhile
+        soak.counts[f"killed {kind}"] += 1
+        print(f"  {time.strftime('%H:%M:%S')} fault: kill -9 of the {kind}", flush=True)
+
+
+# ---- measuring ---------------------------------------------------------------------------------------
+
+
+def api_resources(soak: Soak) -> tuple[int, int]:
+    """RSS (bytes) and open file descriptors of the API process."""
+    pid = soak.svc.proc.pid if soak.svc.proc else None
+    if pid is None:
+        return 0, 0
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def table_rows(url: str) -> int:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = sa.inspect(conn).get_table_names()
+            return sum(conn.execute(sa.text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables)
+    finally:
+        engine.dispose()
+
+
+def ray_state(soak: Soak) -> tuple[int | None, int | None]:
+    """Alive actors and placement groups not removed, from the head's state API (None: not answered)."""
+    head = LocalRayHead(soak.data_dir).running()
+    if head is None:
+        return None, None
+    token_file = Path.home() / ".ray" / "auth_token"
+    headers = {"Authorization": f"Bearer {token_file.read_text().strip()}"} if token_file.exists() else {}
+    out: list[int | None] = []
+    for kind, alive in (("actors", "ALIVE"), ("placement_groups", "CREATED")):
+        try:
+            r = httpx.get(
+                f"http://127.0.0.1:{head.dashboard_port}/api/v0/{kind}",
+                params={"limit": 10000, "detail": "false"},
+                headers=headers,
+                timeout=30,
+            )
+            rows = r.json()["data"]["result"]["result"]
+            out.append(sum(1 for row in rows if row.get("state") == alive))
+        except (httpx.HTTPError, KeyError, ValueError):
+            out.append(None)
+    return out[0], out[1]
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else math.nan
+
+
+@dataclass
+class Window:
+    t: float
+    rss: int
+    fds: int
+    p99_s: float
+
+
+def report_line(soak: Soak, started: float, since: float, urls: dict[str, str]) -> Window:
+    by_status: Counter[str] = Counter()
+    trials = 0
+    for owner in OWNERS:
+        try:
+            with soak.client(owner) as c:
+                page = c.get("/sweeps", params={"limit": 100}).json()
+            for s in page["items"]:
+                by_status[s["status"]] += 1
+                trials += s["progress"]["trials_done"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            by_status["?"] += 1
+    rss, fds = api_resources(soak)
+    actors, groups = ray_state(soak)
+    with soak.lock:
+        recent = [took for at, took in soak.latencies if at >= since]
+    window = Window(time.monotonic() - started, rss, fds, p99(recent))
+    print(
+        f"{window.t / 60:5.1f} min: sweeps {dict(sorted(by_status.items()))}, trials {trials}, API RSS "
+        f"{rss / 2**20:.0f} MiB, {fds} fds, rows store {table_rows(urls['store'])} optuna {table_rows(urls['optuna'])}, "
+        f"Ray actors {actors} placement groups {groups}, p99 GET /sweeps/{{id}} {window.p99_s * 1e3:.0f} ms "
+        f"({len(recent)} requests); {dict(sorted(soak.counts.items()))}",
+        flush=True,
+    )
+    return window
+
+
+# ---- the end ------------------------------------------------------------------------------------------
+
+
+def check_records(soak: Soak, urls: dict[str, str], statuses: dict[str, str]) -> list[str]:
+    """Per sweep: Optuna and MLflow hold the same trials once each, nothing RUNNING; all planned ones
+    when it succeeded."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.status import RERUN_STATUSES
+
+    storage = optuna.storages.RDBStorage(urls["optuna"])
+    client = MlflowClient(urls["mlflow"])
+    names = optuna.get_all_study_names(storage)
+    out = []
+    for sweep_id, status in statuses.items():
+        optuna_trials: Counter[tuple[str, str, int]] = Counter()
+        for name in (n for n in names if n.startswith(f"{sweep_id}/")):
+            study = optuna.load_study(study_name=name, storage=storage)
+            running = [t.number for t in study.trials if t.state.name in ("RUNNING", "WAITING")]
+            if running:
+                out.append(f"{name}: trials {running} still RUNNING/WAITING in Optuna")
+            for t in study.trials:
+                if t.user_attrs.get("status") not in RERUN_STATUSES and t.state.name not in ("RUNNING", "WAITING"):
+                    optuna_trials[
+                        (name.split("/", 1)[1], t.user_attrs.get("role"), int(t.user_attrs.get("seed", 0)))
+                    ] += 1
+        exp = client.get_experiment_by_name(sweep_id)
+        runs = client.search_runs([exp.experiment_id], max_results=1000) if exp else []
+        if [r.info.run_name for r in runs if r.info.status == "RUNNING"]:
+            out.append(f"{sweep_id}: MLflow runs still RUNNING")
+        kept = [
+            r
+            for r in runs
+            if r.data.tags.get("batchsweep.role") in ("search", "seed")
+            and r.data.tags.get("batchsweep.status") not in RERUN_STATUSES
+        ]
+        mlflow_trials = Counter(
+            (r.data.tags["batchsweep.cell"], r.data.tags["batchsweep.role"], int(r.data.tags["batchsweep.seed"]))
+            for r in kept
+        )
+        if mlflow_trials != optuna_trials:
+            out.append(f"{sweep_id} ({status}): Optuna {dict(optuna_trials)} != MLflow {dict(mlflow_trials)}")
+        if any(n > 1 for n in optuna_trials.values()):
+            out.append(f"{sweep_id}: a trial recorded twice: {dict(optuna_trials)}")
+        if status == "succeeded":
+            planned = {
+                (cell, role): n
+                for cell in ("adamw/bs4", "adamw/bs8")
+                for role, n in (("search", SEARCH), ("seed", SEEDS))
+            }
+            got = Counter({(cell, role): 0 for cell, role in planned})
+            for (cell, role, _), n in optuna_trials.items():
+                got[(cell, role)] += n
+            if dict(got) != planned:
+                out.append(f"{sweep_id}: succeeded with trials {dict(got)}, planned {planned}")
+    return out
+
+
+def verdict(soak: Soak, windows: list[Window], urls: dict[str, str], drain_s: float) -> list[str]:
+    failures = list(soak.problems)
+    deadline = time.monotonic() + drain_s
+    statuses: dict[str, str] = {}
+    while True:
+        statuses = {}
+        for sweep_id, owner in list(soak.sweeps.items()):
+            try:
+                with soak.client(owner) as c:
+                    statuses[sweep_id] = c.get(f"/sweeps/{sweep_id}").json()
+            except (httpx.HTTPError, ValueError):
+                statuses[sweep_id] = {"status": "?"}
+        if all(s["status"] in FINAL for s in statuses.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    for sweep_id, s in statuses.items():
+        if s["status"] not in FINAL:
+            failures.append(f"{sweep_id} is still {s['status']} {drain_s:.0f} s after the last submit")
+        elif s["status"] == "failed":
+            failures.append(f"{sweep_id} failed: {s.get('error')}")
+    failures += check_records(soak, urls, {i: s["status"] for i, s in statuses.items() if s["status"] in FINAL})
+    time.sleep(10)  # drivers of sweeps that just ended are on their way out
+    drivers = below_head(soak, "SweepActor")
+    if drivers:
+        failures.append(f"driver actors alive after every sweep ended: pids {drivers}")
+    actors, groups = ray_state(soak)
+    if groups:
+        failures.append(f"{groups} placement groups left after every sweep ended")
+    third = max(1, len(windows) // 3)
+    early, late = windows[third - 1], windows[-1]
+    for what, a, b in (("RSS", early.rss, late.rss), ("open fds", early.fds, late.fds)):
+        if b > 1.1 * a:
+            failures.append(
+                f"the API's {what} grew from {a} to {b} (> 10 %) between {early.t / 60:.0f} min and the end"
+            )
+    if windows[-1].p99_s > 1.5 * windows[0].p99_s:
+        failures.append(
+            f"p99 of GET /sweeps/{{id}} {windows[-1].p99_s * 1e3:.0f} ms in the last window > 1.5x "
+            f"{windows[0].p99_s * 1e3:.0f} ms in the first"
+        )
+    counts = Counter(s["status"] for s in statuses.values())
+    print(f"final: sweeps {dict(counts)}, Ray actors {actors}, placement groups {groups}", flush=True)
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--postgres", action="store_true", help="the store and Optuna on a PostgreSQL server")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the data dir and logs here")
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    root = Path(args.keep or tempfile.mkdtemp(prefix="soak-"))
+    root.mkdir(parents=True, exist_ok=True)
+    data_dir = root / "data"
+    duration = args.minutes * 60
+    window_s = min(300.0, duration / 6)
+    env = {
+        "SWEEPS_DATA_DIR": str(data_dir),
+        "SWEEPS_TOKENS": ",".join(f"{o}={t}" for o, t in OWNERS.items()),
+        "SWEEPS_DRIVER_RESTART_BACKOFF_S": "1",
+    }
+    urls = {
+        "store": f"sqlite:///{data_dir / 'service.db'}",
+        "optuna": f"sqlite:///{data_dir / 'optuna.db'}",
+        "mlflow": f"sqlite:///{data_dir / 'mlflow.db'}",
+    }
+    with postgres_server() if args.postgres else _nothing() as pg:
+        if pg is not None:
+            urls["store"] = create_database(pg.url, "soak_store")
+            urls["optuna"] = create_database(pg.url, "soak_optuna")
+            env |= {"SWEEPS_DATABASE_URL": urls["store"], "SWEEPS_OPTUNA_STORAGE": urls["optuna"]}
+        port = free_port()
+        command = [str(Path(sys.executable).parent / "sweeps"), "serve", "--host", "127.0.0.1", "--port", str(port)]
+        unset = tuple(k for k in EMBEDDED if k not in env)
+        svc = ServiceProcess(env=env, log_path=root / "api.log", port=port, command=command, unset=unset)
+        svc.start(timeout_s=180)
+        soak = Soak(svc, data_dir)
+        print(
+            f"soak: {args.minutes:g} min on {svc.url} ({'PostgreSQL' if pg else 'SQLite'} stores, data in {root}), "
+            f"a line every {window_s / 60:.1f} min",
+            flush=True,
+        )
+        threads = [
+            threading.Thread(target=submitter, args=(soak, o, random.Random(rng.random())), daemon=True) for o in OWNERS
+        ]
+        owners = list(OWNERS)
+        threads += [
+            threading.Thread(target=poller, args=(soak, owners[i % 3], random.Random(rng.random())), daemon=True)
+            for i in range(20)
+        ]
+        threads += [
+            threading.Thread(
+                target=streamer, args=(soak, owners[i % 3], random.Random(rng.random()), i < 2), daemon=True
+            )
+            for i in range(5)
+        ]
+        threads.append(threading.Thread(target=faults, args=(soak, rng, max(60.0, window_s / 2)), daemon=True))
+        started = time.monotonic()
+        windows: list[Window] = []
+        failures: list[str] = []
+        try:
+            for t in threads:
+                t.start()
+            while (elapsed := time.monotonic() - started) < duration:
+                since = time.monotonic()
+                time.sleep(min(window_s, duration - elapsed))
+                windows.append(report_line(soak, started, since, urls))
+                # faults between the first and the last window: those two measure the service itself
+                if len(windows) == 1:
+                    soak.faults_on.set()
+                if time.monotonic() - started >= duration - window_s - 1:
+                    soak.faults_on.clear()
+            soak.stop_submitting.set()
+            failures = verdict(soak, windows, urls, drain_s=900)
+        finally:
+            soak.stop.set()
+            soak.stop_submitting.set()
+            svc.stop()
+            LocalRayHead(data_dir).stop()  # the head `sweeps serve` started, by its pid
+            if args.keep is None:
+                shutil.rmtree(root, ignore_errors=True)
+    for f in failures:
+        print(f"  FAILED: {f}")
+    counts = dict(sorted(soak.counts.items()))
+    print(
+        f"soak {'PASSED' if not failures else 'FAILED'}: {args.minutes:g} min, {len(soak.sweeps)} sweeps, "
+        f"{len(failures)} failed checks; {json.dumps(counts)}"
+    )
+    return 1 if failures else 0
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
