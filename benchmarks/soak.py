@@ -8,7 +8,8 @@ its own; `--postgres`: a PostgreSQL server of its own for the service's store an
 
 - 3 owners submit small real sweeps (gpt2-nano, built-in corpus) at random intervals, a third of them
   retried with the same `Idempotency-Key` (the same sweep must come back, `replayed`), some cancelled
-  mid-way; a 429 (the per-owner limit of concurrent sweeps) waits and tries again;
+  mid-way; each owner may run one sweep at a time (SWEEPS_MAX_CONCURRENT_PER_OWNER=1), so a submit
+  often meets the limit: its 429 waits and tries again;
 - 20 pollers read `GET /sweeps/{id}` of their owner's sweeps throughout (their latencies give p99);
 - 5 event streams stay open throughout, 2 of them in cookie sessions (as a browser holds them: signed
   in at `POST /login`), reconnecting when a sweep ends or the API restarts;
@@ -99,6 +100,7 @@ class Soak:
     faults_on: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     sweeps: dict[str, str] = field(default_factory=dict)  # id -> owner
+    status: dict[str, str] = field(default_factory=dict)  # id -> its status as last read
     cancelled: set[str] = field(default_factory=set)
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (time, seconds) of GET /sweeps/{id}
     counts: Counter[str] = field(default_factory=Counter)
@@ -113,7 +115,12 @@ class Soak:
         with self.lock:
             return [i for i, o in self.sweeps.items() if o == owner]
 
+    def live_ids_of(self, owner: str) -> list[str]:
+        with self.lock:
+            return [i for i, o in self.sweeps.items() if o == owner and self.status.get(i) not in FINAL]
+
     def problem(self, text: str) -> None:
+        text = " ".join(text.split())[:300]
         with self.lock:
             self.problems.append(text)
         print(f"  PROBLEM: {text}", flush=True)
@@ -193,41 +200,51 @@ def poller(soak: Soak, owner: str, rng: random.Random) -> None:
                 continue
             with soak.lock:
                 soak.latencies.append((time.monotonic(), took))
+                soak.status[r.json()["id"]] = r.json()["status"]
 
 
 def streamer(soak: Soak, owner: str, rng: random.Random, cookie: bool) -> None:
+    """One event stream after another on the owner's running sweeps, in one session (a cookie from one
+    sign-in, as a browser tab keeps it, or the bearer token)."""
+    c = httpx.Client(base_url=soak.svc.url, timeout=httpx.Timeout(10, read=60))
+    signed_in = False
     while not soak.stop.is_set():
-        ids = soak.ids_of(owner)
+        ids = soak.live_ids_of(owner)
         if not ids:
             soak.stop.wait(2)
             continue
         try:
-            with httpx.Client(base_url=soak.svc.url, timeout=httpx.Timeout(10, read=60)) as c:
-                if cookie:  # signed in as a browser is: the form, from the service's own origin
-                    r = c.post("/login", data={"token": OWNERS[owner], "next": "/"}, headers={"Origin": soak.svc.url})
-                    if r.status_code not in (200, 303):
-                        soak.problem(f"sign-in of {owner} answered {r.status_code}: {r.text[:200]}")
-                        soak.stop.wait(5)
-                        continue
-                else:
-                    c.headers["Authorization"] = f"Bearer {OWNERS[owner]}"
-                with c.stream("GET", f"/sweeps/{rng.choice(ids)}/events") as resp:
-                    if resp.status_code == 429:
-                        soak.counts["stream 429"] += 1
-                        soak.stop.wait(5)
-                        continue
-                    if resp.status_code != 200:
-                        soak.problem(f"event stream answered {resp.status_code}")
-                        continue
-                    soak.counts["streams opened"] += 1
-                    for line in resp.iter_lines():
-                        if line.startswith("event:"):
-                            soak.counts["events"] += 1
-                        if soak.stop.is_set() or line == "event: end":
-                            break
+            if cookie and not signed_in:  # the sign-in form, from the service's own origin
+                r = c.post("/login", data={"token": OWNERS[owner], "next": "/"}, headers={"Origin": soak.svc.url})
+                if r.status_code not in (200, 303):
+                    soak.problem(f"sign-in of {owner} answered {r.status_code}")
+                    soak.stop.wait(30)
+                    continue
+                signed_in = True
+                soak.counts["signed in"] += 1
+            elif not cookie:
+                c.headers["Authorization"] = f"Bearer {OWNERS[owner]}"
+            with c.stream("GET", f"/sweeps/{rng.choice(ids)}/events") as resp:
+                if resp.status_code == 429:
+                    soak.counts["stream 429"] += 1
+                    soak.stop.wait(5)
+                    continue
+                if resp.status_code == 401 and cookie:
+                    signed_in = False  # the session ended: sign in again
+                    continue
+                if resp.status_code != 200:
+                    soak.problem(f"event stream answered {resp.status_code}")
+                    continue
+                soak.counts["streams opened"] += 1
+                for line in resp.iter_lines():
+                    if line.startswith("event:"):
+                        soak.counts["events"] += 1
+                    if soak.stop.is_set() or line == "event: end":
+                        break
         except httpx.TransportError:
             soak.counts["stream cut"] += 1  # the API restarted: open it again
-            soak.stop.wait(1)
+        soak.stop.wait(rng.uniform(1, 3))
+    c.close()
 
 
 # ---- faults ----------------------------------------------------------------------------------------
@@ -325,6 +342,7 @@ class Window:
     rss: int
     fds: int
     p99_s: float
+    requests: int  # GET /sweeps/{id} answered in the window
 
 
 def report_line(soak: Soak, started: float, since: float, urls: dict[str, str]) -> Window:
@@ -343,7 +361,7 @@ def report_line(soak: Soak, started: float, since: float, urls: dict[str, str]) 
     actors, groups = ray_state(soak)
     with soak.lock:
         recent = [took for at, took in soak.latencies if at >= since]
-    window = Window(time.monotonic() - started, rss, fds, p99(recent))
+    window = Window(time.monotonic() - started, rss, fds, p99(recent), len(recent))
     print(
         f"{window.t / 60:5.1f} min: sweeps {dict(sorted(by_status.items()))}, trials {trials}, API RSS "
         f"{rss / 2**20:.0f} MiB, {fds} fds, rows store {table_rows(urls['store'])} optuna {table_rows(urls['optuna'])}, "
@@ -443,15 +461,16 @@ def verdict(soak: Soak, windows: list[Window], urls: dict[str, str], drain_s: fl
         failures.append(f"{groups} placement groups left after every sweep ended")
     third = max(1, len(windows) // 3)
     early, late = windows[third - 1], windows[-1]
+    first = next((w for w in windows if w.requests >= 100), windows[0])  # the first with sweeps to read
     for what, a, b in (("RSS", early.rss, late.rss), ("open fds", early.fds, late.fds)):
         if b > 1.1 * a:
             failures.append(
                 f"the API's {what} grew from {a} to {b} (> 10 %) between {early.t / 60:.0f} min and the end"
             )
-    if windows[-1].p99_s > 1.5 * windows[0].p99_s:
+    if not windows[-1].p99_s <= 1.5 * first.p99_s:
         failures.append(
             f"p99 of GET /sweeps/{{id}} {windows[-1].p99_s * 1e3:.0f} ms in the last window > 1.5x "
-            f"{windows[0].p99_s * 1e3:.0f} ms in the first"
+            f"{first.p99_s * 1e3:.0f} ms in the first with sweeps to read ({first.t / 60:.1f} min)"
         )
     counts = Counter(s["status"] for s in statuses.values())
     print(f"final: sweeps {dict(counts)}, Ray actors {actors}, placement groups {groups}", flush=True)
@@ -475,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         "SWEEPS_DATA_DIR": str(data_dir),
         "SWEEPS_TOKENS": ",".join(f"{o}={t}" for o, t in OWNERS.items()),
         "SWEEPS_DRIVER_RESTART_BACKOFF_S": "1",
+        # one sweep at a time per owner: submits meet the limit (429) and wait, as a busy team's do
+        "SWEEPS_MAX_CONCURRENT_PER_OWNER": "1",
     }
     urls = {
         "store": f"sqlite:///{data_dir / 'service.db'}",
