@@ -198,6 +198,13 @@ async def report(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
     return row.report
 
 
+async def curves(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
+    """Val loss against tokens of every trial the sweep's driver has reported so far (`GET /sweeps/{id}/curves`)."""
+    row = await get_row(store, sweep_id, owner)
+    trials = (row.progress or {}).get("curves") or []
+    return {"id": row.id, "status": row.status, "revision": row.revision, "trials": trials}
+
+
 class RenderedPages:
     """Dashboards of finished sweeps, rendered once each: a finished sweep's page never changes (its report
     and runs are final), and rendering one reads MLflow and draws every figure (~1 s). At most `size`

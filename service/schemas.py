@@ -83,6 +83,27 @@ class Progress(_Out):
         )
 
 
+class TrialCurve(_Out):
+    cell: str
+    lr: float
+    seed: int = Field(description="0: a search trial; 1, 2, ...: confirmation runs")
+    role: str = Field(description="search or seed")
+    status: str = Field(description="running, completed, pruned, diverged, failed, ...")
+    best: bool = Field(
+        default=False, description="the cell's best search trial so far (its lr gets the confirmation runs)"
+    )
+    points: list[tuple[int, float]] = Field(
+        description="(tokens, val loss) at each evaluation, at most 40, evenly spread"
+    )
+
+
+class SweepCurves(_Out):
+    id: str
+    status: Status
+    revision: int
+    trials: list[TrialCurve]
+
+
 class SweepSummary(_Out):
     id: str
     name: str

@@ -32,6 +32,8 @@ from sweeps.status import SweepStatus
 log = logging.getLogger(__name__)
 
 Progress = dict[str, Any]
+# a running trial's new evaluation reports progress (its curve) at most this often
+RESULT_PROGRESS_S = 5.0
 
 
 @dataclass
@@ -103,8 +105,15 @@ def run_sweep(
         on_experiment(recorder.experiment_id)  # the live runs are there from now on: link them at once
 
     class _Progress(DriverOnly, tune.Callback):
+        last_result = 0.0  # the curves of running trials move the progress at most every RESULT_PROGRESS_S
+
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             if on_progress:
+                on_progress(searcher.progress())
+
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            if on_progress and time.monotonic() - self.last_result >= RESULT_PROGRESS_S:
+                self.last_result = time.monotonic()
                 on_progress(searcher.progress())
 
         on_trial_error = on_trial_complete

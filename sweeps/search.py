@@ -217,6 +217,17 @@ class Cell:
         return self.best() is None or (not self.seeds_wanted() and not self.running)
 
 
+CURVE_POINTS = 40  # per trial on the live page: a few KB a sweep, at any number of evaluations
+
+
+def _thin(points: list[list[float]]) -> list[list[float]]:
+    """At most CURVE_POINTS of a curve, evenly by index, keeping the first and the last."""
+    if len(points) <= CURVE_POINTS:
+        return points
+    step = (len(points) - 1) / (CURVE_POINTS - 1)
+    return [points[round(i * step)] for i in range(CURVE_POINTS)]
+
+
 def _same_lr(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9)  # lrs travel through the storage as floats
 
@@ -714,6 +725,7 @@ class CellSearcher(DriverOnly, Searcher):
                         "why": c.why,
                     }
                 )
+            curves = self._curves_now()
             # confirmation runs at an lr the cell retreated from count as done and as planned
             retired = [len(cell.trials("seed")) - c["seeds_done"] for cell, c in zip(self.cells, cells, strict=True)]
             done = sum(c["search_done"] + c["seeds_done"] for c in cells) + sum(retired)
@@ -724,7 +736,46 @@ class CellSearcher(DriverOnly, Searcher):
                 # the current plan: adaptive confirmation may add runs at boundary cells (at most spec.total_trials)
                 "trials_total": sum(c["search_total"] + c["seeds_total"] for c in cells) + sum(retired),
                 "cells": cells,
+                "curves": curves,
             }
+
+    def _curves_now(self) -> list[dict[str, Any]]:
+        """Val loss against tokens of every trial so far, finished (from the storage) and running (as
+        reported), for the sweep's live page; each curve cut to CURVE_POINTS points, evenly by index."""
+        out: list[dict[str, Any]] = []
+        for c in self.cells:
+            best = c.best()
+            for role in ("search", "seed"):
+                for t in c.trials(role):
+                    points = json.loads(t.user_attrs.get("curve", "[]"))
+                    out.append(
+                        {
+                            "cell": c.key,
+                            "lr": float(t.params["lr"]),
+                            "seed": int(t.user_attrs.get("seed", 0)),
+                            "role": role,
+                            "status": str(t.user_attrs.get("status", "failed")),
+                            "best": best is not None and role == "search" and t.number == best.number,
+                            "points": _thin(points),
+                        }
+                    )
+        for trial_id, cell in self._by_trial.items():
+            handle = cell.running.get(trial_id)
+            if handle is None:
+                continue
+            seed, lr = handle if isinstance(handle, tuple) else (0, float(handle.params["lr"]))
+            out.append(
+                {
+                    "cell": cell.key,
+                    "lr": lr,
+                    "seed": seed,
+                    "role": "seed" if isinstance(handle, tuple) else "search",
+                    "status": "running",
+                    "best": False,
+                    "points": _thin([list(p) for p in self._curves.get(trial_id, [])]),
+                }
+            )
+        return out
 
 
 def collect_results(

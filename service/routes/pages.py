@@ -21,8 +21,10 @@ the same limits, the same owner checks; these routes only turn forms into calls 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
+import re
 import secrets
 from datetime import datetime
 from functools import cache
@@ -62,16 +64,36 @@ MAX_OFFSET = 1_000_000
 EXAMPLE_SPEC = resources.files("sweeps") / "examples" / "demo.yaml"
 
 # This origin only. The dashboard's figures are plotly divs with inline scripts and styles
-# (dashboards/page.py), so that page allows inline ones, still from nowhere else.
+# (dashboards/page.py): that page allows exactly its own inline scripts, by their hashes
+# (`dashboard_csp`), and inline styles (plotly.js adds <style> elements and style attributes as it draws).
 PAGE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
 )
+# the live page draws its curves with plotly.js (from this origin), which sets inline styles as it draws
+LIVE_CSP = PAGE_CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'").replace(
+    "img-src 'self' data:", "img-src 'self' data: blob:"
+)
 DASHBOARD_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
+    "default-src 'self'; script-src 'self'{hashes}; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data: blob:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
     "object-src 'none'"
 )
+_INLINE_SCRIPT = re.compile(r"<script\b(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S | re.I)
+
+
+def dashboard_csp(html: str) -> str:
+    """DASHBOARD_CSP for one page: its inline scripts allowed by their sha256 (what the browser hashes is
+    the text between the tags), and no others: no 'unsafe-inline', no 'unsafe-eval'."""
+    hashes = sorted(
+        {
+            f"'sha256-{base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()}'"
+            for js in _INLINE_SCRIPT.findall(html)
+        }
+    )
+    return DASHBOARD_CSP.format(hashes="".join(f" {h}" for h in hashes))
+
+
 # no-store: a page holds the session's CSRF token and the owner's sweeps; no cache keeps them
 PAGE_HEADERS = {
     "Content-Security-Policy": PAGE_CSP,
@@ -79,7 +101,6 @@ PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
-DASHBOARD_HEADERS = PAGE_HEADERS | {"Content-Security-Policy": DASHBOARD_CSP}
 # a file named by its content (or plotly's version) never changes under its URL
 IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable", "X-Content-Type-Options": "nosniff"}
 
@@ -396,9 +417,10 @@ async def dashboard(request: Request, sweep_id: str, owner: str, settings: Setti
         else:
             session = getattr(request.state, "web_session", None)
             bar = TEMPLATES.get_template("service_bar.html").render(s=summary, owner=session.owner if session else None)
-            return HTMLResponse(with_service_bar(html, bar), headers=DASHBOARD_HEADERS)
-    context = {"s": summary, "note": note, "live": [summary.model_dump(mode="json")]}
-    return page(request, "live.html", context)
+            full = with_service_bar(html, bar)
+            return HTMLResponse(full, headers=PAGE_HEADERS | {"Content-Security-Policy": dashboard_csp(full)})
+    context = {"s": summary, "note": note, "live": [summary.model_dump(mode="json")], "plotlyjs": PLOTLYJS_URL}
+    return page(request, "live.html", context, headers={"Content-Security-Policy": LIVE_CSP})
 
 
 # ---- submit --------------------------------------------------------------------------------------

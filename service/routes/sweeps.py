@@ -19,6 +19,7 @@ from service.schemas import (
     ErrorResponse,
     Status,
     SweepCreated,
+    SweepCurves,
     SweepDetail,
     SweepPage,
     SweepSummary,
@@ -115,6 +116,16 @@ async def list_sweeps(
 async def get_sweep(sweep_id: str, owner: Owner, reader: ReaderDep) -> Response:
     # already-rendered JSON (see service/views.py); response_model documents its shape
     return Response(await reader.detail_json(sweep_id, owner), media_type="application/json")
+
+
+@router.get(
+    "/{sweep_id}/curves",
+    response_model=SweepCurves,
+    responses=error_responses(401, 404),
+    summary="Val loss against tokens of every trial so far (the live page draws them while the sweep runs)",
+)
+async def get_curves(sweep_id: str, owner: Owner, store: StoreDep) -> SweepCurves:
+    return SweepCurves.model_validate(await manager.curves(store, sweep_id, owner))
 
 
 @router.get(

@@ -46,6 +46,7 @@ function renderProgress(sweep) {
         el("td", {}, fmt.loss(c.confirmed_val_loss_mean)), el("td", {}, c.finished ? "done" : String(c.running))));
     block.querySelector("[data-cells-table]").replaceChildren(el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)));
   }
+  drawCurves(sweep);
   for (const holder of document.querySelectorAll(`[data-sweep="${CSS.escape(sweep.id)}"]`)) {
     holder.dataset.status = sweep.status;
     const st = holder.querySelector("[data-status-text]");
@@ -55,6 +56,42 @@ function renderProgress(sweep) {
   if (cancel && FINAL.has(sweep.status)) {
     cancel.remove(); // nothing left to cancel
     document.getElementById("cancel-note").textContent = "";
+  }
+}
+
+// The live curves (a sweep's page while it runs): val loss against tokens of every trial so far, from
+// GET /sweeps/{id}/curves, fetched again whenever the sweep's revision moved; plotly.js from this origin.
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const curves = { revision: null, busy: false, again: false };
+
+async function drawCurves(sweep) {
+  const holder = document.querySelector(`[data-curves="${CSS.escape(sweep.id)}"]`);
+  if (!holder || typeof Plotly === "undefined" || sweep.revision === curves.revision) return;
+  if (curves.busy) { curves.again = true; return; }
+  curves.busy = true;
+  try {
+    const resp = await fetch(`/sweeps/${encodeURIComponent(sweep.id)}/curves`, { headers: { Accept: "application/json" } });
+    if (!resp.ok) return;
+    const data = await resp.json();
+    curves.revision = data.revision;
+    const cells = [...new Set(data.trials.map((t) => t.cell))];
+    const traces = data.trials.filter((t) => t.points.length).map((t) => ({
+      x: t.points.map((p) => p[0]), y: t.points.map((p) => p[1]), type: "scatter", mode: "lines+markers",
+      name: `${t.cell} lr=${t.lr.toExponential(1)} seed=${t.seed}${t.status === "completed" ? "" : ` (${t.status})`}`,
+      legendgroup: t.cell,
+      line: { color: PALETTE[cells.indexOf(t.cell) % PALETTE.length], width: t.best ? 3.5 : 1.2,
+        dash: t.status === "pruned" ? "dot" : t.status === "running" ? "dash" : "solid" },
+      marker: { size: t.status === "diverged" ? 9 : 3, symbol: t.status === "diverged" ? "x" : "circle" },
+    }));
+    const layout = { height: 440, margin: { t: 10, r: 10 }, xaxis: { title: { text: "tokens" } },
+      yaxis: { title: { text: "val loss" } }, legend: { font: { size: 10 } } };
+    Plotly.react(holder.querySelector(".plot"), traces, layout, { displaylogo: false, responsive: true });
+    holder.dataset.traces = String(traces.length);
+    holder.dataset.points = String(traces.reduce((n, t) => n + t.x.length, 0));
+    holder.dataset.updates = String(Number(holder.dataset.updates || 0) + 1);
+  } finally {
+    curves.busy = false;
+    if (curves.again) { curves.again = false; curves.revision = null; drawCurves(sweep); }
   }
 }
 

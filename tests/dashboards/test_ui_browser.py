@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -41,6 +42,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 BIN = Path(sys.executable).parent
 TOKEN = "alice-browser-token-0123456789"
+BOB_TOKEN = "bob-browser-token-0123456789"
 # what the service must not inherit from the test's environment: it runs on its embedded defaults
 EMBEDDED = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "SWEEPS_OPTUNA_STORAGE", "SWEEPS_DATABASE_URL", "RAY_AUTH_TOKEN")
 
@@ -68,7 +70,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, token_cache: Path) -> Iterat
     port = free_port()
     env = {
         "SWEEPS_DATA_DIR": str(data_dir),
-        "SWEEPS_TOKENS": f"alice={TOKEN}",
+        "SWEEPS_TOKENS": f"alice={TOKEN},bob={BOB_TOKEN}",
         "SWEEPS_POLL_INTERVAL_S": "0.5",
         "MLFLOW_UI_URL": mlflow_url,
         "BATCHSWEEP_CACHE": str(token_cache),
@@ -248,6 +250,19 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
     while status_of(stack, second)["status"] != "running":
         assert time.monotonic() < deadline, status_of(stack, second)
         time.sleep(0.5)
+    # its curves grow while it runs: redrawn from the event stream, without a reload of the page
+    tab.evaluate("window.__sameDocument = true")
+    holder = "document.querySelector('[data-curves]').dataset"
+    wait_js(tab, f"Number({holder}.points || 0) > 0", timeout_s=240)
+    first_points = int(tab.evaluate(f"{holder}.points"))
+    wait_js(tab, f"Number({holder}.points) > {first_points} && Number({holder}.updates) >= 2", timeout_s=240)
+    assert tab.evaluate("window.__sameDocument") is True
+    assert tab.locator("#live-curves .js-plotly-plot").count() == 1
+    shots(tab, "03b-live-curves")
+    # and MLflow is linked while it runs: the experiment exists before the first trial
+    tab.reload(wait_until="load")
+    experiment_id = status_of(stack, second)["experiment_id"]
+    assert experiment_id and f"/#/experiments/{experiment_id}" in (tab.get_attribute("#mlflow-link", "href") or "")
     tab.click("#cancel")
     wait_js(tab, "document.getElementById('cancel-note').textContent.includes('cancel requested')", 30)
     shots(tab, "04-cancel-requested")
@@ -409,3 +424,65 @@ def test_a_search_of_the_batch_axis_in_the_browser(stack: Stack, browser: Browse
     assert trials and all(
         t.data.tags["batchsweep.chosen"] == chosen[int(t.data.tags["batchsweep.batch_size"])] for t in trials
     )
+
+
+def test_a_link_of_another_account_switches_nobody_until_confirmed_and_sign_out_ends_streams(
+    stack: Stack, browser: Browser, shots: Shots
+) -> None:
+    """Signed in as alice, the browser opens a one-time link made for bob (as a page of another site
+    could make it do): nobody is switched until the person presses the button; a `next` to another host
+    is dropped; and signing out ends the event streams that session had open."""
+    bob = {"Authorization": f"Bearer {BOB_TOKEN}"}
+    link = httpx.post(f"{stack.url}/login/once", headers=bob, timeout=30)
+    assert link.status_code == 201, link.text
+    url = link.json()["url"]
+    watch = Watch(stack.url)
+    context = browser.new_context()
+    page = watch.attach(context.new_page())
+    try:
+        page.goto(f"{stack.url}/", wait_until="load")
+        page.fill("#token", TOKEN)
+        page.click("#sign-in button[type=submit]")
+        page.wait_for_selector("#owner")
+        assert page.inner_text("#owner") == "alice"
+        # the link, with a `next` to another host: the page warns, and signs nobody in by itself
+        other = watch.attach(context.new_page())
+        other.goto(url + "&next=//evil.example/steal", wait_until="load")
+        assert "signed in as alice" in other.inner_text("#switch")
+        assert other.input_value("#confirm-sign-in input[name=next]") == "/"
+        page.reload(wait_until="load")
+        assert page.inner_text("#owner") == "alice"  # opening the link changed nothing
+        shots(other, "10-link-of-another-account")
+        other.click("#confirm-sign-in button[type=submit]")
+        other.wait_for_load_state("load")
+        assert urlparse(other.url).netloc == urlparse(stack.url).netloc  # not sent to the other host
+        other.goto(f"{stack.url}/", wait_until="load")
+        assert other.inner_text("#owner") == "bob"  # the person pressed the button: now bob
+        other.close()
+
+        # bob's running sweep, followed by an event stream of this (cookie) session; then sign out
+        resp = httpx.post(
+            f"{stack.url}/sweeps",
+            json=tiny("ui-stream", token_budget=65536, lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 4},
+                      resources={"max_concurrent_trials": 1}, pruning={"enabled": False}),
+            headers=bob, timeout=30,
+        )  # fmt: skip
+        assert resp.status_code == 201, resp.text
+        sweep_id = resp.json()["id"]
+        page.goto(f"{stack.url}/", wait_until="load")
+        page.evaluate(
+            f"""() => {{ window.__es = new EventSource('/sweeps/{sweep_id}/events');
+                window.__events = 0; window.__es.addEventListener('progress', () => window.__events++); }}"""
+        )
+        wait_js(page, "window.__events > 0 && window.__es.readyState === 1", 60)
+        page.click("#sign-out")
+        page.wait_for_selector("#sign-in")
+        # the stream ends within a second or two of the sign-out, and reconnecting is refused (401): closed
+        wait_js(page, "window.__es.readyState === 2", 30)
+        stream = [e for e in watch.errors if f"/sweeps/{sweep_id}/events" in e or "EventSource" in e]
+        assert any(e.startswith("HTTP 401") for e in stream), watch.errors  # this step's point, not an error
+        watch.errors = [e for e in watch.errors if e not in stream]
+        httpx.post(f"{stack.url}/sweeps/{sweep_id}/cancel", headers=bob, timeout=30)
+    finally:
+        context.close()
+    assert watch.errors == []

@@ -378,6 +378,24 @@ def test_raycluster_cpu_head_runs_no_trials_and_gpu_workers_autoscale(docs: list
         assert int(params["object-store-memory"]) <= size < quantity_bytes(c["resources"]["limits"]["memory"])
 
 
+def test_only_the_autoscaler_holds_a_kubernetes_token(docs: list[dict[str, Any]]) -> None:
+    """Sweep drivers run in the ray-head container: no service-account token there, nor in any other
+    pod; the autoscaler (which scales the worker pods) gets the head pod's token in its container only."""
+    token_path = "/var/run/secrets/kubernetes.io/serviceaccount"
+    for name, template in pod_templates(docs):
+        assert template["spec"].get("automountServiceAccountToken") is False, name
+    rc = raycluster(docs)
+    head = rc["spec"]["headGroupSpec"]["template"]["spec"]
+    for c in head["containers"]:
+        assert all(not m["mountPath"].startswith(token_path) for m in c.get("volumeMounts", [])), c["name"]
+    (mount,) = [m for m in rc["spec"]["autoscalerOptions"]["volumeMounts"] if m["mountPath"] == token_path]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in head["volumes"] if v["name"] == mount["name"]]
+    sources = volume["projected"]["sources"]
+    assert {next(iter(s)) for s in sources} == {"serviceAccountToken", "configMap", "downwardAPI"}
+    assert next(s for s in sources if "serviceAccountToken" in s)["serviceAccountToken"]["path"] == "token"
+
+
 def test_ray_token_auth_is_on_everywhere(docs: list[dict[str, Any]]) -> None:
     """RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from the Secret in the head, each worker group, the
     autoscaler and the API, under `env` (KubeRay copies a worker's `env`, not its `envFrom`, into the

@@ -262,6 +262,21 @@ def test_detail_has_progress_times_and_mlflow_link(make_settings: Any, launcher:
         )
 
 
+def test_curves_are_the_drivers_and_stay_out_of_the_sweep_json(client: TestClient, launcher: FakeLauncher) -> None:
+    sweep_id = submit(client)
+    empty = client.get(f"/sweeps/{sweep_id}/curves", headers=auth())
+    assert empty.status_code == 200 and empty.json()["trials"] == []
+    wait_until(lambda: sweep_id in launcher.drivers, 10)
+    curve = {"cell": "adamw/bs4", "lr": 3e-3, "seed": 0, "role": "search", "status": "running", "best": False,
+             "points": [[512, 5.1], [1024, 4.7]]}  # fmt: skip
+    launcher.set(sweep_id, progress={"trials_done": 0, "cells": [], "curves": [curve]})
+    got = wait_until(lambda: (r := client.get(f"/sweeps/{sweep_id}/curves", headers=auth()).json())["trials"] and r, 10)
+    assert got["trials"] == [curve] and got["status"] == "running" and got["revision"] >= 2
+    # the sweep's JSON (polled, streamed, listed) does not carry them
+    assert "curves" not in client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["progress"]
+    assert client.get(f"/sweeps/{sweep_id}/curves", headers=auth(BOB)).status_code == 404
+
+
 def test_list_paginates_newest_first_and_filters(client: TestClient, launcher: FakeLauncher) -> None:
     ids = [submit(client, tiny_spec(f"s{i}")) for i in range(3)]
     wait_until(lambda: len(launcher.drivers) == 3, 10)

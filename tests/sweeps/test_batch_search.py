@@ -144,3 +144,30 @@ def test_a_resumed_search_rebuilds_its_cells_from_the_storage(monkeypatch: pytes
     assert all(c.finished() for c in again.cells)
     assert again.grow() is False  # nothing left to decide: a resumed, finished search runs nothing
     assert again.report()["optimizers"] == result.report["optimizers"]
+    # the live page's curves: every recorded trial, its val loss against tokens, each cell's best marked
+    curves = again.progress()["curves"]
+    assert len(curves) == len(result.results)
+    assert all(0 < len(c["points"]) <= 40 and c["points"][-1][0] <= spec.trained_tokens for c in curves)
+    best = {c["cell"] for c in curves if c["best"]}
+    assert best == {
+        f"{opt}/bs{cell['batch_size']}"
+        for opt, r in result.report["optimizers"].items()
+        for cell in r["cells"]
+        if cell["best_lr"]
+    }
+
+
+def test_a_search_against_each_optimizer_s_own_reference() -> None:
+    """`against: self`: each optimizer's boundary against its own smallest batch (lion's lies further out)."""
+    spec = spec_of({"min": 4, "max": 256, "resolution": 1.5, "against": "self"})
+    result = simulate(spec, objective_of({"adamw": 10.0, "lion": 60.0}), seed=0)
+    assert result.report["batch_search"]["against"] == "self"
+    for opt, critical in (("adamw", 10.0), ("lion", 60.0)):
+        r = result.report["optimizers"][opt]
+        truth = truth_of(spec, critical)
+        lo, hi = r["bracket"]["self"]["largest_fine"], r["bracket"]["self"]["smallest_degraded"]
+        assert (lo is None or lo <= truth) and (hi is None or truth < hi), (opt, r["bracket"]["self"], truth)
+        assert max(b for b in (s["batch_size"] for s in r["search_steps"])) >= truth
+    # each optimizer searched where its own boundary is: lion tested larger sizes than adamw
+    tested = {o: max(s["batch_size"] for s in r["search_steps"]) for o, r in result.report["optimizers"].items()}
+    assert tested["lion"] > tested["adamw"]
