@@ -257,6 +257,38 @@ def sweep_status(url: str, token: str, sweep_id: str) -> dict[str, Any]:
     return resp.json()  # type: ignore[no-any-return]
 
 
+def compare_metrics(svc: ServiceProcess, token: str, sweep_id: str, args: argparse.Namespace) -> None:
+    """p99 of GET /sweeps/{id} with the metrics middleware and exporter off and on, in alternating rounds
+    (off, on, off, on: a drift of the machine's load over the run falls on both), the service restarted
+    with or without SWEEPS_METRICS_PORT between rounds."""
+    from service.processes import free_port
+
+    p99: dict[str, list[float]] = {"off": [], "on": []}
+    for mode in ("off", "on", "off", "on"):
+        svc.env.pop("SWEEPS_METRICS_PORT", None)
+        if mode == "on":
+            svc.env["SWEEPS_METRICS_PORT"] = str(free_port())
+        svc.restart()
+        if mode == "on":  # the exporter answers: metrics are really on
+            httpx.get(f"http://127.0.0.1:{svc.env['SWEEPS_METRICS_PORT']}/metrics", timeout=10).raise_for_status()
+        (phase,) = asyncio.run(
+            run_phase(
+                "GET /sweeps/{id}", svc.url, token, args.clients, args.duration,
+                ("GET", f"/sweeps/{sweep_id}", None, None), (200,), client_kind=args.client, think_s=args.think_ms / 1e3,
+            )
+        )  # fmt: skip
+        p99[mode].append(phase.quantile(0.99))
+        print(
+            f"  metrics {mode}: p99 {p99[mode][-1]:.1f} ms, {phase.rps:.0f} req/s, errors {phase.errors or '-'}",
+            flush=True,
+        )
+    off, on = statistics.median(p99["off"]), statistics.median(p99["on"])
+    verdict = "meets" if on <= 1.1 * off else "misses"
+    print(
+        f"p99 of GET /sweeps/{{id}} metrics on / off = {on / off:.2f} ({on:.1f} / {off:.1f} ms; {verdict} the 1.10 target)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running service (default: start Ray and the service here)")
@@ -267,6 +299,12 @@ def main() -> None:
     parser.add_argument("--think-ms", type=float, default=0.0, help="pause of each client between requests")
     parser.add_argument("--client", choices=("raw", "aiohttp", "httpx"), default="raw", help="load generator")
     parser.add_argument("--keep", action="store_true", help="keep the data dir and logs of a self-started service")
+    parser.add_argument(
+        "--compare-metrics",
+        action="store_true",
+        help="self-started only: GET /sweeps/{id} with Prometheus metrics off, on, off, on (the service restarted "
+        "between; the sweep keeps running), and the ratio of the p99s on / off on the last line",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -294,6 +332,11 @@ def main() -> None:
         elif not token:
             parser.error("--token (or SWEEPS_TOKEN) is needed with --url")
         sweep_id = args.sweep_id or submit_sweep(url, token)
+        if args.compare_metrics:
+            if svc is None:
+                parser.error("--compare-metrics restarts the service: start it here (no --url)")
+            compare_metrics(svc, token, sweep_id, args)
+            return
         before = sweep_status(url, token, sweep_id)
         phases = asyncio.run(
             benchmark(url, token, sweep_id, args.clients, args.duration, args.client, args.think_ms / 1e3)

@@ -169,6 +169,8 @@ class Supervisor:
             # the result is stored: the driver has nothing left to give
             log.info("sweep %s: %s", row.id, status)
             self.launcher.kill(row.id)
+            if status == SweepStatus.cancelled:
+                self._close_leftovers(row.id)  # a trial the cancel cut before it reported: nothing stays RUNNING
         elif row.cancel_requested:
             self.launcher.cancel(row.id)  # idempotent; covers a cancel that raced the driver's start
         return False
@@ -204,15 +206,18 @@ class Supervisor:
 
     def _end_without_driver(self, row: SweepRow, status: SweepStatus, error: str | None) -> None:
         """Final without a driver to say so: close what it left RUNNING in Optuna and MLflow, then store it."""
+        self._close_leftovers(row.id)
+        self.store.update(row.id, status=status.value, error=error, finished_at=utcnow())
+
+    def _close_leftovers(self, sweep_id: str) -> None:
         from sweeps.driver import close_leftovers  # torch-free (optuna, mlflow)
 
         try:
-            trials, runs = close_leftovers(row.id, self.settings.runtime())
+            trials, runs = close_leftovers(sweep_id, self.settings.runtime())
             if trials or runs:
-                log.info("sweep %s: closed %d running trials and %d running MLflow runs", row.id, trials, runs)
+                log.info("sweep %s: closed %d running trials and %d running MLflow runs", sweep_id, trials, runs)
         except Exception:
-            log.exception("sweep %s: could not close its running trials and runs", row.id)
-        self.store.update(row.id, status=status.value, error=error, finished_at=utcnow())
+            log.exception("sweep %s: could not close its running trials and runs", sweep_id)
 
     async def reconcile(self) -> None:
         """Bring the store in line with the cluster: on service start, before the first request."""

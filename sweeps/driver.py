@@ -20,6 +20,7 @@ from sweeps.search import (
     MODE,
     TRIAL_RETRIES,
     CellSearcher,
+    close_running_trials,
     close_sweep_trials,
     collect_results,
     make_scheduler,
@@ -175,6 +176,11 @@ def run_sweep(
     if not all(c.finished() for c in searcher.cells) or searcher.grow():
         tuner.fit()
     cancelled = searcher.cancelling
+    # a trial that Tune stopped (a cancel) before it reported anything, or never started, is still RUNNING
+    # in Optuna (the soak found one): closed as after a lost driver, no result, run again on resume
+    for cell in searcher.cells:
+        if close_running_trials(cell.study):
+            cell.changed()
     if cancelled:
         recorder.mark_cancelled()
 

@@ -469,16 +469,20 @@ def test_a_link_of_another_account_switches_nobody_until_confirmed_and_sign_out_
         )  # fmt: skip
         assert resp.status_code == 201, resp.text
         sweep_id = resp.json()["id"]
-        page.goto(f"{stack.url}/", wait_until="load")
-        page.evaluate(
+        # the stream in a tab of its own (on a page that runs nothing else: /healthz's JSON), as signing
+        # out (a form) navigates the tab it is pressed in
+        streaming = watch.attach(context.new_page())
+        streaming.goto(f"{stack.url}/healthz", wait_until="load")
+        streaming.evaluate(
             f"""() => {{ window.__es = new EventSource('/sweeps/{sweep_id}/events');
                 window.__events = 0; window.__es.addEventListener('progress', () => window.__events++); }}"""
         )
-        wait_js(page, "window.__events > 0 && window.__es.readyState === 1", 60)
+        wait_js(streaming, "window.__events > 0 && window.__es.readyState === 1", 60)
+        page.goto(f"{stack.url}/", wait_until="load")
         page.click("#sign-out")
         page.wait_for_selector("#sign-in")
         # the stream ends within a second or two of the sign-out, and reconnecting is refused (401): closed
-        wait_js(page, "window.__es.readyState === 2", 30)
+        wait_js(streaming, "window.__es.readyState === 2", 30)
         stream = [e for e in watch.errors if f"/sweeps/{sweep_id}/events" in e or "EventSource" in e]
         assert any(e.startswith("HTTP 401") for e in stream), watch.errors  # this step's point, not an error
         watch.errors = [e for e in watch.errors if e not in stream]

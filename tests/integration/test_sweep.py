@@ -137,6 +137,10 @@ def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, t
     )
     assert first.status == "cancelled"
     storage = open_storage(runtime.optuna_storage)
+    # a cancel leaves nothing RUNNING in Optuna, trials Tune stopped before they reported included
+    for bs in spec.batch_sizes:
+        study = optuna.load_study(study_name=study_name("resume", "adamw", bs), storage=storage)
+        assert [t.number for t in study.trials if t.state == TrialState.RUNNING] == []
 
     def finished_trials() -> dict[tuple[str, int, str, int], float]:
         out = {}
