@@ -318,12 +318,10 @@ async def sign_in_link_page(
     or chat scanner that fetches it does not use it up."""
     session = await current_session(request)
     context = {"code": code, "next": safe_next(next_path), "current": session.owner if session else None}
-    return page(
-        request,
-        "confirm_sign_in.html",
-        context,
-        headers={"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"},
-    )
+    # Referrer-Policy stays same-origin (PAGE_HEADERS): the code in this URL goes to no other site, and
+    # the button's POST carries its Origin (under no-referrer Chromium sends `Origin: null`, which the
+    # cross-site check refuses: the browser test found it)
+    return page(request, "confirm_sign_in.html", context, headers={"Cache-Control": "no-store"})
 
 
 @router.post("/login/once/confirm")
@@ -341,7 +339,7 @@ async def use_sign_in_link(
     owner = await anyio.to_thread.run_sync(sessions.redeem_link, code) if code else None
     if owner is None:
         message = "This sign-in link was used already or has expired. Sign in with your token, or ask for a new link."
-        return sign_in_page(request, next_path, message, 401, **{"Referrer-Policy": "no-referrer"})
+        return sign_in_page(request, next_path, message, 401)  # its sign-in form posts with its Origin
     new = await anyio.to_thread.run_sync(sessions.sign_in, owner)
     log.info("%s signed in by a one-time link", owner)
     response = page(
