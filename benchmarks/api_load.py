@@ -271,7 +271,7 @@ def compare_metrics(svc: ServiceProcess, token: str, sweep_id: str, args: argpar
         svc.restart()
         if mode == "on":  # the exporter answers: metrics are really on
             httpx.get(f"http://127.0.0.1:{svc.env['SWEEPS_METRICS_PORT']}/metrics", timeout=10).raise_for_status()
-        (phase,) = asyncio.run(
+        phase = asyncio.run(
             run_phase(
                 "GET /sweeps/{id}", svc.url, token, args.clients, args.duration,
                 ("GET", f"/sweeps/{sweep_id}", None, None), (200,), client_kind=args.client, think_s=args.think_ms / 1e3,

@@ -689,6 +689,12 @@ def test_prometheus_metrics_on_their_own_port_move_with_the_traffic(
         assert sum(v for k, v in first.items() if k.startswith('batchsweep_sweeps{owner="alice"')) == 1
         assert first['batchsweep_dependency_up{dependency="store"}'] == 1.0
         assert not any(sweep_id in name for name in first)  # no series per sweep id
+        # the latency histogram counts the same requests; its buckets are cumulative, ending at +Inf
+        labels = 'method="GET",route="/sweeps/{sweep_id}"'
+        hist = "batchsweep_http_request_duration_seconds"
+        assert first[f"{hist}_count{{{labels}}}"] == first[key] == first[f'{hist}_bucket{{le="+Inf",{labels}}}']
+        assert first[f'{hist}_bucket{{le="0.001",{labels}}}'] <= first[f'{hist}_bucket{{le="10.0",{labels}}}']
+        assert 0 < first[f"{hist}_sum{{{labels}}}"] < 10 * first[key]
         http.get(f"/sweeps/{sweep_id}")
         assert scrape()[key] == first[key] + 1
         assert http.get("/metrics").status_code in (401, 404)  # not on the API's port
