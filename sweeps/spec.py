@@ -359,11 +359,10 @@ class SweepSpec(_Strict):
     def _seeds_form(cls, v: Any) -> Any:
         """A whole number, or {min, max, step}: one readable refusal instead of one per union branch."""
         if isinstance(v, dict):
-            try:
-                return AdaptiveSeeds.model_validate(v)
-            except ValidationError as exc:
-                problems = "; ".join(f"seeds.{p['field']}: {p['message']}" for p in format_validation_error(exc))
-                raise ValueError(problems) from None
+            seeds, problems = _part(AdaptiveSeeds, v, "seeds")
+            if problems:
+                raise ValueError("; ".join(p.message for p in problems))
+            return seeds
         if isinstance(v, bool) or not isinstance(v, int | AdaptiveSeeds):
             raise ValueError(f"seeds must be a whole number or {{min, max, step}}, got seeds={excerpt(v)}")
         return v
@@ -422,19 +421,10 @@ class SweepSpec(_Strict):
     def _batch_sizes_form(cls, v: Any) -> Any:
         """A list, or {min, max, ...}: one readable refusal instead of one per union branch."""
         if isinstance(v, dict):
-            try:
-                return BatchSearchSpec.model_validate(v)
-            except ValidationError as exc:
-                problems = []
-                for err, p in zip(exc.errors(), format_validation_error(exc), strict=True):
-                    message = p["message"]
-                    if err["type"] == "extra_forbidden":
-                        fields = ", ".join(BatchSearchSpec.model_fields)
-                        message = f"unknown field {p['field']!r}; valid fields: {fields}"
-                    if not message.startswith("batch_sizes."):
-                        message = f"batch_sizes.{p['field']}: {message}"
-                    problems.append(FieldProblem(p["field"], message, p.get("value")))
-                raise SpecError(problems) from None
+            search, problems = _part(BatchSearchSpec, v, "batch_sizes")
+            if problems:
+                raise SpecError(problems)
+            return search
         if isinstance(v, str | bytes) or not isinstance(v, list | tuple | BatchSearchSpec):
             raise ValueError(
                 f"batch_sizes must be a list of batch sizes or {{min, max, resolution}}, got batch_sizes={excerpt(v)}"
@@ -738,6 +728,23 @@ class SweepSpec(_Strict):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _part(model: type[BaseModel], value: dict[str, Any], prefix: str) -> tuple[Any, list[FieldProblem]]:
+    """`model` from the mapping given for the spec field `prefix` (one branch of a union: a number or a
+    mapping), or its problems, each message naming `prefix.field` (an unknown key: the model's fields)."""
+    try:
+        return model.model_validate(value), []
+    except ValidationError as exc:
+        problems = []
+        for err, p in zip(exc.errors(), format_validation_error(exc), strict=True):
+            message = p["message"]
+            if err["type"] == "extra_forbidden":
+                message = f"unknown field {p['field']!r}; valid fields: {', '.join(model.model_fields)}"
+            if not message.startswith(f"{prefix}."):
+                message = f"{prefix}.{p['field']}: {message}"
+            problems.append(FieldProblem(p["field"], message, p.get("value")))
+        return None, problems
 
 
 @functools.lru_cache(maxsize=64)
