@@ -108,11 +108,11 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
     app.state.sign_in_limiter = SignInLimiter(settings)
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(HotReads, state=app.state)  # a hit skips the rest
     metrics = Metrics() if settings.metrics_port else None
     app.state.metrics = metrics
-    if metrics is not None:  # outermost: HotReads' answers counted too
+    if metrics is not None:  # inside HotReads, which counts its own answers (no wrapper on the hot read)
         app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(HotReads, state=app.state)  # a hit skips the rest
     if settings.trusted_proxies:
         # uvicorn's own: the client address and scheme from X-Forwarded-For/-Proto, only when the TCP
         # peer is one of these (server.py runs uvicorn with proxy_headers=False, so nothing else does)

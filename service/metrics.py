@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.health import HealthChecker
-from service.middleware import SWEEP_PATH
+from service.middleware import HOT_ROUTE, SWEEP_PATH
 from service.store import Store
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -109,8 +109,8 @@ class _StoreCollector(Collector):
 
 
 class RequestMetrics:
-    """Plain ASGI middleware, outermost: counts and times every HTTP request, the ones HotReads answers
-    before routing too, labelled by route template (never by raw path: sweep ids would explode the
+    """Plain ASGI middleware, just inside HotReads (which counts its own answers): counts and times every
+    other HTTP request, labelled by route template (never by raw path: sweep ids would explode the
     series)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
@@ -139,7 +139,7 @@ def route_label(scope: Scope) -> str:
     if route is not None and getattr(route, "path", None):
         return str(route.path)
     if SWEEP_PATH.fullmatch(scope.get("path", "")):
-        return "/sweeps/{sweep_id}"  # answered by HotReads before routing (no route in the scope then)
+        return HOT_ROUTE  # no route in the scope: answered before routing
     return "unmatched"
 
 

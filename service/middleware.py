@@ -5,7 +5,7 @@ is counted as it arrives and refused once it passes the cap, so no body larger t
 buffered.
 
 `HotReads`: `GET /sweeps/{id}` answered from the view cache before routing, when the cache holds the
-sweep for the caller's token. Everything else goes on to the FastAPI route, which owns the meaning of
+sweep for the caller's token (counted in the request metrics by itself). Everything else goes on to the FastAPI route, which owns the meaning of
 the endpoint (401, 404, cache misses, the OpenAPI docs); a test checks that both answer byte for byte
 the same.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,6 +23,7 @@ from service.errors import PayloadTooLarge, error_body
 
 # the route's path, `/sweeps/{sweep_id}`: one segment, as Starlette's `{name}` converter matches
 SWEEP_PATH = re.compile(r"/sweeps/([^/]+)")
+HOT_ROUTE = "/sweeps/{sweep_id}"  # the route template HotReads answers for (its metrics label)
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -90,11 +92,17 @@ class HotReads:
         self.app, self.state = app, state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and (body := self._hit(scope)) is not None:
-            headers = [(b"content-length", str(len(body)).encode()), *_JSON_HEADERS]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return
+        if scope["type"] == "http" and scope["method"] == "GET":
+            started = time.perf_counter()
+            if (body := self._hit(scope)) is not None:
+                headers = [(b"content-length", str(len(body)).encode()), *_JSON_HEADERS]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                # a hit counts itself (service.metrics.Metrics, when on): RequestMetrics sits inside this
+                # middleware, so the hot read pays no wrapper of its messages (11 % of its p99 with one)
+                if (metrics := getattr(self.state, "metrics", None)) is not None:
+                    metrics.record("GET", HOT_ROUTE, 200, time.perf_counter() - started)
+                return
         await self.app(scope, receive, send)
 
     def _hit(self, scope: Scope) -> bytes | None:
