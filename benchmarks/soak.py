@@ -391,9 +391,12 @@ def check_records(soak: Soak, urls: dict[str, str], statuses: dict[str, str]) ->
         optuna_trials: Counter[tuple[str, str, int]] = Counter()
         for name in (n for n in names if n.startswith(f"{sweep_id}/")):
             study = optuna.load_study(study_name=name, storage=storage)
-            running = [t.number for t in study.trials if t.state.name in ("RUNNING", "WAITING")]
+            # WAITING: a lost design point queued again for a resume (a cancelled sweep keeps it); a
+            # succeeded sweep ran them all
+            stuck = ("RUNNING", "WAITING") if status == "succeeded" else ("RUNNING",)
+            running = [t.number for t in study.trials if t.state.name in stuck]
             if running:
-                out.append(f"{name}: trials {running} still RUNNING/WAITING in Optuna")
+                out.append(f"{name} ({status}): trials {running} still {'/'.join(stuck)} in Optuna")
             for t in study.trials:
                 if t.user_attrs.get("status") not in RERUN_STATUSES and t.state.name not in ("RUNNING", "WAITING"):
                     optuna_trials[
