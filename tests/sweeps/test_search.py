@@ -313,6 +313,15 @@ def test_every_cell_study_names_its_objective(storage: optuna.storages.BaseStora
     CellSearcher(spec, "named", storage)  # a resumed sweep: loaded, still named once
     names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     assert names and all(optuna.load_study(study_name=n, storage=storage).metric_names == ["val_loss"] for n in names)
+    # what optuna-dashboard shows of them, through its own API (its WSGI app on the same storage)
+    import httpx
+    from optuna_dashboard import wsgi
+
+    with httpx.Client(transport=httpx.WSGITransport(app=wsgi(storage)), base_url="http://dashboard") as client:
+        studies = client.get("/api/studies").json()["study_summaries"]
+        assert sorted(s["study_name"] for s in studies) == sorted(names)
+        for s in studies:
+            assert client.get(f"/api/studies/{s['study_id']}").json()["objective_names"] == ["val_loss"]
 
 
 def test_a_stored_spec_resumes_its_studies_after_an_upgrade_added_fields(storage: optuna.storages.BaseStorage) -> None:
