@@ -45,6 +45,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test harness (tests/harness.py)
+from worker.local_ray import use_local_ray  # noqa: E402
+
+use_local_ray()  # before anything imports ray: local Ray clusters on loopback only
 
 from harness import RayHead, ServiceProcess  # noqa: E402
 

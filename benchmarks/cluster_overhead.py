@@ -34,7 +34,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test harness (tests/harness.py): 
 
 import yaml  # noqa: E402
 
-import worker  # noqa: E402, F401  (before anything imports ray: pins local Ray clusters to loopback)
+from worker.local_ray import use_local_ray  # noqa: E402
+
+use_local_ray()  # before anything imports ray: local Ray clusters on loopback only
 
 SPEC = {
     "name": "cluster-overhead",

@@ -78,7 +78,9 @@ from typing import Any
 
 import numpy as np
 
-import worker  # noqa: F401  (before anything imports ray: pins local Ray clusters to loopback)
+from worker.local_ray import use_local_ray  # noqa: E402
+
+use_local_ray()  # before anything imports ray: local Ray clusters on loopback only
 
 BATCH_SIZES = (8, 16, 32, 64, 128, 256)
 OPTIMIZERS = ("adamw", "merit")  # adamw is the baseline; merit gets the larger critical batch

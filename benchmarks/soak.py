@@ -59,6 +59,9 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test harness's processes: one way to start each
+from worker.local_ray import use_local_ray  # noqa: E402
+
+use_local_ray()  # before anything imports ray: local Ray clusters on loopback only
 
 from harness import ServiceProcess, create_database, postgres_server  # noqa: E402
 

@@ -15,7 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import worker  # noqa: F401  (loopback Ray before ray is imported)
+from worker.local_ray import use_local_ray  # noqa: E402
+
+use_local_ray()  # before anything imports ray: local Ray clusters on loopback only
 
 
 def main() -> None:

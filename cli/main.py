@@ -35,6 +35,15 @@ console = Console()
 err = Console(stderr=True)
 
 
+@app.callback()
+def _entry() -> None:
+    """Before any command: a Ray cluster this process starts or joins on this machine is on loopback only,
+    with token auth (worker/local_ray.py; it must come before ray is imported)."""
+    from worker.local_ray import use_local_ray
+
+    use_local_ray()
+
+
 def _load_spec(path: Path) -> Any:
     from pydantic import ValidationError
 
@@ -105,7 +114,7 @@ def run(
             bars.update(best, description=_leaders(p))
 
         outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
-    from service.remote import publish_figures
+    from dashboards.publish import publish_figures
 
     with console.status("drawing the figures"):
         publish_figures(outcome.tracking_uri, outcome.sweep_id)

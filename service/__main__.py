@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from service.server import serve
-from service.settings import Settings
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m service", description=__doc__)
@@ -14,6 +11,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, help="default $SWEEPS_PORT or 8000")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args()
+
+    from worker.local_ray import use_local_ray
+
+    use_local_ray()  # before ray is imported (by service.server): a local head on loopback only
+    from service.server import serve
+    from service.settings import Settings
+
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     serve(Settings(**overrides), log_level=args.log_level)
 

@@ -24,7 +24,8 @@ from service.errors import ApiError, invalid
 from service.settings import Settings
 from sweeps.documents import SpecLoadError, parse_document
 from sweeps.spec import SweepSpec, format_validation_error, json_value
-from worker.config import corpus_shortfall, excerpt, split_batch
+from worker.config import corpus_shortfall, split_batch
+from worker.messages import excerpt
 from worker.sources import OutsideRoots, TooManyEntries, all_files, candidate_files, is_inside, outside
 
 JSON_TYPES = frozenset({"application/json", "text/json"})
@@ -142,7 +143,7 @@ def _check_source(source: str, settings: Settings) -> tuple[dict[str, Any] | Non
 def _path_problem(
     path_text: str, source: str, settings: Settings, *, dataset: bool
 ) -> tuple[dict[str, Any] | None, int | None]:
-    roots = settings.data_roots
+    roots = settings.data_roots or []  # unset on the service: no local path (only "builtin" and HF names)
     allowed = ", ".join(str(r) for r in roots) or "none configured (SWEEPS_DATA_ROOTS)"
 
     def refuse(message: str) -> tuple[dict[str, Any], None]:

@@ -10,7 +10,7 @@ service reads `<data dir>/ray/head.json` and connects to the same head, where th
 drivers kept running.
 
 - loopback only (GCS, raylet, dashboard and workers on 127.0.0.1), token auth on (the token in
-  ~/.ray/auth_token, created by importing `worker` on a machine that has none);
+  ~/.ray/auth_token, created before the first start on a machine that has none);
 - Ray's temp dir (sessions, logs, sockets) under `<data dir>/ray/`, or, when that path is too long
   for the Unix sockets Ray puts in it (107 bytes), under /tmp with a name derived from the data dir;
 - stopped only on request: `sweeps stop-head [--data-dir DIR]`, which ends that process and what runs
@@ -36,11 +36,6 @@ from filelock import FileLock
 from service.processes import LOOPBACK, alive, cmdline, free_ports, port_open, stop_tree, wait_for_port
 
 log = logging.getLogger(__name__)
-
-# Ray 2.60 turns --node-ip-address=127.0.0.1 into the machine's address (services.resolve_ip_for_localhost)
-# and then listens on every interface. With this switch off, Ray's node IP is the loopback address and
-# GCS, raylet, dashboard and workers listen on 127.0.0.1 only (checked with `ss -ltn`).
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 # Ray's socket paths are `<temp dir>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store`: about
 # 64 bytes after the temp dir, within the 107 of sun_path
@@ -83,9 +78,10 @@ def stop_head_process(pid: int, *, timeout_s: float = 30.0, proc: subprocess.Pop
 def head_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment of `ray start`: this interpreter's bin first on PATH (Ray workers and job
     entrypoints resolve `python` through it), loopback only, token auth, Train V2's knobs."""
-    from worker.launch import TRAIN_ENV  # torch-free (worker.config + ray)
+    from worker.local_ray import LOOPBACK_ENV, TRAIN_ENV, ensure_token  # loopback only (why: worker/local_ray.py)
 
-    env = dict(os.environ)
+    ensure_token()  # `ray start` turns token auth on only where a token exists
+    env = dict(os.environ)  # what the service was started with, passed on (less the below)
     env.pop("RAY_ADDRESS", None)
     for secret in HEAD_WITHOUT:  # the API's own secrets: no driver, trial or Ray process needs them
         env.pop(secret, None)

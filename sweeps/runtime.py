@@ -1,10 +1,5 @@
-"""Where a sweep keeps its state: one data directory with SQLite stores by default, each overridable.
-
-SWEEPS_DATA_DIR        the directory (default ./.batchsweep)
-MLFLOW_TRACKING_URI    MLflow store (default sqlite:///<data dir>/mlflow.db, artifacts in <data dir>/mlartifacts)
-SWEEPS_OPTUNA_STORAGE  Optuna RDB storage URL, any SQLAlchemy URL (default sqlite:///<data dir>/optuna.db)
-RAY_ADDRESS            Ray cluster to use (default: start a local one on 127.0.0.1)
-"""
+"""Where a sweep keeps its state: one data directory with SQLite stores by default, each overridable
+(the settings that name them: `sweeps.settings.SweepSettings`)."""
 
 from __future__ import annotations
 
@@ -52,13 +47,11 @@ class SweepRuntime:
 
     @classmethod
     def from_env(cls, data_dir: str | os.PathLike[str] | None = None) -> SweepRuntime:
-        return cls.at(
-            data_dir or os.environ.get("SWEEPS_DATA_DIR") or ".batchsweep",
-            tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None,
-            optuna_storage=os.environ.get("SWEEPS_OPTUNA_STORAGE") or None,
-            ray_address=os.environ.get("RAY_ADDRESS") or None,
-            storage_uri=os.environ.get("SWEEPS_STORAGE_URI") or None,
-        )
+        """The stores the environment names (`sweeps.settings.SweepSettings`), in `data_dir` if given."""
+        from sweeps.settings import SweepSettings  # it builds runtimes: imported here, not at the top
+
+        settings = SweepSettings() if data_dir is None else SweepSettings(data_dir=Path(data_dir))
+        return settings.runtime()
 
     @property
     def ray_results(self) -> Path:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import worker  # noqa: F401  (before anything imports ray: pins local Ray clusters to loopback)
+from worker.local_ray import use_local_ray
+
+use_local_ray()  # before anything imports ray: local Ray clusters on loopback, with token auth
 
 
 @pytest.fixture(scope="session")
@@ -27,9 +29,9 @@ def ray_address(token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     services under test can restart around it; stopped by process id, never `ray stop`."""
     from harness import RayHead
 
-    from worker.launch import TRAIN_ENV
+    from worker.local_ray import TRAIN_ENV
 
-    token = (Path.home() / ".ray" / "auth_token").read_text().strip()  # importing worker created it
+    token = (Path.home() / ".ray" / "auth_token").read_text().strip()  # use_local_ray() created it
     head = RayHead(tmp_path_factory.mktemp("ray-head") / "head.log", num_cpus=4, token=token).start(timeout_s=180)
     previous = os.environ.get("RAY_ADDRESS")
     os.environ["RAY_ADDRESS"] = head.address

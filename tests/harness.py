@@ -33,8 +33,9 @@ import httpx
 import pytest
 
 from service.processes import LOOPBACK, descendants, free_port, free_ports, stop_tree, wait_for_port
-from service.ray_head import LOOPBACK_ENV, head_command, head_env, stop_head_process
+from service.ray_head import head_command, head_env, stop_head_process
 from worker.config import ModelConfig, OptimizerConfig, TrainConfig
+from worker.local_ray import LOOPBACK_ENV, TRAIN_ENV
 
 __all__ = [
     "AWS_ENV",
@@ -427,8 +428,6 @@ class MultiNodeRay:
 
     def start(self) -> MultiNodeRay:
         from ray.cluster_utils import Cluster
-
-        from worker.launch import TRAIN_ENV
 
         # Unix socket paths must stay short: a folder of its own under /tmp (it must exist first)
         self.temp_dir = tempfile.mkdtemp(prefix="bsc-", dir="/tmp")

@@ -51,6 +51,7 @@ import torch
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from worker.config import DataConfig
+from worker.settings import WorkerSettings
 from worker.sources import ROOTS_ENV, OutsideRoots, all_files, is_inside, outside, roots_from_env, text_files
 
 logger = logging.getLogger(__name__)
@@ -59,8 +60,6 @@ logger = logging.getLogger(__name__)
 # it is part of the cache key, so old caches are simply not found again.
 FORMAT_VERSION = 1
 EOT_TOKEN = "<|endoftext|>"
-CACHE_ENV = "BATCHSWEEP_CACHE"
-DEFAULT_CACHE = Path("~/.cache/batchsweep")
 
 TOKEN_DTYPE = np.dtype("<u2")  # uint16: DataConfig caps vocab_size at 65535
 _TOKEN_BYTES = TOKEN_DTYPE.itemsize
@@ -523,8 +522,7 @@ def _load_hf_train(source: str, name: str, config: str | None, local: Path | Non
 
 
 def _cache_root(cfg: DataConfig) -> Path:
-    root = cfg.cache_dir or os.environ.get(CACHE_ENV) or str(DEFAULT_CACHE)
-    return Path(root).expanduser()
+    return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else WorkerSettings().cache_root
 
 
 def _cache_key(corpus: _Corpus, cfg: DataConfig) -> str:

@@ -9,7 +9,6 @@ controller (Train V2 start-up cost 12-27 s a run on a 2-core machine, measured w
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,20 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
+from ray._private import ray_constants
 
 from worker.config import TrainConfig
+from worker.local_ray import RayImportedTooEarly, is_local, train_env
+from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
     from ray.train.torch import TorchTrainer
 
 log = logging.getLogger(__name__)
-
-# Train V2 knobs: reports block up to the health-check interval (default 2 s); a leaked
-# placement group must become an error, not a hang.
-TRAIN_ENV: dict[str, str] = {
-    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
-    "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "120",
-}
 
 
 @dataclass
@@ -44,13 +39,17 @@ class RunResult:
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
-    """Connect to `address` (or $RAY_ADDRESS), else start a local cluster bound to loopback only."""
+    """Connect to `address` (or $RAY_ADDRESS), else start a local cluster bound to loopback only
+    (`worker.local_ray.use_local_ray()` must have run at the process's entry; checked here)."""
     if ray.is_initialized():
         return
-    for key, value in TRAIN_ENV.items():
-        os.environ.setdefault(key, value)  # a locally started cluster inherits them
-    address = address or os.environ.get("RAY_ADDRESS")
-    runtime_env = {"env_vars": {k: os.environ[k] for k in TRAIN_ENV}}
+    address = address or WorkerSettings().ray_address
+    if is_local(address) and ray_constants.ENABLE_RAY_CLUSTER:
+        raise RayImportedTooEarly(
+            "a local Ray cluster would listen on every interface: call worker.local_ray.use_local_ray() at "
+            "the process's entry, before anything imports ray"
+        )
+    runtime_env = {"env_vars": train_env()}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -534,10 +533,10 @@ def peak_flops(device: torch.device) -> float | None:
     """Peak dense bf16 FLOP/s for MFU: $BATCHSWEEP_PEAK_TFLOPS, or a GPU of worker/hardware.py's table
     (the one the dry-run price uses); None on CPU and for a GPU the table does not hold."""
     from worker.hardware import device_peak_flops
+    from worker.settings import WorkerSettings
 
-    env = os.environ.get("BATCHSWEEP_PEAK_TFLOPS")
-    if env:
-        return float(env) * 1e12
+    if (tflops := WorkerSettings().peak_tflops) is not None:
+        return tflops * 1e12
     if device.type != "cuda":
         return None
     return device_peak_flops(torch.cuda.get_device_name(device))

@@ -44,10 +44,9 @@ class TooManyEntries(ValueError):
 def roots_from_env() -> list[Path] | None:
     """The allowed data roots of this process: None (no restriction) when SWEEPS_DATA_ROOTS is unset;
     set but empty, no local path is allowed."""
-    value = os.environ.get(ROOTS_ENV)
-    if value is None:
-        return None
-    return [Path(p.strip()).expanduser().resolve() for p in value.split(",") if p.strip()]
+    from worker.settings import WorkerSettings
+
+    return WorkerSettings().data_roots
 
 
 def is_inside(path: Path | str, roots: Sequence[Path]) -> bool:

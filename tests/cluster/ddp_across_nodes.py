@@ -8,8 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-import worker  # noqa: F401  (before ray: loopback only)
-from worker.launch import init_ray, run_training
+from worker.local_ray import use_local_ray
+
+use_local_ray()  # before ray is imported: loopback only
+from worker.launch import init_ray, run_training  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, for the harness (run as a script)
 from harness import TINY_DDP_CONFIG as CFG  # noqa: E402
