@@ -144,3 +144,11 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False, plo
     for f in figures:
         f.release()
     return page
+
+
+def publish_figures(tracking_uri: str, sweep_id: str) -> None:
+    """`publish` for a sweep's driver: the figures into its MLflow summary run; a figure never fails a sweep."""
+    try:
+        publish(tracking_uri, sweep_id)
+    except Exception:
+        log.exception("figures of sweep %s could not be published", sweep_id)

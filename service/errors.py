@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sweeps.spec import json_value
-from worker.config import excerpt
+from worker.messages import excerpt
 
 log = logging.getLogger(__name__)
 

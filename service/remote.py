@@ -80,6 +80,7 @@ class SweepActor:
             self._run_sweep()
 
     def _run_sweep(self) -> None:
+        from dashboards.publish import publish_figures
         from sweeps.driver import run_sweep
         from sweeps.spec import SweepSpec
 
@@ -107,16 +108,6 @@ class SweepActor:
                 error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}",
                 finished_at=time.time(),
             )
-
-
-def publish_figures(tracking_uri: str, sweep_id: str) -> None:
-    """Regenerate the sweep's figures into its MLflow summary run; a figure never fails a sweep."""
-    try:
-        from dashboards import publish
-
-        publish(tracking_uri, sweep_id)
-    except Exception:
-        log.exception("figures of sweep %s could not be published", sweep_id)
 
 
 def launch(sweep_id: str, spec: dict[str, Any], runtime: SweepRuntime) -> ray.actor.ActorHandle:

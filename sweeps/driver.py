@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sweeps.analysis import lr_edge_warnings
-from sweeps.plan import DriverOnly
+from sweeps.detached import DriverOnly
 from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
 from sweeps.search import (
     METRIC,

@@ -27,8 +27,9 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 
 from sweeps import layout
+from sweeps.detached import DriverOnly
 from sweeps.layout import Role, Tag
-from sweeps.plan import DriverOnly, cell_key, run_name
+from sweeps.plan import cell_key, run_name
 from sweeps.search import trial_status
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialStatus

@@ -44,9 +44,9 @@ from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialSch
 from ray.tune.search import Searcher
 
 from sweeps.analysis import AnalysisInput, TrialResult, build_report, cells_to_extend, pick_stable
+from sweeps.detached import DriverOnly
 from sweeps.logs import log_context
 from sweeps.plan import (
-    DriverOnly,
     cell_key,
     cell_order,
     coarse_lrs,

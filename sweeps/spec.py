@@ -46,7 +46,6 @@ from pydantic import (
 from sweeps.batch_axis import MAX_LATTICE, lattice, search_bounds
 from sweeps.documents import SpecLoadError, parse_document
 from worker.config import (
-    EXCERPT_CHARS,
     MAX_BATCH_SIZE,
     MAX_EVAL_TOKENS,
     MAX_GPUS_PER_WORKER,
@@ -66,9 +65,9 @@ from worker.config import (
     TrainConfig,
     builtin_corpus_tokens,
     corpus_shortfall,
-    excerpt,
     split_batch,
 )
+from worker.messages import EXCERPT_CHARS, excerpt
 
 __all__ = [
     "DEFAULT_MAX_TRIALS",

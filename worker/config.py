@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from worker.messages import excerpt
 from worker.names import BUILTIN_CORPUS_TOKENS, EXTRA_RESERVED, MODEL_PRESETS, OPTIMIZERS
 
 # ---- upper bounds -------------------------------------------------------------------------------
@@ -49,13 +50,6 @@ MAX_EVAL_TOKENS = 100_000_000
 MAX_TOKENS = 10**15
 MAX_LR = 100.0  # a peak lr; the search's bounds (lr.max x lr.extend) included
 MAX_PATH_CHARS = 4_096  # PATH_MAX on Linux
-EXCERPT_CHARS = 120  # the most of a refused value an error message echoes (room for an absolute path)
-
-
-def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
-    """repr(value), cut to `limit` characters: messages name a refused value but never echo a long one."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _positive(v: float, info: ValidationInfo) -> float:

@@ -48,7 +48,7 @@ from service.sessions import COOKIE, Sessions, SignInLimiter, WebSession, client
 from service.settings import Settings
 from service.store import Store, SweepRow
 from sweeps.documents import compose_yaml
-from worker.config import excerpt
+from worker.messages import excerpt
 
 log = logging.getLogger(__name__)
 

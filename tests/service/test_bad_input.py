@@ -30,7 +30,7 @@ from service.app import create_app
 from service.limits import Slots, TokenBucket
 from service.settings import Settings
 from sweeps.documents import MAX_DEPTH, MAX_NODES
-from worker.config import EXCERPT_CHARS
+from worker.messages import EXCERPT_CHARS
 
 YAML = {"Content-Type": "application/yaml"}
 JSON = {"Content-Type": "application/json"}
