@@ -35,6 +35,7 @@ sysdeps: $(SYSDEPS)
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 	@tmp=$$(mktemp -d /tmp/bst.XXXXXX) && \
 	  TMPDIR=$$tmp $(PY) -m pytest -n 2 -m "not ray and not slow and not gpu and not browser and not server and not compile" -q; \
 	  rc=$$?; rm -rf "$$tmp"; exit $$rc
@@ -45,6 +46,7 @@ test-fast: $(STAMP)
 test: $(STAMP) $(SYSDEPS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 	@tmp=$$(mktemp -d /tmp/bst.XXXXXX) && echo "TMPDIR=$$tmp" && \
 	  TMPDIR=$$tmp $(PY) -m pytest; rc=$$?; rm -rf "$$tmp"; exit $$rc
 

@@ -1,6 +1,6 @@
 """Local processes by process id: free loopback ports, waiting for a port, stopping a process tree.
 
-Everything here stops exactly what it is given (a pid and what runs below it, read from /proc),
+Everything here stops exactly what it is given (a pid and what runs below it, found by psutil),
 never processes found by name: `ray stop`, `pkill` and `killall` end other people's clusters too.
 """
 
@@ -11,7 +11,8 @@ import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
+
+import psutil
 
 LOOPBACK = "127.0.0.1"
 
@@ -55,40 +56,33 @@ def wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | N
     raise TimeoutError(f"port {port} did not open within {timeout_s} s")
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
-    return text[text.rindex(")") + 2 :].split()
-
-
 def alive(pid: int) -> bool:
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] != "Z"  # a zombie has exited; its parent reaps it
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # a zombie has exited; its parent reaps it
+    except psutil.Error:
+        return False
 
 
 def cmdline(pid: int) -> list[str]:
     try:
-        return [p for p in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if p]
-    except OSError:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
         return []
 
 
 def descendants(pid: int) -> list[int]:
-    """Every live process below `pid`, read from /proc (no psutil in the environment)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        fields = _stat_fields(int(stat.parent.name))
-        if fields is not None:
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    """Every live process below `pid`."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def stop_tree(
@@ -102,7 +96,7 @@ def stop_tree(
     whatever is left of the tree 10 s later is SIGKILLed. `proc`, when this process started `pid`, is reaped.
     """
     tree = descendants(pid)
-    children = [p for p in tree if (fields := _stat_fields(p)) is not None and int(fields[1]) == pid]
+    children = _children(pid)
 
     def signal_it(sig: signal.Signals) -> None:
         try:
