@@ -74,7 +74,8 @@ def test_a_pathological_json_body_at_the_limit_is_refused_fast_and_healthz_keeps
                 resp = http.post(path, content=body, headers=auth() | {"Content-Type": "application/json"})
                 elapsed = time.perf_counter() - started
                 assert resp.status_code == 422 and "nested deeper than" in resp.text, resp.text[:300]
-                assert elapsed < 0.1, f"{path}: {elapsed:.3f} s"
+                # the freeze took minutes; ~10 ms when idle, 0.1 s seen with the suite's other worker busy
+                assert elapsed < 0.5, f"{path}: {elapsed:.3f} s"
             assert slowest() < 0.2, f"/healthz took {slowest():.3f} s"
         assert launcher.started == []
 
