@@ -51,7 +51,7 @@ use_local_ray()  # before anything imports ray: local Ray clusters on loopback o
 
 from harness import RayHead, ServiceProcess  # noqa: E402
 
-from service.auth import generate_token  # noqa: E402
+from service.api.auth import generate_token  # noqa: E402
 
 log = logging.getLogger("api_load")
 
@@ -264,7 +264,7 @@ def compare_metrics(svc: ServiceProcess, token: str, sweep_id: str, args: argpar
     """p99 of GET /sweeps/{id} with the metrics middleware and exporter off and on, in alternating rounds
     (off, on, off, on: a drift of the machine's load over the run falls on both), the service restarted
     with or without SWEEPS_METRICS_PORT between rounds."""
-    from service.processes import free_port
+    from service.cluster.processes import free_port
 
     p99: dict[str, list[float]] = {"off": [], "on": []}
     for mode in ("off", "on", "off", "on"):

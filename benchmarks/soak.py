@@ -65,8 +65,8 @@ use_local_ray()  # before anything imports ray: local Ray clusters on loopback o
 
 from harness import ServiceProcess, create_database, postgres_server  # noqa: E402
 
-from service.processes import cmdline, descendants, free_port  # noqa: E402
-from service.ray_head import LocalRayHead  # noqa: E402
+from service.cluster.processes import cmdline, descendants, free_port  # noqa: E402
+from service.cluster.ray_head import LocalRayHead  # noqa: E402
 
 OWNERS = {name: f"soak-{name}-token-0123456789" for name in ("alice", "bob", "carol")}
 FINAL = ("succeeded", "failed", "cancelled")

@@ -588,7 +588,7 @@ def serve(
     under $SWEEPS_DATA_DIR/ray/) in a process group of its own: it outlives the service, so a restarted
     service finds its running sweeps again. Stop it with `sweeps stop-head` (same SWEEPS_DATA_DIR).
     """
-    from service.server import serve as run_server
+    from service.api.server import serve as run_server
     from service.settings import Settings
 
     overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
@@ -604,7 +604,7 @@ def stop_head(
     Only that head and the processes below it are stopped, by process id: other Ray clusters on the
     machine are left alone.
     """
-    from service.ray_head import LocalRayHead
+    from service.cluster.ray_head import LocalRayHead
     from service.settings import Settings
 
     root = data_dir.resolve() if data_dir else Settings().data_dir

@@ -16,13 +16,13 @@ from typing import Any
 import anyio.to_thread
 from pydantic import ValidationError
 
-from service.errors import ApiError, not_found
+from service.api.errors import ApiError, not_found
+from service.api.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary, public_error
+from service.api.views import ViewCache
+from service.cluster.supervisor import Supervisor
 from service.policy import parse_body, validate_spec
-from service.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary, public_error
 from service.settings import Settings
-from service.store import Created, IdempotencyConflict, Store, SweepRow, TooManyActive
-from service.supervisor import Supervisor
-from service.views import ViewCache
+from service.store.database import Created, IdempotencyConflict, Store, SweepRow, TooManyActive
 from sweeps.cost import PriceConfig, SweepCost, price
 from sweeps.spec import SweepSpec, json_value
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.errors import ApiError, invalid
+from service.api.errors import ApiError, invalid
 from service.settings import Settings
 from sweeps.documents import SpecLoadError, parse_document
 from sweeps.spec import SweepSpec, format_validation_error, json_value

@@ -83,10 +83,10 @@ class Settings(SweepSettings):
     otel: bool = False
     """FastAPI's OpenTelemetry spans, metrics and logs of each request, to the configured OTel providers"""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    """Prometheus metrics (service/metrics.py) on this port, on the API's host; None: off (and no per-request
+    """Prometheus metrics (service/api/metrics.py) on this port, on the API's host; None: off (and no per-request
     counting at all)"""
 
-    # ---- per-owner request limits (service/limits.py); beyond them 429 with Retry-After ----------------
+    # ---- per-owner request limits (service/api/limits.py); beyond them 429 with Retry-After ----------------
     dry_run_burst: int = Field(default=10, ge=1)
     """Dry runs validate a spec and store nothing, so nothing else bounds them: a token bucket per owner holds
     dry_run_burst dry runs and refills one every dry_run_refill_s seconds (10 per 10 s)."""
@@ -100,7 +100,7 @@ class Settings(SweepSettings):
     max_event_streams_per_owner: int = Field(default=16, ge=1)
     """open GET /sweeps/{id}/events streams per owner (each re-reads the store every sse_interval_s)"""
 
-    # ---- the browser pages (service/sessions.py, service/routes/pages.py) ------------------------------
+    # ---- the browser pages (service/api/sessions.py, service/api/routes/pages.py) ------------------------------
     session_secret: SecretStr | None = None
     """the key that signs session cookies; None: a random key kept in <data dir>/session_secret (made on first
     start, mode 0600), so a restarted service keeps its sessions. Several replicas need one key."""

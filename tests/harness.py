@@ -32,8 +32,8 @@ from typing import Any
 import httpx
 import pytest
 
-from service.processes import LOOPBACK, descendants, free_port, free_ports, stop_tree, wait_for_port
-from service.ray_head import head_command, head_env, stop_head_process
+from service.cluster.processes import LOOPBACK, descendants, free_port, free_ports, stop_tree, wait_for_port
+from service.cluster.ray_head import head_command, head_env, stop_head_process
 from worker.config import ModelConfig, OptimizerConfig, TrainConfig
 from worker.local_ray import LOOPBACK_ENV, TRAIN_ENV
 

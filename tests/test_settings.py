@@ -30,7 +30,7 @@ ALLOWED = {
     # Ray's own variables (loopback, token auth, Train's knobs), set at a process's entry before ray is imported
     "worker/local_ray.py",
     # passes the service's environment on to the Ray head's process, less the API's secrets
-    "service/ray_head.py",
+    "service/cluster/ray_head.py",
 }
 
 

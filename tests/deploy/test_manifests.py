@@ -855,8 +855,8 @@ def test_the_monitoring_kustomization_scrapes_the_api_and_ships_a_dashboard_of_r
     monitor = yaml.safe_load((monitoring / "servicemonitor.yaml").read_text())
     assert monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "batchsweep-api"}
     assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
-    # every metric the dashboard queries is one the service exports (service/metrics.py)
-    from service import metrics
+    # every metric the dashboard queries is one the service exports (service/api/metrics.py)
+    from service.api import metrics
 
     exported = set(re.findall(r"batchsweep_[a-z_]+", metrics.__doc__ or ""))
     dashboard = json.loads((monitoring / "grafana-dashboard.json").read_text())

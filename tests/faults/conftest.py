@@ -11,8 +11,8 @@ import pytest
 from fault_helpers import EMBEDDED, TOKEN
 from harness import ServiceProcess
 
-from service.processes import free_port
-from service.ray_head import LocalRayHead
+from service.cluster.processes import free_port
+from service.cluster.ray_head import LocalRayHead
 
 
 @pytest.fixture

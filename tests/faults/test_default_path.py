@@ -32,8 +32,8 @@ import pytest
 from fault_helpers import AUTH, assert_recorded_once, wait
 from harness import ServiceProcess
 
-from service.processes import alive, cmdline, descendants
-from service.ray_head import LocalRayHead
+from service.cluster.processes import alive, cmdline, descendants
+from service.cluster.ray_head import LocalRayHead
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 

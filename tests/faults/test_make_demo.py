@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from service.processes import alive
-from service.ray_head import LocalRayHead
+from service.cluster.processes import alive
+from service.cluster.ray_head import LocalRayHead
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -13,8 +13,8 @@ import httpx
 import uvicorn
 from harness import LOOPBACK, RayHead, ServiceProcess, free_port
 
-from service.app import create_app
-from service.launcher import DriverBusy
+from service.api.app import create_app
+from service.cluster.launcher import DriverBusy
 from service.settings import Settings
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from harness import tiny_spec
 
-from service.errors import ApiError
+from service.api.errors import ApiError
 from service.policy import data_source_problem, parse_body, validate_spec
 from service.settings import Settings
 

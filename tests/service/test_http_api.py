@@ -17,7 +17,7 @@ from harness import free_port, tiny_spec
 from httpx_sse import ServerSentEvent, connect_sse
 from svc_helpers import ALICE, BOB, FakeLauncher, auth, wait_until
 
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings
 
 
@@ -484,7 +484,7 @@ def test_the_api_docs_load_nothing_from_another_origin(client: TestClient) -> No
 def test_own_writes_show_at_once_other_processes_writes_within_the_ttl(
     make_settings: Any, launcher: FakeLauncher
 ) -> None:
-    from service.store import Store
+    from service.store.database import Store
 
     settings = make_settings(read_cache_s=0.5, poll_interval_s=60)  # no poller interference
     with TestClient(create_app(settings, launcher=launcher)) as client:
@@ -543,11 +543,11 @@ def test_cached_sweep_still_needs_a_valid_token(client: TestClient, headers: dic
 def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
     from types import SimpleNamespace
 
-    from service.auth import TokenTable
+    from service.api.auth import TokenTable
+    from service.api.middleware import HotReads
+    from service.api.views import ViewCache
     from service.manager import SweepReader
-    from service.middleware import HotReads
     from service.settings import Settings
-    from service.views import ViewCache
 
     cache = ViewCache(ttl_s=60)
     cache.put("s-1", cache.generation("s-1"), "alice", b'{"id": "s-1"}')
@@ -600,7 +600,7 @@ def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
 
 
 def test_concurrent_misses_share_one_store_read() -> None:
-    from service.views import ViewCache
+    from service.api.views import ViewCache
 
     cache = ViewCache(ttl_s=10)
     calls = 0
@@ -623,7 +623,7 @@ def test_concurrent_misses_share_one_store_read() -> None:
 
 
 def test_expired_view_is_served_while_one_renewal_runs() -> None:
-    from service.views import ViewCache
+    from service.api.views import ViewCache
 
     cache = ViewCache(ttl_s=0.01)
     bodies = iter([b"old", b"new"])

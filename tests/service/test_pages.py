@@ -15,9 +15,9 @@ from harness import tiny_spec
 from svc_helpers import ALICE, FakeLauncher, auth, wait_until
 
 from dashboards.page import PLOTLYJS_TAG, plotlyjs_from
-from service.app import create_app
-from service.routes.pages import PLOTLYJS_URL, static_url, with_service_bar
-from service.sessions import COOKIE
+from service.api.app import create_app
+from service.api.pages import PLOTLYJS_URL, static_url, with_service_bar
+from service.api.sessions import COOKIE
 from sweeps.analysis import TrialResult, build_report
 
 HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}  # what Chromium sends

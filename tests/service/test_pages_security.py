@@ -1,4 +1,4 @@
-"""Security of the browser sign-in (service/sessions.py, service/auth.py, service/routes/pages.py),
+"""Security of the browser sign-in (service/api/sessions.py, service/api/auth.py, service/api/routes/pages.py),
 in-process: nothing works across owners by cookie either; a cookie's state change without the
 session's CSRF token is refused; the cookie's flags; sign-out ends the session for good; wrong tokens
 are rate-limited per client address; one-time links are one-time; the bearer API is as it was."""
@@ -18,8 +18,8 @@ from itsdangerous import URLSafeTimedSerializer
 from svc_helpers import ALICE, BOB, FakeLauncher, auth, wait_until
 from test_pages import HTML, sign_in, submit
 
-from service.app import create_app
-from service.sessions import COOKIE
+from service.api.app import create_app
+from service.api.sessions import COOKIE
 
 
 def cookie_attrs(resp: httpx.Response) -> dict[str, Any]:
@@ -269,7 +269,7 @@ def test_one_time_links_are_one_time_short_lived_and_minted_by_token_only(
 def test_the_store_keeps_digests_not_session_ids_or_codes(client: TestClient) -> None:
     from sqlalchemy import select
 
-    from service.store import SignInLinkRow, WebSessionRow
+    from service.store.database import SignInLinkRow, WebSessionRow
 
     value = cookie_attrs(client.post("/login", data={"token": ALICE}, follow_redirects=False))["value"]
     code = client.post("/login/once", headers=auth()).json()["url"].split("code=")[1]
@@ -307,7 +307,7 @@ def test_a_page_of_another_site_cannot_switch_a_person_into_another_account(clie
      "/%2F", "javascript:alert(1)", "/\x7f/x"],
 )  # fmt: skip
 def test_next_accepts_same_origin_paths_only(target: str) -> None:
-    from service.auth import safe_next
+    from service.api.auth import safe_next
 
     expected = "/%2F" if target == "/%2F" else "/"  # an encoded slash stays a path on this site
     assert safe_next(target) == expected
@@ -373,7 +373,7 @@ def test_sessions_and_links_made_per_owner_are_bounded(make_settings: Any, launc
 
 
 def test_limiter_maps_forget_what_has_refilled() -> None:
-    from service.limits import PRUNE_FLOOR, TokenBucket
+    from service.api.limits import PRUNE_FLOOR, TokenBucket
 
     now = [0.0]
     bucket = TokenBucket(burst=2, refill_s=1.0, clock=lambda: now[0])

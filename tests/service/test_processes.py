@@ -1,4 +1,4 @@
-"""service.processes.stop_tree: what it stops, and how."""
+"""service.cluster.processes.stop_tree: what it stops, and how."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from service.processes import alive, descendants, stop_tree
+from service.cluster.processes import alive, descendants, stop_tree
 
 # a child that, on SIGTERM, notes it and exits (as `ray start --block` stops its head in order)
 CHILD = """
@@ -44,7 +44,7 @@ def test_a_child_in_its_own_group_is_asked_to_stop_then_nothing_is_left(tmp_path
 
 
 def test_the_ray_heads_temp_dir_is_short_private_and_unguessable(tmp_path: Path) -> None:
-    from service.ray_head import MAX_TEMP_DIR_CHARS, LocalRayHead
+    from service.cluster.ray_head import MAX_TEMP_DIR_CHARS, LocalRayHead
 
     short = LocalRayHead(Path("/tmp") / f"d{os.getpid()}")
     try:

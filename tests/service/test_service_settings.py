@@ -111,7 +111,7 @@ def test_passwords_in_uris_are_redacted_for_logs() -> None:
 
 
 def test_the_local_ray_head_does_not_inherit_the_apis_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.ray_head import head_env
+    from service.cluster.ray_head import head_env
 
     monkeypatch.setenv("SWEEPS_TOKENS", "alice=secret-token")
     monkeypatch.setenv("SWEEPS_SESSION_SECRET", "x" * 40)

@@ -14,8 +14,8 @@ from alembic.runtime.migration import MigrationContext
 from harness import PostgresServer
 from sqlalchemy import inspect
 
-from service.migrations import current
-from service.store import Base, IdempotencyConflict, Store, TooManyActive, utcnow
+from service.store.database import Base, IdempotencyConflict, Store, TooManyActive, utcnow
+from service.store.migrations import current
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -12,9 +12,9 @@ import pytest
 from harness import tiny_spec
 from svc_helpers import FakeLauncher
 
+from service.cluster.supervisor import Supervisor, driver_lost_error
 from service.settings import Settings
-from service.store import Store
-from service.supervisor import Supervisor, driver_lost_error
+from service.store.database import Store
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def test_json_lines_carry_the_sweep_and_the_trial(captured: io.StringIO) -> None
 
 def test_text_lines_append_the_context_and_threads_keep_their_own(captured: io.StringIO) -> None:
     configure("text")
-    log = logging.getLogger("service.supervisor")
+    log = logging.getLogger("service.cluster.supervisor")
 
     def other() -> None:
         with log_context(sweep_id="b"):
@@ -57,7 +57,7 @@ def test_text_lines_append_the_context_and_threads_keep_their_own(captured: io.S
         thread.join()
         log.info("from a")
     text = captured.getvalue().splitlines()
-    assert text[0].endswith("service.supervisor: from b [b]") and text[1].endswith("from a [a]")
+    assert text[0].endswith("service.cluster.supervisor: from b [b]") and text[1].endswith("from a [a]")
 
 
 def test_an_unknown_format_is_refused_naming_the_valid_ones() -> None:

@@ -365,7 +365,7 @@ def test_yaml_aliases_are_refused_naming_the_line(tmp_path):
 
 def test_service_and_cli_share_the_parser():
     # the HTTP API's refusal of a body is the same sentence SweepSpec.from_yaml raises
-    from service.errors import ApiError
+    from service.api.errors import ApiError
     from service.policy import parse_body
 
     document = "name: x\nlr: &l {min: 0.001, max: 0.01}\nagain: *l\n"

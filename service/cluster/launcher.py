@@ -1,0 +1,156 @@
+"""Sweep drivers on the Ray cluster, as the service sees them.
+
+A sweep's driver is a detached, named Ray actor (`service.cluster.remote.SweepActor`): it outlives the service,
+and a restarted service finds it again by name. `RayLauncher` starts, queries, cancels and kills them.
+Every method blocks (Ray's client is synchronous): the web layer calls them in worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from service.cluster import remote
+from service.cluster.ray_head import LocalRayHead
+from service.settings import Settings
+from sweeps.runtime import alive_nodes, check_storage
+
+log = logging.getLogger(__name__)
+
+
+class DriverBusy(Exception):
+    """The driver did not answer in time; ask again on the next poll."""
+
+
+class Launcher(Protocol):
+    """What the service needs from wherever sweep drivers run (a fake in tests without Ray)."""
+
+    def connect(self) -> None: ...
+
+    def start(self, sweep_id: str, spec: dict[str, Any]) -> None: ...
+
+    def state(self, sweep_id: str) -> dict[str, Any] | None:
+        """The driver's state (`SweepActor.state()`), None when no driver exists. May raise DriverBusy."""
+        ...
+
+    def cancel(self, sweep_id: str) -> bool:
+        """Ask the driver to stop; False when no driver exists."""
+        ...
+
+    def kill(self, sweep_id: str) -> None: ...
+
+    def driver_ids(self) -> list[str]:
+        """Sweep ids of every driver actor alive on the cluster."""
+        ...
+
+    def check(self) -> dict[str, Any]:
+        """Raises when the cluster cannot be reached; else a short description of it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class RayLauncher:
+    def __init__(self, settings: Settings, *, call_timeout_s: float = 10.0) -> None:
+        self.settings = settings
+        self.call_timeout_s = call_timeout_s
+        # handles cached: ray.get_actor is a GCS round trip, and the poller asks every second
+        self._handles: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def connect(self) -> None:
+        from worker.launch import init_ray  # torch-free (worker.config + ray)
+
+        address = self.settings.ray_address
+        if not address:
+            # the service's own head, in a process group of its own (service/cluster/ray_head.py says why)
+            address = LocalRayHead(self.settings.data_dir).ensure().address
+        init_ray(address)
+        log.info("connected to Ray at %s", ray.get_runtime_context().gcs_address)
+        runtime, nodes = self.settings.runtime(), alive_nodes()
+        check_storage(runtime, nodes=nodes)
+        if nodes > 1 and runtime.storage_is_local:
+            log.info("trial storage %s is shared: all %d nodes read it", runtime.trial_storage, nodes)
+
+    def start(self, sweep_id: str, spec: dict[str, Any]) -> None:
+        handle = remote.launch(sweep_id, spec, self.settings.runtime())
+        with self._lock:
+            self._handles[sweep_id] = handle
+
+    def _handle(self, sweep_id: str, *, fresh: bool = False) -> Any | None:
+        with self._lock:
+            if not fresh and sweep_id in self._handles:
+                return self._handles[sweep_id]
+        handle = remote.find(sweep_id)
+        with self._lock:
+            if handle is None:
+                self._handles.pop(sweep_id, None)
+            else:
+                self._handles[sweep_id] = handle
+        return handle
+
+    def state(self, sweep_id: str) -> dict[str, Any] | None:
+        for fresh in (False, True):  # a cached handle may name an actor that died: look again once
+            handle = self._handle(sweep_id, fresh=fresh)
+            if handle is None:
+                return None
+            try:
+                return dict(ray.get(handle.state.remote(), timeout=self.call_timeout_s))
+            except GetTimeoutError:
+                raise DriverBusy(f"sweep {sweep_id}: driver did not answer within {self.call_timeout_s} s") from None
+            except RayActorError as exc:
+                if getattr(exc, "preempted", False) or type(exc).__name__ == "ActorUnavailableError":
+                    raise DriverBusy(f"sweep {sweep_id}: driver unavailable: {exc}") from None
+                log.warning("sweep %s: driver actor died: %s", sweep_id, exc)
+                with self._lock:
+                    self._handles.pop(sweep_id, None)
+        return None
+
+    def cancel(self, sweep_id: str) -> bool:
+        handle = self._handle(sweep_id)
+        if handle is None:
+            return False
+        try:
+            ray.get(handle.cancel.remote(), timeout=self.call_timeout_s)
+        except GetTimeoutError:
+            log.warning(
+                "sweep %s: cancel not acknowledged in %s s; the poller repeats it", sweep_id, self.call_timeout_s
+            )
+        except RayActorError:
+            return False
+        return True
+
+    def kill(self, sweep_id: str) -> None:
+        handle = self._handle(sweep_id)
+        with self._lock:
+            self._handles.pop(sweep_id, None)
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+
+    def driver_ids(self) -> list[str]:
+        prefix = remote.actor_name("")
+        out = []
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            name = entry.get("name", "") if isinstance(entry, dict) else str(entry)
+            namespace = entry.get("namespace") if isinstance(entry, dict) else None
+            if namespace == remote.NAMESPACE and name.startswith(prefix):
+                out.append(name[len(prefix) :])
+        return out
+
+    def check(self) -> dict[str, Any]:
+        if not ray.is_initialized():
+            raise RuntimeError("not connected to Ray")
+        resources = ray.cluster_resources()  # a GCS round trip: fails when the cluster is gone
+        return {"cpus": resources.get("CPU", 0), "gpus": resources.get("GPU", 0)}
+
+    def close(self) -> None:
+        # disconnects this process only: the cluster (the service's own local head too) and its
+        # detached drivers keep running
+        with self._lock:
+            self._handles.clear()
+        if ray.is_initialized():
+            ray.shutdown()

@@ -1,1 +1,0 @@
-"""HTTP routes: thin functions over `service.manager`, `service.health` and the store."""

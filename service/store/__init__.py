@@ -1,0 +1,1 @@
+"""The store of sweeps, owners and sessions (SQLAlchemy) and its migrations (Alembic)."""

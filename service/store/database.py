@@ -1,0 +1,449 @@
+"""The service's store of sweeps: SQLAlchemy 2 models and the queries the service makes.
+
+The table `sweeps`: the spec as submitted (normalised), who owns it, its status, the driver's last
+progress and the final report. Two more for the browser pages: `web_sessions` and `sign_in_links`
+(their queries are in service/api/sessions.py). SQLite by default, PostgreSQL by URL; the schema comes from the Alembic
+migrations in service/store/alembic/ (`Store.migrate()` runs `upgrade head`).
+
+Every method is synchronous (a plain SQLAlchemy engine): the web layer calls them in a worker thread.
+Rows come back detached (`expire_on_commit=False`), so callers read them without a session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Engine,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    select,
+    text,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from sweeps.status import ACTIVE_SWEEP_STATUSES, FINAL_SWEEP_STATUSES, SweepStatus
+
+log = logging.getLogger(__name__)
+
+
+# the one enum of sweep statuses (sweeps/status.py), under the names this module's callers use
+FINAL_STATUSES, ACTIVE_STATUSES = FINAL_SWEEP_STATUSES, ACTIVE_SWEEP_STATUSES
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone; this puts it back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime; store UTC-aware datetimes only")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SweepRow(Base):
+    __tablename__ = "sweeps"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    spec_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the normalised spec: idempotency checks
+    status: Mapped[str] = mapped_column(String(16), default=SweepStatus.queued.value)
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    experiment_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    # driver actors started for this sweep: a lost driver is relaunched (and resumes) a bounded number of times
+    driver_starts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # bumped on every change: event streams compare it instead of the whole row
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    __table_args__ = (
+        # a retried submit finds its sweep by (owner, key); NULL keys never collide
+        UniqueConstraint("owner", "idempotency_key", name="uq_sweeps_owner_idempotency_key"),
+        Index("ix_sweeps_owner_created", "owner", "created_at"),
+        Index("ix_sweeps_status", "status"),
+    )
+
+    @property
+    def final(self) -> bool:
+        return SweepStatus(self.status).final
+
+
+class WebSessionRow(Base):
+    """A browser signed in as `owner` (service/api/sessions.py). The cookie holds the session's random id,
+    signed; only its sha256 is stored. Signing out deletes the row, so the cookie stops working."""
+
+    __tablename__ = "web_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the id in the cookie
+    owner: Mapped[str] = mapped_column(String(64))
+    csrf_token: Mapped[str] = mapped_column(String(64))  # the synchronizer token of this session's forms
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_web_sessions_expires", "expires_at"),)
+
+
+class SignInLinkRow(Base):
+    """A one-time sign-in link of `owner` (POST /login/once): used once, or never after `expires_at`."""
+
+    __tablename__ = "sign_in_links"
+
+    code_hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the code in the link
+    owner: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_sign_in_links_expires", "expires_at"),)
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+class IdempotencyConflict(Exception):
+    """The idempotency key was used before for a different spec."""
+
+    def __init__(self, existing: SweepRow) -> None:
+        super().__init__(f"idempotency key already used for sweep {existing.id} with a different spec")
+        self.existing = existing
+
+
+class TooManyActive(Exception):
+    def __init__(self, active: int, limit: int) -> None:
+        super().__init__(f"{active} sweeps queued or running; the limit per owner is {limit}")
+        self.active, self.limit = active, limit
+
+
+@dataclass(frozen=True)
+class Created:
+    row: SweepRow
+    replayed: bool  # True: an earlier submit with the same idempotency key made it
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[SweepRow]
+    total: int
+
+
+# Fields the poller and the routes may change after creation.
+_MUTABLE = frozenset(
+    {"status", "progress", "report", "error", "experiment_id", "cancel_requested", "started_at", "finished_at"}
+)
+
+
+class Store:
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = url
+        self.engine: Engine = make_engine(url, echo=echo)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite has no row locks to order concurrent submits of one owner; one process writes it, so a
+        # process lock makes "count active, then insert" atomic. PostgreSQL takes an advisory lock.
+        self._submit_lock = threading.Lock()
+        # called with a sweep id after each committed change (e.g. to drop cached renders of it)
+        self.listeners: list[Callable[[str], None]] = []
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def migrate(self) -> None:
+        """`alembic upgrade head` on this store's database."""
+        from service.store.migrations import upgrade
+
+        if self.dialect == "sqlite":
+            Path(self.engine.url.database or "").parent.mkdir(parents=True, exist_ok=True)
+        upgrade(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions() as s, s.begin():
+            yield s
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    # ---- writes -----------------------------------------------------------------------------------
+
+    def create(
+        self,
+        *,
+        sweep_id: str,
+        owner: str,
+        spec: dict[str, Any],
+        idempotency_key: str | None = None,
+        max_active: int | None = None,
+    ) -> Created:
+        """Insert a queued sweep, or return the one an earlier submit with the same key made.
+
+        Raises `IdempotencyConflict` when the key was used for another spec, `TooManyActive` when the
+        owner already has `max_active` sweeps queued or running (a replay is never refused).
+        """
+        digest = spec_hash(spec)
+        with self._submit_lock:
+            try:
+                with self.session() as s:
+                    if self.dialect == "postgresql":
+                        # serialises submits of one owner across processes, until this transaction ends
+                        s.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": owner})
+                    existing = self._by_key(s, owner, idempotency_key) if idempotency_key is not None else None
+                    if existing is None:
+                        if max_active is not None:
+                            active = self._count_active(s, owner)
+                            if active >= max_active:
+                                raise TooManyActive(active, max_active)
+                        now = utcnow()
+                        row = SweepRow(
+                            id=sweep_id,
+                            owner=owner,
+                            name=str(spec.get("name", "")),
+                            spec=spec,
+                            spec_hash=digest,
+                            status=SweepStatus.queued.value,
+                            idempotency_key=idempotency_key,
+                            cancel_requested=False,
+                            revision=1,
+                            created_at=now,
+                            updated_at=now,
+                        )
+                        s.add(row)
+            except IntegrityError:
+                # another process inserted the same (owner, key) between our read and our insert
+                if idempotency_key is None:
+                    raise
+                with self._sessions() as s:
+                    existing = self._by_key(s, owner, idempotency_key)
+                if existing is None:
+                    raise
+        # judged after the transaction ended cleanly: raising inside it would expire the row
+        if existing is not None:
+            return self._replay(existing, digest)
+        return Created(row, replayed=False)
+
+    @staticmethod
+    def _replay(existing: SweepRow, digest: str) -> Created:
+        if existing.spec_hash != digest:
+            raise IdempotencyConflict(existing)
+        return Created(existing, replayed=True)
+
+    def update(self, sweep_id: str, **fields: Any) -> SweepRow | None:
+        """Set `fields`; bumps the revision only when something changed. None if no such sweep."""
+        unknown = set(fields) - _MUTABLE
+        if unknown:
+            raise ValueError(f"cannot update {sorted(unknown)}; mutable fields: {sorted(_MUTABLE)}")
+        with self.session() as s:
+            row = s.get(SweepRow, sweep_id, with_for_update=self.dialect == "postgresql")
+            if row is None:
+                return None
+            changed = {k: v for k, v in fields.items() if getattr(row, k) != v}
+            if changed:
+                for key, value in changed.items():
+                    setattr(row, key, value)
+                row.revision += 1
+                row.updated_at = utcnow()
+        if changed:
+            self._changed(sweep_id)
+        return row
+
+    def count_driver_start(self, sweep_id: str) -> int:
+        """One more driver start of the sweep (before it is started); returns the count."""
+        with self.session() as s:
+            row = s.get(SweepRow, sweep_id, with_for_update=self.dialect == "postgresql")
+            if row is None:
+                return 0
+            row.driver_starts += 1
+            return row.driver_starts
+
+    def request_cancel(self, sweep_id: str) -> SweepRow | None:
+        """Flag a cancel; a sweep that is still queued and never started ends here as cancelled."""
+        with self.session() as s:
+            row = s.get(SweepRow, sweep_id, with_for_update=self.dialect == "postgresql")
+            if row is None or row.final:
+                return row
+            row.cancel_requested = True
+            row.revision += 1
+            row.updated_at = utcnow()
+        self._changed(sweep_id)
+        return row
+
+    def _changed(self, sweep_id: str) -> None:
+        for listener in self.listeners:
+            listener(sweep_id)
+
+    def delete_all(self) -> None:
+        """Tests only."""
+        with self.session() as s:
+            s.execute(SweepRow.__table__.delete())
+
+    # ---- reads ------------------------------------------------------------------------------------
+
+    def get(self, sweep_id: str, *, owner: str | None = None) -> SweepRow | None:
+        """The sweep, or None when it does not exist or belongs to another owner."""
+        with self._sessions() as s:
+            row = s.get(SweepRow, sweep_id)
+            if row is None or (owner is not None and row.owner != owner):
+                return None
+            return row
+
+    def revision(self, sweep_id: str) -> int | None:
+        """Just the revision: event streams read this twice a second and the row only when it moved."""
+        with self._sessions() as s:
+            return s.execute(select(SweepRow.revision).where(SweepRow.id == sweep_id)).scalar_one_or_none()
+
+    def page(self, *, owner: str, statuses: Sequence[str] | None = None, limit: int = 20, offset: int = 0) -> Page:
+        """The owner's sweeps, newest first."""
+        where = [SweepRow.owner == owner]
+        if statuses:
+            where.append(SweepRow.status.in_(list(statuses)))
+        with self._sessions() as s:
+            total = s.execute(select(func.count()).select_from(SweepRow).where(*where)).scalar_one()
+            rows = (
+                s.execute(
+                    select(SweepRow)
+                    .where(*where)
+                    .order_by(SweepRow.created_at.desc(), SweepRow.id.desc())
+                    .limit(limit)
+                    .offset(offset)
+                )
+                .scalars()
+                .all()
+            )
+        return Page(items=list(rows), total=int(total))
+
+    def active(self) -> list[SweepRow]:
+        """Every queued or running sweep, oldest first (the poller's work list)."""
+        with self._sessions() as s:
+            rows = (
+                s.execute(
+                    select(SweepRow)
+                    .where(SweepRow.status.in_([st.value for st in ACTIVE_STATUSES]))
+                    .order_by(SweepRow.created_at)
+                )
+                .scalars()
+                .all()
+            )
+        return list(rows)
+
+    def statuses(self, sweep_ids: Sequence[str]) -> dict[str, str]:
+        if not sweep_ids:
+            return {}
+        with self._sessions() as s:
+            rows = s.execute(select(SweepRow.id, SweepRow.status).where(SweepRow.id.in_(list(sweep_ids)))).all()
+        return {r.id: r.status for r in rows}
+
+    def tallies(self) -> list[tuple[str, str, int, int]]:
+        """(status, owner, sweeps, driver starts) for every status and owner with sweeps: one grouped query."""
+        with self._sessions() as s:
+            rows = s.execute(
+                select(
+                    SweepRow.status, SweepRow.owner, func.count(), func.coalesce(func.sum(SweepRow.driver_starts), 0)
+                ).group_by(SweepRow.status, SweepRow.owner)
+            ).all()
+        return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+    def count_active(self, owner: str) -> int:
+        with self._sessions() as s:
+            return self._count_active(s, owner)
+
+    @staticmethod
+    def _count_active(s: Session, owner: str) -> int:
+        return int(
+            s.execute(
+                select(func.count())
+                .select_from(SweepRow)
+                .where(SweepRow.owner == owner, SweepRow.status.in_([st.value for st in ACTIVE_STATUSES]))
+            ).scalar_one()
+        )
+
+    @staticmethod
+    def _by_key(s: Session, owner: str, key: str) -> SweepRow | None:
+        return s.execute(
+            select(SweepRow).where(SweepRow.owner == owner, SweepRow.idempotency_key == key)
+        ).scalar_one_or_none()
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """An engine for `url`; SQLite gets WAL and a busy timeout so readers and the poller coexist."""
+    for plain in ("postgresql://", "postgres://"):
+        if url.startswith(plain):
+            url = "postgresql+psycopg://" + url[len(plain) :]  # psycopg 3, not SQLAlchemy's psycopg2 default
+    if url.startswith("sqlite"):
+        # a pool as large as the busy part of the thread pool: overflow connections are opened and
+        # closed per use, and opening one (with its pragmas) costs more than the query
+        engine = create_engine(url, echo=echo, connect_args={"timeout": 30}, pool_size=20, max_overflow=20)
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a crash loses at most the last commit
+            cur.close()
+
+        return engine
+    return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "FINAL_STATUSES",
+    "Base",
+    "Created",
+    "IdempotencyConflict",
+    "Page",
+    "SignInLinkRow",
+    "Store",
+    "SweepRow",
+    "SweepStatus",
+    "TooManyActive",
+    "WebSessionRow",
+    "make_engine",
+    "spec_hash",
+]
