@@ -24,7 +24,7 @@ from plotly.offline import get_plotlyjs
 
 from dashboards.data import SweepData
 from dashboards.figures import PLOTLYJS_FILE, FigureSpec
-from sweeps.analysis import describe_bracket
+from sweeps.analysis import Report, describe_bracket
 from sweeps.batch_axis import bracket_of
 
 __all__ = ["PLOTLYJS_TAG", "inline_plotlyjs", "plotlyjs_from", "render_dashboard"]
@@ -64,28 +64,40 @@ def _verdict(free: bool | None) -> str:
     return '<span class="ok">yes</span>' if free else '<span class="bad">no</span>'
 
 
-def _answer(sweep: SweepData) -> str:
-    r = sweep.report
+def answer_list(report: Report, *, steps: bool) -> str:
+    """The answer per optimizer as an HTML list, the one rendering of it: what the sweep decided with
+    confidence (vs itself, and vs the baseline), the point estimate beside it, and with `steps` the batch
+    sizes a search of the batch axis tested, in order. The dashboard and the service's list of sweeps
+    both show this."""
     items = []
-    for opt, o in r.optimizers.items():
+    for opt, o in report.optimizers.items():
         a = o.largest_degradation_free_batch_size
         vs_base = (
             ""
-            if opt == r.baseline
+            if opt == report.baseline
             else (
-                f"; vs baseline <b>{_e(r.baseline)}</b>: <b>{_e(describe_bracket(o.bracket.baseline))}</b> "
-                f"(estimate {_e(_bs(a.baseline))})"
+                f"; vs baseline <b>{_e(report.baseline)}</b>: <b>{_e(describe_bracket(o.bracket.baseline))}</b> "
+                f'<span class="meta">(estimate {_e(_bs(a.baseline))})</span>'
             )
         )
+        tested = ""
+        if steps and o.search_steps:
+            order = " → ".join(f"{st.batch_size} ({st.chosen})" for st in o.search_steps)
+            tested = f'<div class="meta search-steps">tested in order: {_e(order)}</div>'
         items.append(
             f"<li><b>{_e(opt)}</b>: vs itself: <b>{_e(describe_bracket(o.bracket.self))}</b> "
-            f"(estimate {_e(_bs(a.self))}){vs_base}</li>"
+            f'<span class="meta">(estimate {_e(_bs(a.self))})</span>{vs_base}{tested}</li>'
         )
+    return f'<ul class="answer-list">{"".join(items)}</ul>'
+
+
+def _answer(sweep: SweepData) -> str:
+    r = sweep.report
     return (
         f'<div class="answer" id="answer"><p>The largest degradation-free batch size: the largest whose final '
         f"val loss stays within +{r.tolerance:.1%} of the reference (loss at B = {r.reference_batch_size}, the smallest batch size), "
         f"first as decided with 95% confidence (paired by seed; undecided where the seeds cannot tell), then "
-        f"the point estimate from the means.</p><ul>{''.join(items)}</ul>"
+        f"the point estimate from the means.</p>{answer_list(r, steps=False)}"
         f'<p class="rule">{_e(r.verdict_rule)}</p></div>'
     )
 

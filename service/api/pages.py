@@ -17,6 +17,7 @@ import yaml
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from pydantic import ValidationError
 
 from service import manager
@@ -182,33 +183,20 @@ def sweep_json(row: SweepRow, settings: Settings) -> SweepSummary:
     return SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
 
 
-def answer_of(report: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The report's answer per optimizer: largest degradation-free batch size vs itself and vs the baseline."""
+def answer_of(report: dict[str, Any] | None) -> Markup | None:
+    """The report's answer per optimizer as the dashboards render it (`dashboards.page.answer_list`, escaped
+    there), with the batch sizes a search tested; None without a report of this service's schema."""
     if not report:
-        return []
-    from sweeps.analysis import describe_bracket, validate_report  # scipy: when a finished sweep is shown
+        return None
+    from dashboards.page import answer_list  # plotly and scipy: when a finished sweep is shown
+    from sweeps.analysis import validate_report
 
     try:
         r = validate_report(report)
     except ValidationError:
         log.warning("a report of schema version %r does not match this service's", report.get("schema_version"))
-        return []
-    return [
-        {
-            "optimizer": name,
-            "decided_self": describe_bracket(o.bracket.self),
-            "decided_baseline": describe_bracket(o.bracket.baseline),
-            "self": o.largest_degradation_free_batch_size.self,
-            "baseline": o.largest_degradation_free_batch_size.baseline,
-            "noise_self": o.within_noise.self,
-            "noise_baseline": o.within_noise.baseline,
-            "is_baseline": name == r.baseline,
-            "baseline_name": r.baseline,
-            # a search of the batch axis: the sizes in the order tested, and why
-            "steps": [f"{st.batch_size} ({st.chosen})" for st in o.search_steps],
-        }
-        for name, o in r.optimizers.items()
-    ]
+        return None
+    return Markup(answer_list(r, steps=True))
 
 
 def sign_in_page(

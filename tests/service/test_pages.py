@@ -143,7 +143,9 @@ def test_list_shows_the_owners_sweeps_newest_first_with_progress_and_links(
         assert 'href="http://127.0.0.1:5000/#/experiments/5/runs?workflowType=machine_learning"' in page.text
         # the finished one shows the report's answer: adamw at batch 8 is within 5% of batch 4
         row = page.text.split(f'<tr data-sweep="{second}"')[1].split("</tr>")[0]
-        assert "<b>adamw</b>: " in row and "(estimate: B = 8)" in row and "succeeded" in row
+        assert "<b>adamw</b>: vs itself: <b>" in row and "(estimate B = 8)" in row and "succeeded" in row
+        # the one rendering of the answer: the dashboard's, escaped there
+        assert '<ul class="answer-list"><li><b>adamw</b>' in row
         # app.js keeps the list live; nothing comes from another origin
         assert f'<script src="{static_url("app.js")}" defer></script>' in page.text
         assert not re.search(r'(src|href)="(https?:)?//(?!127\.0\.0\.1:5000/)', page.text)
