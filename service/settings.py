@@ -12,7 +12,7 @@ import ipaddress
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, AnyHttpUrl, Field, SecretStr, field_validator
-from pydantic_settings import NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode
 
 from sweeps.settings import SweepSettings
 from sweeps.spec import DEFAULT_MAX_TRIALS
@@ -22,14 +22,8 @@ from worker.settings import split_csv
 class Settings(SweepSettings):
     """The HTTP service's settings: a sweep's (data dir, stores, Ray, data roots) and its own."""
 
-    # hide_input_in_errors: a refused SWEEPS_TOKENS must not print its tokens
-    model_config = SettingsConfigDict(
-        env_prefix="SWEEPS_",
-        extra="ignore",
-        populate_by_name=True,
-        hide_input_in_errors=True,
-        use_attribute_docstrings=True,
-    )
+    # model_config is SweepSettings' (SWEEPS_ prefix; hide_input_in_errors: a refused SWEEPS_TOKENS must not
+    # print its tokens)
 
     database_url: str | None = None
     """the service's store of sweeps, owners and sessions, any SQLAlchemy URL; None: sqlite:///<data
