@@ -12,6 +12,9 @@ from svc_helpers import ALICE, FakeLauncher, ThreadServer
 
 from service.settings import Settings
 
+# a load generator against a server: measured alone, never beside another test (make test runs these one at a time)
+pytestmark = pytest.mark.serial
+
 
 @pytest.mark.parametrize("client_kind", ["raw", "aiohttp", "httpx"])
 def test_short_run_counts_requests_and_prints_ratios(

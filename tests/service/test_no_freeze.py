@@ -23,6 +23,9 @@ from svc_helpers import FakeLauncher, ThreadServer, auth
 from service.settings import Settings
 from sweeps.documents import SpecLoadError, compose_yaml, parse_json, parse_yaml
 
+# latencies of a server under test: measured alone, never beside another test (make test runs these one at a time)
+pytestmark = pytest.mark.serial
+
 # The body that took minutes at the body limit: 33 open brackets, a quote that never closes, then
 # escaped quotes (each one a new start for a string pattern that must find its closing quote).
 PATHOLOGICAL_JSON = "[" * 33 + '"'
