@@ -433,7 +433,8 @@ class ScalingPoint:
 
 @dataclass(frozen=True)
 class ToleranceBand:
-    """[reference, (1 + tol) x reference]: cells whose mean lies at or below `upper` are degradation-free.
+    """[reference, (1 + tol) x reference]: cells whose fitted mean (the means fitted non-decreasing in batch
+    size, the report's `val_loss_fitted`) lies at or below `upper` are degradation-free.
     One per optimizer (its own loss at the reference batch size); the baseline's band is the
     reference of every optimizer's "baseline" verdict."""
 

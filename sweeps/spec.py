@@ -275,7 +275,8 @@ class ScheduleSpec(_Strict):
 
 
 class DegradationSpec(_Strict):
-    """Mean val loss at B <= (1 + tolerance) x the reference's counts as no degradation."""
+    """Mean val loss at B (fitted non-decreasing in batch size: sweeps.analysis) <= (1 + tolerance) x the
+    reference's counts as no degradation."""
 
     tolerance: float = Field(default=0.01, ge=0.0, lt=1.0)
     baseline: str  # must be one of the spec's optimizers

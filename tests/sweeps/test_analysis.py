@@ -177,17 +177,48 @@ def test_flat_losses_give_the_largest_batch():
 
 
 def test_degradation_at_the_third_batch_size():
-    # merit: reference 3.00, threshold 1.01 x 3.00 = 3.03; 32: 3.02 ok; 64: 3.10 fails; 128: 3.00 would
-    # pass alone but the chain stopped at 64 -> answer 32
+    # merit: reference 3.00, threshold 1.01 x 3.00 = 3.03; 32: 3.02 ok; 64: 3.10 fails; 128: 3.00 is
+    # below 64, which the monotone fit cannot be: both pooled to 3.05 (equal seeds), over 3.03 -> answer 32
     report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.02, 3.10, 3.00]}), inputs=INPUTS)
     merit = report["optimizers"]["merit"]
     assert answer(report, "merit")["self"] == 32
-    assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, True, False, True]
+    assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, True, False, False]
+    fitted = [c["val_loss_fitted"]["self"] for c in merit["cells"]]
+    assert fitted == [None, pytest.approx(3.02), pytest.approx(3.05), pytest.approx(3.05)]  # reference: None
     assert merit["reference_val_loss"]["self"] == 3.0
     # boundary cells: 32 (answer) and 64 (first failure); both intervals are points (sd 0):
     # 3.02 - 3.03 = -0.01 and 3.10 - 3.03 = 0.07, neither straddles 0
     assert [c["batch_size"] for c in merit["noise_checks"]["self"]] == [32, 64]
     assert merit["within_noise"]["self"] is False
+
+
+def test_one_noisy_cell_is_pooled_with_its_neighbour_instead_of_ending_the_walk():
+    # merit: threshold 3.03; 32 reads 3.04 (noise), 64 reads 3.01, 128 3.10. Walking the means stopped at
+    # 32; the monotone fit pools 32 and 64 to 3.025 <= 3.03 -> answer 64, 128 degraded
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.04, 3.01, 3.10]}), inputs=INPUTS)
+    merit = report["optimizers"]["merit"]
+    assert answer(report, "merit")["self"] == 64
+    assert [c["val_loss_fitted"]["self"] for c in merit["cells"]][1:] == [
+        pytest.approx(3.025),
+        pytest.approx(3.025),
+        pytest.approx(3.10),
+    ]
+    assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, True, True, False]
+    # the means stay the cells' own
+    assert [c["val_loss_mean"] for c in merit["cells"]] == [pytest.approx(v) for v in (3.00, 3.04, 3.01, 3.10)]
+
+
+def test_the_monotone_fit_weighs_cells_by_their_samples():
+    from sweeps.analysis import monotone_fit
+
+    assert monotone_fit([], []) == []
+    assert monotone_fit([1.0, 2.0, 3.0], [1, 1, 1]) == [1.0, 2.0, 3.0]  # already non-decreasing: unchanged
+    # 3.04 with 2 samples and 3.01 with 6 pool to their weighted mean (2 x 3.04 + 6 x 3.01) / 8 = 3.0175
+    assert monotone_fit([3.0, 3.04, 3.01], [4, 2, 6]) == [
+        pytest.approx(3.0),
+        pytest.approx(3.0175),
+        pytest.approx(3.0175),
+    ]
 
 
 def test_baseline_is_stricter_than_self():
@@ -436,6 +467,7 @@ def test_report_schema_keys_are_stable():
         "trial_status",
         "lr_at_edge",
         "lr_outside_range",
+        "val_loss_fitted",
         "degradation_free",
         "verdict",
         "verdict_diff_ci",
