@@ -767,8 +767,9 @@ def _real(spec_path: Path, concurrency: int | None, data_dir: Path | None) -> li
     from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_best
     from sweeps.driver import collect_results, run_sweep
     from sweeps.runtime import SweepRuntime
-    from sweeps.search import CellSearcher, open_storage
+    from sweeps.search import CellSearcher
     from sweeps.spec import SweepSpec
+    from sweeps.stores import open_storage
     from worker.data import prepare_data
     from worker.launch import init_ray, run_training
 

@@ -20,15 +20,13 @@ from sweeps.search import (
     MODE,
     TRIAL_RETRIES,
     CellSearcher,
-    close_running_trials,
-    close_sweep_trials,
     collect_results,
     make_scheduler,
-    open_storage,
     run_trial,
 )
 from sweeps.spec import SweepSpec
 from sweeps.status import SweepStatus
+from sweeps.stores import close_running_trials, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -220,13 +218,3 @@ def drop_checkpoints(trial: Any) -> int:
     except OSError:  # the storage is unreachable: the checkpoints stay (space, not correctness)
         log.warning("could not delete the checkpoints of trial %s", trial.trial_id, exc_info=True)
     return deleted
-
-
-def close_leftovers(sweep_id: str, runtime: SweepRuntime) -> tuple[int, int]:
-    """A sweep that ended without its driver (lost for good, or cancelled while gone) leaves nothing
-    RUNNING: its Optuna trials and MLflow runs are closed. Returns (trials, runs) closed."""
-    from sweeps.record import close_sweep_runs
-
-    return close_sweep_trials(open_storage(runtime.optuna_storage), sweep_id), close_sweep_runs(
-        runtime.tracking_uri, sweep_id
-    )

@@ -33,6 +33,7 @@ from sweeps.plan import cell_key, run_name
 from sweeps.search import trial_status
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialStatus
+from sweeps.stores import close_running_runs
 from worker.session import NODE_ID
 
 log = logging.getLogger(__name__)
@@ -301,29 +302,6 @@ class SweepRecorder(DriverOnly, Callback):
 
     def _mark_stale_trials(self) -> None:
         close_running_runs(self.client, self.experiment_id)
-
-
-def close_running_runs(client: MlflowClient, experiment_id: str) -> int:
-    """Trial runs left RUNNING by a driver that is gone end as KILLED (status interrupted); the count closed."""
-    stale = client.search_runs([experiment_id], f"tags.`{Tag.status}` = '{TrialStatus.running}'", max_results=1000)
-    for run in stale:
-        client.set_tag(run.info.run_id, Tag.status, str(TrialStatus.interrupted))
-        client.set_terminated(run.info.run_id, "KILLED")
-    return len(stale)
-
-
-def close_sweep_runs(tracking_uri: str, sweep_id: str) -> int:
-    """Everything of a finished sweep still RUNNING in MLflow ends: trial runs KILLED (interrupted), cell
-    runs KILLED (a sweep that ended without its driver has no answer for them)."""
-    client = MlflowClient(tracking_uri)
-    exp = client.get_experiment_by_name(sweep_id)
-    if exp is None:
-        return 0
-    closed = close_running_runs(client, exp.experiment_id)
-    for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
-        client.set_terminated(run.info.run_id, "KILLED")
-        closed += 1
-    return closed
 
 
 def _node_id() -> str:

@@ -56,6 +56,7 @@ from sweeps.plan import (
 )
 from sweeps.spec import SweepSpec
 from sweeps.status import RERUN_STATUSES, TrialStatus
+from sweeps.stores import close_running_trials, rerun_design_point
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +70,6 @@ TRIAL_RETRIES = 2
 
 class InfrastructureFailures(RuntimeError):
     """Too many trials were lost to the infrastructure: the cluster is broken, not the trials."""
-
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna RDB storage for any SQLAlchemy URL; SQLite waits on a busy file instead of failing."""
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-    return optuna.storages.RDBStorage(url, **kwargs)
 
 
 def spec_fingerprint(spec: SweepSpec, *, given_only: bool = True) -> str:
@@ -809,32 +799,6 @@ def collect_results(
                 )
                 times.append(float(t.user_attrs.get("train_time_s", 0.0)))
     return results, times
-
-
-def close_running_trials(study: optuna.Study) -> int:
-    """Trials left RUNNING by a driver that is gone end as FAIL, status `interrupted` (run again on resume)."""
-    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    for t in stale:
-        optuna.trial.Trial(study, t._trial_id).set_user_attr("status", "interrupted")
-        study.tell(t.number, state=TrialState.FAIL)
-        rerun_design_point(study, t)
-    return len(stale)
-
-
-def rerun_design_point(study: optuna.Study, trial: optuna.trial.FrozenTrial | optuna.trial.Trial) -> None:
-    """A lost step of a cell's line search (a coarse, bracket, vertex or step trial cut short by the
-    infrastructure or a cancel) is no result but still the lr the search needs: asked again, first."""
-    if design := trial.user_attrs.get("design"):
-        study.enqueue_trial({"lr": trial.params["lr"]}, user_attrs={"design": design}, skip_if_exists=False)
-
-
-def close_sweep_trials(storage: optuna.storages.BaseStorage, sweep_id: str) -> int:
-    """`close_running_trials` for every cell study of a sweep; the count closed."""
-    closed = 0
-    for name in optuna.get_all_study_names(storage):
-        if name.startswith(f"{sweep_id}/"):
-            closed += close_running_trials(optuna.load_study(study_name=name, storage=storage))
-    return closed
 
 
 def trial_status(result: dict[str, Any] | None, error: bool, *, cancelling: bool = False) -> TrialStatus:

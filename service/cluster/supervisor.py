@@ -8,7 +8,7 @@
   same id, after a backoff, and its new driver resumes from the Optuna storage (finished trials are
   kept, the ones that were running are run again); only after `max_driver_starts` starts is it
   failed, with what happened in its error. A sweep that ends without a driver leaves nothing
-  RUNNING in Optuna or MLflow (`sweeps.driver.close_leftovers`).
+  RUNNING in Optuna or MLflow (`sweeps.stores.close_leftovers`).
 - `reconcile`: on start, one `poll_once`, and drivers of sweeps the store already has as final are
   killed (the service stopped between storing the result and killing the actor).
 - `run`: `poll_once` every `poll_interval_s` until stopped.
@@ -28,6 +28,7 @@ import anyio.to_thread
 from service.cluster.launcher import DriverBusy, Launcher
 from service.settings import Settings
 from service.store.database import FINAL_STATUSES, Store, SweepRow, SweepStatus, utcnow
+from sweeps.stores import close_leftovers  # at start, not at the first cancel (why: sweeps/stores.py)
 
 log = logging.getLogger(__name__)
 
@@ -210,8 +211,6 @@ class Supervisor:
         self.store.update(row.id, status=status.value, error=error, finished_at=utcnow())
 
     def _close_leftovers(self, sweep_id: str) -> None:
-        from sweeps.driver import close_leftovers  # torch-free (optuna, mlflow)
-
         try:
             trials, runs = close_leftovers(sweep_id, self.settings.runtime())
             if trials or runs:

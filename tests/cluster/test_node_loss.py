@@ -149,7 +149,8 @@ def test_a_trial_survives_losing_its_node_and_a_new_node_is_used(
     # Optuna: the trial once, completed, with the final loss of an unbroken run of the same seed and lr
     from optuna.trial import TrialState
 
-    from sweeps.search import CellSearcher, open_storage
+    from sweeps.search import CellSearcher
+    from sweeps.stores import open_storage
     from worker.loop import train
     from worker.session import LocalSession
 

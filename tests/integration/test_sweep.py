@@ -17,8 +17,8 @@ from sweeps.driver import run_sweep
 from sweeps.layout import TRIAL_ROLES
 from sweeps.plan import study_name
 from sweeps.runtime import SweepRuntime
-from sweeps.search import open_storage
 from sweeps.spec import SweepSpec
+from sweeps.stores import open_storage
 
 pytestmark = pytest.mark.ray
 

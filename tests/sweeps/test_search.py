@@ -13,8 +13,9 @@ import sqlalchemy
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-from sweeps.search import CellSearcher, open_storage
+from sweeps.search import CellSearcher
 from sweeps.spec import SweepSpec
+from sweeps.stores import open_storage
 
 SPEC = """
 name: unit
