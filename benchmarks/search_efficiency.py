@@ -628,6 +628,27 @@ def _hits(outcomes: Sequence[ProblemOutcome], method: str) -> list[int]:
     ]
 
 
+# a truth decided by less than this (relative loss at the boundary batch sizes) is within the seed noise of
+# 6 seeds: the answers are split by it, to show where the misses are
+NEAR_LINE = 0.002
+
+
+def _near_line(outcomes: Sequence[ProblemOutcome]) -> list[bool]:
+    """Per answer (in `_hits`' order): does the truth rest on a batch size whose noise-free loss is within
+    NEAR_LINE (relative) of the tolerance line? (The truth's last degradation-free size and the next.)"""
+    out = []
+    for o in outcomes:
+        p, bs = o.problem, list(o.problem.batch_sizes)
+        for name in o.truth:
+            for ref in REFERENCES:
+                line = (1 + p.tolerance) * p.best_loss(name if ref == "self" else BASELINE, bs[0])
+                truth = o.truth[name][ref]
+                i = -1 if truth is None else bs.index(truth)
+                near = [j for j in (i, i + 1) if 0 <= j < len(bs) and not (j == 0 and ref == "self")]
+                out.append(any(abs(p.best_loss(name, bs[j]) / line - 1) < NEAR_LINE for j in near))
+    return out
+
+
 def _covered(outcomes: Sequence[ProblemOutcome], method: str) -> list[int]:
     """1 per answer whose bracket [largest_fine, smallest_degraded) holds the true answer, else 0."""
     out = []
@@ -696,6 +717,16 @@ def summarize(outcomes: Sequence[ProblemOutcome], spec: Any, wall_s: float) -> l
         "    95% interval (Wilson)         "
         + "".join(f"{'[{:.2f}, {:.2f}]'.format(*wilson(sum(hits[m]), answers)):>12s}" for m in METHODS)
     )
+    near = _near_line(outcomes)
+    for label, keep in ((f"within {NEAR_LINE:.1%} of the line", True), (f"farther than {NEAR_LINE:.1%}", False)):
+        n_keep = sum(1 for x in near if x == keep)
+        lines.append(
+            f"    truth {label}".ljust(34)
+            + cell(
+                [statistics.fmean([h for h, x in zip(hits[m], near, strict=True) if x == keep] or [0]) for m in METHODS]
+            )
+            + f"   ({n_keep} answers)"
+        )
     diffs = {m: [a - g for a, g in zip(hits[m], hits["grid"], strict=True)] for m in METHODS}
     lines.append(
         "  paired difference to the grid  "
