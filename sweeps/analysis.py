@@ -59,15 +59,16 @@ samples; `val_loss_fitted`), the assumption the bracket states too: at equal tok
 trains no better (McCandlish et al. 2018). A cell made high by seed noise is pooled with its larger
 neighbours instead of ending the walk alone; on the benchmark's cliffs family this raised answer =
 truth from 0.86 to 0.88 (200 problems). Cell B is degradation-free against reference R when it is
-stable and fitted(B) <= (1 + tolerance) x R. The stable reference cell itself is degradation-free against its own
-reference by definition (for "self" always, for "baseline" only for the baseline optimizer); an
-unstable one is not. `degradation_free` holds the per-cell verdict (null without a mean or without a
-reference; false for an unstable cell).
+stable and fitted(B) <= (1 + tolerance) x R. The stable reference cell itself is degradation-free
+against its own reference by definition (for "self" always, for "baseline" only for the baseline
+optimizer); an unstable one is not. `degradation_free` holds the per-cell verdict (null without a
+mean or without a reference; false for an unstable cell).
 
 The answer. `largest_degradation_free_batch_size` is the largest tested B such that B and every
-smaller tested batch size are degradation-free: the point estimate. The chain is walked from the smallest batch size up
-and stops at the first cell that fails or has no mean (a missing, all-pruned, all-diverged or
-all-failed cell breaks the chain). Null if even the smallest batch size fails or the reference is null.
+smaller tested batch size are degradation-free: the point estimate. The chain is walked from the
+smallest batch size up and stops at the first cell that fails or has no mean (a missing, all-pruned,
+all-diverged or all-failed cell breaks the chain). Null if even the smallest batch size fails or the
+reference is null.
 
 Within noise. The verdict is decided at two boundary cells: the answer A, and the next larger tested
 batch size N (the one that broke the chain); when A is null, N is the smallest batch size. Cells
