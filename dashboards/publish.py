@@ -147,8 +147,13 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False, plo
 
 
 def publish_figures(tracking_uri: str, sweep_id: str) -> None:
-    """`publish` for a sweep's driver: the figures into its MLflow summary run; a figure never fails a sweep."""
+    """`publish` for a sweep's driver: the figures into its MLflow summary run; a figure never fails a sweep.
+
+    The local copies go to a temporary directory removed once they are logged (about 5 MiB a sweep,
+    which a long-lived service would otherwise pile up in its temporary folder).
+    """
     try:
-        publish(tracking_uri, sweep_id)
+        with tempfile.TemporaryDirectory(prefix=f"batchsweep-figures-{sweep_id}-") as out:
+            publish(tracking_uri, sweep_id, out_dir=out)
     except Exception:
         log.exception("figures of sweep %s could not be published", sweep_id)

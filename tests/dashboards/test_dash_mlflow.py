@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from dashboards import SweepDataError, dashboard_page, load_sweep, publish
 from dashboards.data import best_runs, sample_runs
 from dashboards.page import inline_plotlyjs
+from dashboards.publish import publish_figures
 
 FIGURE_NAMES = ["scaling", "lr_sensitivity", "best_lr", "loss_curves", "attention_logits", "steps_to_target"]
 
@@ -101,6 +103,23 @@ def test_publish_without_out_dir_writes_to_a_fresh_folder(recorded: tuple) -> No
     paths = publish(recorded[0], "recorded")
     assert len(paths) == 20 and all(p.is_file() for p in paths)  # 6 x png/html/json, the page, plotly.min.js
     assert len({p.parent for p in paths}) == 1 and paths[0].parent.name == "figures"
+
+
+def test_publish_figures_logs_them_and_leaves_no_local_copy(
+    recorded: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = recorded[0]
+    record_sweep(uri, rich_sweep("driven"), tmp_path / "artifacts")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the driver's copies would land
+    publish_figures(uri, "driven")
+    client = MlflowClient(uri)
+    summary = client.search_runs(
+        [client.get_experiment_by_name("driven").experiment_id], "tags.`batchsweep.role` = 'summary'"
+    )[0].info.run_id
+    assert len(client.list_artifacts(summary, "figures")) == 20
+    assert list(scratch.iterdir()) == []  # a service publishing a sweep an hour keeps no 5 MiB each
 
 
 def test_dashboard_page_serves_the_published_page_or_renders_one(recorded: tuple, tmp_path: Path) -> None:
