@@ -26,6 +26,9 @@ checks (the last line is the verdict; the exit status is 1 when any check fails)
 - every sweep's trials are recorded once in Optuna and once in MLflow and the two agree, nothing is
   RUNNING in either; a succeeded sweep has every planned trial;
 - no driver actor of a final sweep is alive, and no placement group is left;
+- the service's temporary folder (TMPDIR, a folder of the soak's own; Ray's sessions are in the data
+  dir) holds at the end at most 10 % + 64 MiB more than at the window that ends the first third (the
+  slack: files of a process killed -9 mid-write; a sweep's figures are ~5 MiB);
 - the API's RSS and open file descriptors in the last window are within 10 % of their level in the window
   that ends the first third of the run (20 minutes of an hour), each window's level being its smallest
   reading of one every 5 s (the fds swing with the client connections open at an instant; a leak raises
@@ -70,7 +73,7 @@ use_local_ray()  # before anything imports ray: local Ray clusters on loopback o
 from harness import ServiceProcess, create_database, postgres_server  # noqa: E402
 
 from service.cluster.processes import cmdline, descendants, free_port  # noqa: E402
-from service.cluster.ray_head import LocalRayHead  # noqa: E402
+from service.cluster.ray_head import TEMP_PREFIX, LocalRayHead  # noqa: E402
 
 OWNERS = {name: f"soak-{name}-token-0123456789" for name in ("alice", "bob", "carol")}
 FINAL = ("succeeded", "failed", "cancelled")
@@ -102,6 +105,8 @@ def spec(name: str) -> dict[str, Any]:
 class Soak:
     svc: ServiceProcess
     data_dir: Path
+    tmp_dir: Path  # the service's TMPDIR
+    warm_s: float  # readings of an API process up this long (seconds) tell its level
     stop: threading.Event = field(default_factory=threading.Event)
     stop_submitting: threading.Event = field(default_factory=threading.Event)
     faults_on: threading.Event = field(default_factory=threading.Event)
@@ -297,7 +302,8 @@ def faults(soak: Soak, rng: random.Random, every_s: float) -> None:
 RESOURCE_EVERY_S = 5.0
 # A restarted API is read while it still starts: one window's floor was 141 MiB and 12 fds (a process
 # seconds old) against ~330 MiB and ~45 fds of the one it replaced, which was at 330 MiB again 17 s after
-# its start (sampled every 30 s). Only readings of a process up this long describe the service's level.
+# its start (sampled every 30 s). Only readings of a process up this long describe the service's level
+# (or up a window, in a run shorter than 30 minutes: `--minutes 3` reads at 1 minute a process up 1).
 WARM_S = 120.0
 
 
@@ -362,6 +368,24 @@ def ray_state(soak: Soak) -> tuple[int | None, int | None]:
     return out[0], out[1]
 
 
+TMP_SLACK_BYTES = 64 * 2**20
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files below `path`, but a Ray head's temp dir (there only when the data dir's path is
+    too long for Ray's sockets): what the service's processes leave in their temporary folder."""
+    total = 0
+    for top, dirs, files in os.walk(path):
+        if Path(top) == path:
+            dirs[:] = [d for d in dirs if not d.startswith(TEMP_PREFIX)]
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(top, name)).st_size
+            except OSError:  # removed while we walked
+                pass
+    return total
+
+
 def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else math.nan
 
@@ -372,6 +396,7 @@ class Window:
     rss: int | None  # the smallest reading of the window of a process up WARM_S (bytes); None: no such reading
     fds: int | None  # the same of the open fds
     fds_max: int
+    tmp_bytes: int  # in the service's temporary folder at the window's end
     p99_s: float
     requests: int  # GET /sweeps/{id} answered in the window
 
@@ -392,16 +417,23 @@ def report_line(soak: Soak, started: float, since: float, urls: dict[str, str]) 
     with soak.lock:
         recent = [took for at, took in soak.latencies if at >= since]
         every = [(rss, fds, up) for at, rss, fds, up in soak.resources if at >= since]
-    warm = [(rss, fds) for rss, fds, up in every if up >= WARM_S]
+    warm = [(rss, fds) for rss, fds, up in every if up >= soak.warm_s]
     rss = min((r for r, _ in warm), default=None)
     fds = min((f for _, f in warm), default=None)
     window = Window(
-        time.monotonic() - started, rss, fds, max((f for _, f, _ in every), default=0), p99(recent), len(recent)
+        time.monotonic() - started,
+        rss,
+        fds,
+        max((f for _, f, _ in every), default=0),
+        folder_bytes(soak.tmp_dir),
+        p99(recent),
+        len(recent),
     )
     level = "none warm" if rss is None else f"{rss / 2**20:.0f} MiB, fds {fds}"
     print(
         f"{window.t / 60:5.1f} min: sweeps {dict(sorted(by_status.items()))}, trials {trials}, API RSS "
-        f"{level} (at most {window.fds_max}; {len(warm)} of {len(every)} readings warm), rows store {table_rows(urls['store'])} optuna {table_rows(urls['optuna'])}, "
+        f"{level} (at most {window.fds_max}; {len(warm)} of {len(every)} readings warm), TMPDIR "
+        f"{window.tmp_bytes / 2**20:.1f} MiB, rows store {table_rows(urls['store'])} optuna {table_rows(urls['optuna'])}, "
         f"Ray actors {actors} placement groups {groups}, p99 GET /sweeps/{{id}} {window.p99_s * 1e3:.0f} ms "
         f"({len(recent)} requests); {dict(sorted(soak.counts.items()))}",
         flush=True,
@@ -507,19 +539,31 @@ def verdict(soak: Soak, windows: list[Window], urls: dict[str, str], drain_s: fl
     first = next((w for w in windows if w.requests >= 100), windows[0])  # the first with sweeps to read
     for what, a, b in (("RSS", early.rss, late.rss), ("open fds", early.fds, late.fds)):
         if a is None or b is None:
-            failures.append(f"no reading of the API's {what} up {WARM_S:.0f} s at {early.t / 60:.0f} min or at the end")
+            failures.append(
+                f"no reading of the API's {what} up {soak.warm_s:.0f} s at {early.t / 60:.0f} min or at the end"
+            )
         elif b > 1.1 * a:
             failures.append(
                 f"the API's {what} (the window's smallest reading) grew from {a} to {b} (> 10 %) between "
                 f"{early.t / 60:.0f} min and the end"
             )
+    tmp_end = folder_bytes(soak.tmp_dir)
+    if tmp_end > 1.1 * early.tmp_bytes + TMP_SLACK_BYTES:
+        failures.append(
+            f"the service's temporary folder grew from {early.tmp_bytes / 2**20:.1f} MiB at {early.t / 60:.0f} min "
+            f"to {tmp_end / 2**20:.1f} MiB at the end (> 10 % + {TMP_SLACK_BYTES // 2**20} MiB): files left behind"
+        )
     if not windows[-1].p99_s <= 1.5 * first.p99_s:
         failures.append(
             f"p99 of GET /sweeps/{{id}} {windows[-1].p99_s * 1e3:.0f} ms in the last window > 1.5x "
             f"{first.p99_s * 1e3:.0f} ms in the first with sweeps to read ({first.t / 60:.1f} min)"
         )
     counts = Counter(s["status"] for s in statuses.values())
-    print(f"final: sweeps {dict(counts)}, Ray actors {actors}, placement groups {groups}", flush=True)
+    print(
+        f"final: sweeps {dict(counts)}, Ray actors {actors}, placement groups {groups}, "
+        f"TMPDIR {tmp_end / 2**20:.1f} MiB",
+        flush=True,
+    )
     return failures
 
 
@@ -534,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.keep or tempfile.mkdtemp(prefix="soak-"))
     root.mkdir(parents=True, exist_ok=True)
     data_dir = root / "data"
+    tmp_dir = root / "tmp"
+    tmp_dir.mkdir(exist_ok=True)
     duration = args.minutes * 60
     window_s = min(300.0, duration / 6)
     env = {
@@ -542,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         "SWEEPS_DRIVER_RESTART_BACKOFF_S": "1",
         # one sweep at a time per owner: submits meet the limit (429) and wait, as a busy team's do
         "SWEEPS_MAX_CONCURRENT_PER_OWNER": "1",
+        # the service's and its Ray processes' temporary files, measured: a long-lived service must not pile them up
+        "TMPDIR": str(tmp_dir),
     }
     urls = {
         "store": f"sqlite:///{data_dir / 'service.db'}",
@@ -558,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         unset = tuple(k for k in EMBEDDED if k not in env)
         svc = ServiceProcess(env=env, log_path=root / "api.log", port=port, command=command, unset=unset)
         svc.start(timeout_s=180)
-        soak = Soak(svc, data_dir)
+        soak = Soak(svc, data_dir, tmp_dir, warm_s=min(WARM_S, window_s))
         print(
             f"soak: {args.minutes:g} min on {svc.url} ({'PostgreSQL' if pg else 'SQLite'} stores, data in {root}), "
             f"a line every {window_s / 60:.1f} min",
