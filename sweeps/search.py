@@ -14,8 +14,9 @@ A cell's search is a line search in ln lr, with TPE where it has nothing to go o
 through the best lr and its neighbours, or out past the best lr where it lacks a neighbour, one step
 at a time, and the search ends when a step would land on a tried lr ("converged", at most
 `trials_per_batch_size` trials). These design trials run to the end; ASHA stops only TPE's
-explorations. Measured on 200 simulated problems (benchmarks/search_efficiency.py): 0.31 of the
-tokens of a 12-lr x seeds grid, as accurate.
+explorations. Measured on 200 simulated problems (benchmarks/search_efficiency.py, bowls family): with
+2 seeds, 0.31 of the tokens of a 12-lr x 2-seed grid, right 0.86 of the time against its 0.84 (with
+the default adaptive seeds 0.91 at 0.41; docs/researchers.md has both families).
 
 The Optuna storage is the sweep's source of truth: a re-run of the same sweep id loads the studies,
 counts finished trials (never run again), marks trials left RUNNING by an interruption as FAIL and

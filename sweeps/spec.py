@@ -152,10 +152,10 @@ class OptimizerSpec(OptimizerFields):
 
 class AdaptiveSeeds(_Strict):
     """`seeds: {min: 2, max: 6, step: 2}` (the default): `min` confirmation runs in every cell; then,
-    while batch sizes inside the answer's bracket are undecided, `step` more at those cells and their
-    reference only, up to `max`. Every verdict is judged at 1 - 0.05 / (looks x comparisons)
-    (Bonferroni over the planned looks and the batch sizes compared), so looking again cannot raise the
-    error rate above 5%."""
+    while batch sizes inside the answer's bracket are undecided, `step` more at those the answer rests
+    on (the answer and the next size tested) and their reference only, up to `max`. Every verdict is
+    judged at 1 - 0.05 / (looks x comparisons) (Bonferroni over the planned looks and the batch sizes
+    compared), so looking again cannot raise the error rate above 5%."""
 
     min: int = Field(ge=2, le=MAX_SEEDS)  # an interval needs two runs
     max: int = Field(ge=2, le=MAX_SEEDS)
@@ -322,8 +322,8 @@ class SweepSpec(_Strict):
     # confirmation runs at each cell's best lr, seeds 1..n (the search runs at seed 0 and only picks the
     # lr); they alone give the cell's mean, interval and verdicts: 1 gives a mean without an interval. Or
     # {min, max, step}: more runs where the answer is undecided (AdaptiveSeeds), the default: with a
-    # fixed 2, few verdicts are decided (benchmarks/search_efficiency.py: right 0.85 of the time, 0.91
-    # adaptive, at 0.31 and 0.49 of a 12-lr x 2-seed grid's tokens)
+    # fixed 2, few verdicts are decided (benchmarks/search_efficiency.py, bowls: right 0.86 of the time,
+    # 0.91 adaptive, at 0.31 and 0.41 of a 12-lr x 2-seed grid's tokens)
     seeds: int | AdaptiveSeeds = Field(default_factory=lambda: AdaptiveSeeds(min=2, max=6, step=2))
     degradation: DegradationSpec
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
