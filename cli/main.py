@@ -207,7 +207,7 @@ def _print_cost(name: str, c: dict[str, Any]) -> None:
         f"{c['training_flops_per_token'] / 1e9:.3g} GFLOP per trained token (6N + 12 L T d)",
     )
     table.add_row("trials", f"{_span(c['trials'], str)} ({c['search_trials']} of them lr search)")
-    table.add_row("tokens per trial", _si(c["tokens_per_trial"]))
+    table.add_row("tokens per trial", _si(c["trained_tokens"]))
     pruned = f"; pruning can cut up to {_si(c['prunable_training_tokens'])} of it" if c["pruning"] else ""
     table.add_row("training tokens", f"{_span(c['training_tokens'], _si)}{pruned}")
     table.add_row(

@@ -246,7 +246,7 @@ class AnalysisInput:
     lr_max: float
     seeds: int  # confirmation runs planned per cell
     seq_len: int
-    token_budget: int | None = None  # tokens every trial trains on (the spec's, rounded once); reported
+    trained_tokens: int | None = None  # tokens every trial trains on (the spec's token_budget, rounded once)
     # planned looks at each boundary verdict (adaptive confirmation: 1 + (max - min) / step); each
     # noise check is a Welch interval at 1 - 0.05 / noise_looks (Bonferroni)
     noise_looks: int = 1
@@ -288,7 +288,7 @@ class AnalysisInput:
             lr_max=spec.lr.max,
             seeds=spec.seeds_min,
             seq_len=spec.model.seq_len,
-            token_budget=spec.trained_tokens,
+            trained_tokens=spec.trained_tokens,
             noise_looks=spec.noise_looks,
             lr_extend=spec.lr.extend,
             warmup=spec.schedule.describe_warmup(),
@@ -832,7 +832,8 @@ def build_report(
         "lr_range": [inputs.lr_min, inputs.lr_max],
         "lr_bounds": list(inputs.lr_bounds),
         "seeds_planned": inputs.seeds,
-        "token_budget": inputs.token_budget,
+        "trained_tokens": inputs.trained_tokens,
+        "token_budget": inputs.trained_tokens,  # its first name, kept for readers of schema 2
         "noise_rule": _noise_rule(inputs.noise_looks),
         "verdict_rule": _verdict_rule(inputs.noise_looks),
         "warmup": inputs.warmup,
@@ -1013,7 +1014,10 @@ class Report(_Schema):
     # where the line search could step to past an edge (lr.extend); None in reports written before it
     lr_bounds: tuple[float, float] | None = None
     seeds_planned: int  # confirmation runs planned per cell
-    token_budget: int | None  # tokens every trial trains on: the spec's, rounded down once for the whole sweep
+    # tokens every trial trains on: the spec's token_budget rounded down once for the whole sweep (the
+    # spec's `trained_tokens`; None in reports written before the name)
+    trained_tokens: int | None = None
+    token_budget: int | None  # the same value under its first name, kept for readers of schema 2
     noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
     verdict_rule: str = ""  # how each verdict and the bracket are decided, and what they assume
     warmup: str = ""  # how the lr warmed up in every trial (only the peak lr is searched)

@@ -133,8 +133,11 @@ class SweepCost(BaseModel):
         "cells at the fewest seeds to its most (the spec's total_trials)"
     )
     search_trials: int = Field(description="of the most, lr-search trials (the ones pruning may stop early)")
-    tokens_per_trial: int = Field(description="trained tokens of every trial (token_budget rounded down once)")
-    training_tokens: IntRange = Field(description="trials x tokens_per_trial: every trial to its whole budget")
+    trained_tokens: int = Field(
+        description="tokens every trial trains on: token_budget rounded down once (the spec's trained_tokens)"
+    )
+    tokens_per_trial: int = Field(description="the same as trained_tokens, under its first name (kept for readers)")
+    training_tokens: IntRange = Field(description="trials x trained_tokens: every trial to its whole budget")
     prunable_training_tokens: int = Field(
         description="the search trials' share of training_tokens: what ASHA pruning can cut, when it is on"
     )
@@ -212,6 +215,7 @@ def price(spec: SweepSpec, config: PriceConfig | None = None) -> SweepCost:
     return SweepCost(
         trials=IntRange(**trials),
         search_trials=search_trials,
+        trained_tokens=per_trial,
         tokens_per_trial=per_trial,
         training_tokens=IntRange(**training_tokens),
         prunable_training_tokens=search_trials * per_trial,

@@ -58,7 +58,7 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
     assert len(trials) == spec_trials
     # every cell trained on exactly the same tokens, and the report says how many
     trained = {c["tokens_trained"] for o in report["optimizers"].values() for c in o["cells"]}
-    assert trained == {report["token_budget"]} == {4096}
+    assert trained == {report["trained_tokens"]} == {report["token_budget"]} == {4096}
     # the report names its runs: the search best and the confirmation runs at its lr
     by_id = {r.info.run_id: r for r in trials}
     for opt in report["optimizers"].values():

@@ -38,7 +38,8 @@ def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLa
     cost = resp.json()["cost"]
     # tiny_spec: gpt2-nano (L=2, d=64), seq_len 32, vocab 4096, batch sizes [4, 8], 2 search + 1 seed
     assert cost["trials"] == {"min": 6, "max": 6}
-    assert cost["tokens_per_trial"] == 23 * 256 == 5888  # 6000 rounded down to lcm(4, 8) x 32
+    assert cost["trained_tokens"] == 23 * 256 == 5888  # 6000 rounded down to lcm(4, 8) x 32
+    assert cost["tokens_per_trial"] == cost["trained_tokens"]  # its first name, the same value
     n = 2 * (12 * 64**2 + 13 * 64) + 4096 * 64 + 2 * 64  # without the position embeddings
     assert cost["flop_parameters"] == n == 362_240 and cost["parameters"] == n + 32 * 64
     fpt = 6 * n + 12 * 2 * 32 * 64
@@ -140,7 +141,7 @@ def test_a_search_of_the_batch_axis_is_priced_as_a_range(
     fewest, most = parsed.sizes_per_optimizer
     assert (fewest, most) == (1, 8) and parsed.lattice == [4, 6, 8, 12, 16, 24, 32, 48, 64]
     assert cost["trials"] == {"min": fewest * (2 + 2), "max": most * (2 + 4)}
-    assert cost["tokens_per_trial"] == parsed.trained_tokens
+    assert cost["trained_tokens"] == cost["tokens_per_trial"] == parsed.trained_tokens
     assert cost["training_tokens"] == {k: v * parsed.trained_tokens for k, v in cost["trials"].items()}
     assert any("a search of the batch axis" in n and "1 to 8 of the 9 lattice sizes" in n for n in cost["notes"])
 

@@ -47,7 +47,7 @@ def test_the_price_of_a_small_spec_by_hand() -> None:
     # trials: 2 optimizers x 2 batch sizes x (3 search + 2 confirmation)
     assert (cost.trials.min, cost.trials.max, cost.search_trials) == (20, 20, 12)
     # token_budget 3000 rounded down to a multiple of lcm(4, 8) x 32 = 256: 11 x 256
-    assert cost.tokens_per_trial == 2816
+    assert cost.trained_tokens == cost.tokens_per_trial == 2816
     assert cost.training_tokens.max == 20 * 2816 == 56_320
     assert cost.prunable_training_tokens == 12 * 2816 and cost.pruning
     # evaluations: batch 4 = 128 tokens/step, 22 steps, every round(1024/128) = 8 steps: after 8, 16, 22;
