@@ -179,6 +179,12 @@ def same_origin(request: Request) -> bool:
     return origin.split("://", 1)[-1] == request.headers.get("host")
 
 
+def require_same_origin(request: Request) -> None:
+    """The sign-in forms' guard (a route dependency): 403 cross_site for a form posted from another site."""
+    if not same_origin(request):
+        raise ApiError(403, "cross_site", "sign-in forms are accepted from this site's own pages only")
+
+
 def sweep_json(row: SweepRow, settings: Settings) -> SweepSummary:
     return SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
 

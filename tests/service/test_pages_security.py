@@ -170,6 +170,9 @@ def test_sign_in_forms_from_another_site_are_refused(client: TestClient) -> None
     assert COOKIE not in resp.cookies
     ok = client.post("/login", data={"token": ALICE}, headers={"Origin": "http://testserver"}, follow_redirects=False)
     assert ok.status_code == 303
+    # the sign-in link's confirmation is a sign-in form too
+    resp = client.post("/login/once/confirm", data={"code": "x" * 43}, headers={"Origin": "https://evil.example"})
+    assert resp.status_code == 403 and error_code(resp) == "cross_site"
 
 
 @pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example", "/\\evil.example", "evil"])

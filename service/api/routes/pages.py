@@ -27,7 +27,7 @@ from importlib import resources
 from typing import Annotated, Literal
 
 import anyio.to_thread
-from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
+from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 
@@ -47,7 +47,7 @@ from service.api.pages import (
     answer_of,
     current_session,
     page,
-    same_origin,
+    require_same_origin,
     set_session_cookie,
     sign_in_page,
     submit_page,
@@ -77,7 +77,7 @@ async def static_file(name: str) -> FileResponse:
     return FileResponse(STATIC_DIR / name, media_type=STATIC_TYPES[name], headers=IMMUTABLE)
 
 
-@router.post("/login")
+@router.post("/login", dependencies=[Depends(require_same_origin)])
 async def login(
     request: Request,
     settings: SettingsDep,
@@ -86,8 +86,6 @@ async def login(
     next_path: Annotated[str, Form(alias="next", max_length=2000)] = "/",
 ) -> Response:
     next_path = safe_next(next_path)
-    if not same_origin(request):
-        raise ApiError(403, "cross_site", "sign-in forms are accepted from this site's own pages only")
     limiter: SignInLimiter = request.app.state.sign_in_limiter
     address = client_address(request.client)
     try:
@@ -164,7 +162,7 @@ async def sign_in_link_page(
     return page(request, "confirm_sign_in.html", context, headers={"Cache-Control": "no-store"})
 
 
-@router.post("/login/once/confirm")
+@router.post("/login/once/confirm", dependencies=[Depends(require_same_origin)])
 async def use_sign_in_link(
     request: Request,
     settings: SettingsDep,
@@ -173,8 +171,6 @@ async def use_sign_in_link(
 ) -> Response:
     # no rate limit: a code is 32 random bytes, and a wrong one is answered without touching a session
     next_path = safe_next(next_path)
-    if not same_origin(request):
-        raise ApiError(403, "cross_site", "sign-in forms are accepted from this site's own pages only")
     sessions: Sessions = request.app.state.sessions
     owner = await anyio.to_thread.run_sync(sessions.redeem_link, code) if code else None
     if owner is None:
