@@ -256,56 +256,68 @@ def _leaders(progress: dict[str, Any]) -> str:
 
 
 def _print_report(report: dict[str, Any]) -> None:
-    from sweeps.analysis import describe_bracket
+    """The report's cells and answer as tables, read through its typed model (`sweeps.analysis.Report`);
+    one that does not match it is refused by name (exit 2), never half printed."""
+    from pydantic import ValidationError
 
-    tol = report["tolerance"]
-    for name, opt in report["optimizers"].items():
+    from sweeps.analysis import describe_bracket, validate_report
+
+    try:
+        r = validate_report(report)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the report"
+        err.print(
+            f"[red]not a report of this version (schema_version {report.get('schema_version')!r}):[/] "
+            f"{where}: {first['msg']} ({exc.error_count()} problems)"
+        )
+        raise typer.Exit(2) from None
+    for name, opt in r.optimizers.items():
         t = Table(title=f"{name}", title_justify="left")
         for col in (
             "batch", "best lr", "val loss (mean of confirmations)", "95% CI", "seeds", "trials c/p/d/f", "lr at edge",
             "stable",
         ):  # fmt: skip
             t.add_column(col)
-        for c in opt["cells"]:
-            ci = c.get("val_loss_ci95") or [None, None]
-            st = c.get("trial_status", {})
+        for c in opt.cells:
+            lo, hi = c.val_loss_ci95
             t.add_row(
-                str(c["batch_size"]),
-                f"{c['best_lr']:.2e}" if c.get("best_lr") else "-",
-                f"{c['val_loss_mean']:.4f}" if c.get("val_loss_mean") is not None else "-",
-                f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci[0] is not None else "-",
-                str(c.get("seeds", "-")),
-                "/".join(str(st.get(k, 0)) for k in RESULT_STATUSES),
-                "yes" if c.get("lr_at_edge") else "",
-                {True: "yes", False: "[red]no[/]", None: "-"}[c.get("stable")],
+                str(c.batch_size),
+                f"{c.best_lr:.2e}" if c.best_lr else "-",
+                f"{c.val_loss_mean:.4f}" if c.val_loss_mean is not None else "-",
+                f"[{lo:.4f}, {hi:.4f}]" if lo is not None and hi is not None else "-",
+                str(c.seeds),
+                "/".join(str(getattr(c.trial_status, k)) for k in RESULT_STATUSES),
+                "yes" if c.lr_at_edge else "",
+                {True: "yes", False: "[red]no[/]", None: "-"}[c.stable],
             )
         console.print(t)
-        for st in opt.get("search_steps") or []:  # a search of the batch axis: the sizes in the order chosen
-            seeds = f", {st['seeds_added']} more seeds" if st.get("seeds_added") else ""
-            console.print(f"  {st['order']}. bs={st['batch_size']} {st['chosen']}: {st['why']}{seeds}")
-        for c in opt["cells"]:
-            if c.get("unstable_reason"):
-                console.print(f"[yellow]{name} bs={c['batch_size']}:[/] {c['unstable_reason']}")
+        for st in opt.search_steps:  # a search of the batch axis: the sizes in the order chosen
+            seeds = f", {st.seeds_added} more seeds" if st.seeds_added else ""
+            console.print(f"  {st.order}. bs={st.batch_size} {st.chosen}: {st.why}{seeds}")
+        for c in opt.cells:
+            if c.unstable_reason:
+                console.print(f"[yellow]{name} bs={c.batch_size}:[/] {c.unstable_reason}")
     answer = Table(
-        title=f"largest degradation-free batch size (tolerance {tol:.1%}, reference batch {report['reference_batch_size']})"
+        title=f"largest degradation-free batch size (tolerance {r.tolerance:.1%}, reference batch {r.reference_batch_size})"
         f": decided with 95% confidence, and the point estimate",
         title_justify="left",
     )
-    for col in ("optimizer", "vs itself: decided", "estimate", f"vs {report['baseline']}: decided", "estimate"):
+    for col in ("optimizer", "vs itself: decided", "estimate", f"vs {r.baseline}: decided", "estimate"):
         answer.add_column(col)
-    for name, opt in report["optimizers"].items():
-        ans, bracket = opt["largest_degradation_free_batch_size"], opt.get("bracket")
+    for name, opt in r.optimizers.items():
+        ans = opt.largest_degradation_free_batch_size
         answer.add_row(
             name,
-            describe_bracket(bracket["self"]) if bracket else "-",
-            str(ans["self"] if ans["self"] is not None else "none"),
-            describe_bracket(bracket["baseline"]) if bracket else "-",
-            str(ans["baseline"] if ans["baseline"] is not None else "none"),
+            describe_bracket(opt.bracket.self),
+            str(ans.self if ans.self is not None else "none"),
+            describe_bracket(opt.bracket.baseline),
+            str(ans.baseline if ans.baseline is not None else "none"),
         )
     console.print(answer)
-    if report.get("verdict_rule"):
-        console.print(f"[dim]{report['verdict_rule']}[/]")
-    for w in report.get("warnings", []):
+    if r.verdict_rule:
+        console.print(f"[dim]{r.verdict_rule}[/]")
+    for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -15,36 +16,23 @@ from typer.testing import CliRunner
 
 from cli.main import app
 
-REPORT: dict[str, Any] = {
-    "tolerance": 0.05,
-    "baseline": "adamw",
-    "reference_batch_size": 4,
-    "optimizers": {
-        "adamw": {
-            "cells": [
-                {
-                    "batch_size": 4,
-                    "best_lr": 3e-3,
-                    "val_loss_mean": 5.1234,
-                    "val_loss_ci95": [5.0, 5.2],
-                    "seeds": 1,
-                    "trial_status": {"completed": 2},
-                },
-                {
-                    "batch_size": 8,
-                    "best_lr": 5e-3,
-                    "val_loss_mean": 5.3,
-                    "val_loss_ci95": [5.2, 5.4],
-                    "seeds": 1,
-                    "trial_status": {"completed": 2},
-                },
-            ],
-            "largest_degradation_free_batch_size": {"self": 8, "baseline": 8},
-            "within_noise": {"self": False, "baseline": False},
-        }
-    },
-    "warnings": [],
-}
+
+def _report() -> dict[str, Any]:
+    """A real report (`build_report`) of adamw at batch 4 and 8: 2 search trials and 2 seeds each."""
+    from sweeps.analysis import TrialResult, build_report
+
+    results = [
+        TrialResult("adamw", bs, lr, seed, role, "completed", loss + 0.01 * seed, 4096, 4096 // (bs * 32))
+        for bs, loss in ((4, 5.12), (8, 5.30))
+        for lr, seed, role in ((3e-3, 0, "search"), (1e-2, 0, "search"), (3e-3, 1, "seed"), (3e-3, 2, "seed"))
+    ]
+    return build_report(
+        results, sweep="cli", batch_sizes=(4, 8), optimizers=("adamw",), baseline="adamw", tolerance=0.05,
+        lr_min=1e-3, lr_max=1e-2, seeds=2, seq_len=32,
+    )  # fmt: skip
+
+
+REPORT: dict[str, Any] = _report()
 
 
 @pytest.fixture
@@ -125,6 +113,23 @@ def test_submit_watch_prints_the_answer(cli: Any, spec_file: Path, fake_server: 
     assert len(moved) == 1 and "adamw/bs4 5.120 (search)" in moved[0], out.output
     # the answer table of the report
     assert "largest degradation-free batch size" in out.output
+
+
+def test_show_prints_a_report_and_refuses_what_is_not_one(tmp_path: Path) -> None:
+    runner = CliRunner()
+    good = tmp_path / "report.json"
+    good.write_text(json.dumps(REPORT))
+    out = runner.invoke(app, ["show", str(good)])
+    assert out.exit_code == 0, out.output
+    assert "largest degradation-free batch size" in out.output and "5.1" in out.output
+    # a report of another shape (a field renamed) is refused by name, not half printed
+    bad = json.loads(json.dumps(REPORT))
+    bad["optimizers"]["adamw"]["cells"][0]["best_learning_rate"] = bad["optimizers"]["adamw"]["cells"][0].pop("best_lr")
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    out = runner.invoke(app, ["show", str(tmp_path / "bad.json")])
+    assert out.exit_code == 2 and "not a report of this version" in out.output, out.output
+    assert "best_lr" in out.output or "best_learning_rate" in out.output, out.output
+    assert "adamw" not in out.output.split("not a report")[0]  # no table before the refusal
 
 
 def test_without_a_token_the_client_says_so(
