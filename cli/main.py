@@ -265,10 +265,11 @@ def _print_report(report: dict[str, Any]) -> None:
     try:
         r = validate_report(report)
     except ValidationError as exc:
+        version = report.get("schema_version") if isinstance(report, dict) else None
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the report"
         err.print(
-            f"[red]not a report of this version (schema_version {report.get('schema_version')!r}):[/] "
+            f"[red]not a report of this version (schema_version {version!r}):[/] "
             f"{where}: {first['msg']} ({exc.error_count()} problems)"
         )
         raise typer.Exit(2) from None

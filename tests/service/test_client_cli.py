@@ -130,6 +130,9 @@ def test_show_prints_a_report_and_refuses_what_is_not_one(tmp_path: Path) -> Non
     assert out.exit_code == 2 and "not a report of this version" in out.output, out.output
     assert "best_lr" in out.output or "best_learning_rate" in out.output, out.output
     assert "adamw" not in out.output.split("not a report")[0]  # no table before the refusal
+    (tmp_path / "list.json").write_text("[]")  # JSON, but not even an object
+    out = runner.invoke(app, ["show", str(tmp_path / "list.json")])
+    assert out.exit_code == 2 and "not a report of this version" in out.output, out.output
 
 
 def test_without_a_token_the_client_says_so(
