@@ -256,14 +256,15 @@ def _leaders(progress: dict[str, Any]) -> str:
 
 
 def _print_report(report: dict[str, Any]) -> None:
-    """The report's cells and answer as tables, read through its typed model (`sweeps.analysis.Report`);
-    one that does not match it is refused by name (exit 2), never half printed."""
+    """The report's cells and answer as tables, read through its typed model (`sweeps.analysis.read_report`:
+    a newer writer's added top-level keys are left out); one that does not match is refused by name (exit
+    2), never half printed."""
     from pydantic import ValidationError
 
-    from sweeps.analysis import describe_bracket, validate_report
+    from sweeps.analysis import Report, describe_bracket, read_report
 
     try:
-        r = validate_report(report)
+        r = read_report(report) if isinstance(report, dict) else Report.model_validate(report)
     except ValidationError as exc:
         version = report.get("schema_version") if isinstance(report, dict) else None
         first = exc.errors()[0]

@@ -81,7 +81,7 @@ from typing import Any, Literal
 import scipy.stats
 
 from sweeps import layout
-from sweeps.analysis import CellReport, Report, validate_report
+from sweeps.analysis import CellReport, Report, read_report
 from sweeps.layout import TRIAL_ROLES, Role, Tag
 from sweeps.status import RESULT_STATUSES, TrialStatus
 
@@ -278,11 +278,10 @@ def _read_report(client: Any, run_id: str, sweep_id: str) -> tuple[Report, list[
             raise SweepDataError(f"sweep {sweep_id!r}: the summary run has no report.json ({e})") from e
         raw = json.loads(Path(path).read_text())
     warnings = [str(w) for w in raw.pop("warnings", []) or []]
-    # The driver may add top-level keys beyond the schema (it adds "warnings"): keep what the schema knows.
     extra = sorted(set(raw) - set(Report.model_fields))
     if extra:
         log.debug("report.json keys outside the schema, ignored: %s", extra)
-    return validate_report({k: v for k, v in raw.items() if k in Report.model_fields}), warnings
+    return read_report(raw), warnings
 
 
 def _trial_of(run: Any) -> TrialRun | None:

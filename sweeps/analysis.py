@@ -162,6 +162,7 @@ __all__ = [
     "monotone_fit",
     "report_to_json",
     "t_quantile",
+    "read_report",
     "validate_report",
     "verdict_level",
     "welch_diff_ci95",
@@ -1031,6 +1032,13 @@ class Report(_Schema):
 def validate_report(report: dict[str, Any]) -> Report:
     """Check a report dict against the schema (pydantic ValidationError if it does not match)."""
     return Report.model_validate(report)
+
+
+def read_report(raw: dict[str, Any]) -> Report:
+    """A report as a reader gets it (report.json, the HTTP API): top-level keys outside the schema, a
+    newer writer's additions, are left out; anything else that does not match is refused
+    (pydantic ValidationError)."""
+    return validate_report({k: v for k, v in raw.items() if k in Report.model_fields})
 
 
 def report_to_json(report: dict[str, Any] | Report, *, indent: int | None = 2) -> str:

@@ -122,6 +122,10 @@ def test_show_prints_a_report_and_refuses_what_is_not_one(tmp_path: Path) -> Non
     out = runner.invoke(app, ["show", str(good)])
     assert out.exit_code == 0, out.output
     assert "largest degradation-free batch size" in out.output and "5.1" in out.output
+    # a newer writer's added top-level field is left out, as the dashboards do
+    (tmp_path / "newer.json").write_text(json.dumps({**REPORT, "added_later": {"x": 1}}))
+    out = runner.invoke(app, ["show", str(tmp_path / "newer.json")])
+    assert out.exit_code == 0 and "largest degradation-free batch size" in out.output, out.output
     # a report of another shape (a field renamed) is refused by name, not half printed
     bad = json.loads(json.dumps(REPORT))
     bad["optimizers"]["adamw"]["cells"][0]["best_learning_rate"] = bad["optimizers"]["adamw"]["cells"][0].pop("best_lr")
