@@ -195,10 +195,10 @@ def answer_of(report: dict[str, Any] | None) -> Markup | None:
     if not report:
         return None
     from dashboards.page import answer_list  # plotly and scipy: when a finished sweep is shown
-    from sweeps.analysis import validate_report
+    from sweeps.analysis import read_report
 
     try:
-        r = validate_report(report)
+        r = read_report(report)
     except ValidationError:
         log.warning("a report of schema version %r does not match this service's", report.get("schema_version"))
         return None

@@ -10,29 +10,13 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import tiny_spec
+from harness import real_report, tiny_spec
 from svc_helpers import ALICE, ThreadServer, wait_until
 from typer.testing import CliRunner
 
 from cli.main import app
 
-
-def _report() -> dict[str, Any]:
-    """A real report (`build_report`) of adamw at batch 4 and 8: 2 search trials and 2 seeds each."""
-    from sweeps.analysis import TrialResult, build_report
-
-    results = [
-        TrialResult("adamw", bs, lr, seed, role, "completed", loss + 0.01 * seed, 4096, 4096 // (bs * 32))
-        for bs, loss in ((4, 5.12), (8, 5.30))
-        for lr, seed, role in ((3e-3, 0, "search"), (1e-2, 0, "search"), (3e-3, 1, "seed"), (3e-3, 2, "seed"))
-    ]
-    return build_report(
-        results, sweep="cli", batch_sizes=(4, 8), optimizers=("adamw",), baseline="adamw", tolerance=0.05,
-        lr_min=1e-3, lr_max=1e-2, seeds=2, seq_len=32,
-    )  # fmt: skip
-
-
-REPORT: dict[str, Any] = _report()
+REPORT: dict[str, Any] = real_report()
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from harness import tiny_spec
+from harness import real_report, tiny_spec
 from svc_helpers import ALICE, FakeLauncher, auth, wait_until
 
 from dashboards.page import PLOTLYJS_TAG, plotlyjs_from
 from service.api.app import create_app
-from service.api.pages import PLOTLYJS_URL, static_url, with_service_bar
+from service.api.pages import PLOTLYJS_URL, answer_of, static_url, with_service_bar
 from service.api.sessions import COOKIE
-from sweeps.analysis import TrialResult, build_report
 
 HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}  # what Chromium sends
 
@@ -50,23 +49,6 @@ def submit(client: TestClient, csrf: str, spec: dict[str, Any] | None = None) ->
     resp = client.post("/sweeps", json=spec or tiny_spec(), headers={"X-CSRF-Token": csrf})
     assert resp.status_code == 201, resp.text
     return str(resp.json()["id"])
-
-
-def real_report() -> dict[str, Any]:
-    """A report as sweeps.analysis builds it: adamw at batch 4 and 8, one search trial and one seed each."""
-    results = []
-    for bs, loss in ((4, 3.90), (8, 3.93)):
-        for role, seed in (("search", 0), ("seed", 1)):
-            results.append(
-                TrialResult(
-                    optimizer="adamw", batch_size=bs, lr=3e-3, seed=seed, role=role, status="completed",
-                    val_loss=loss, tokens=6016, steps=6016 // (bs * 32), number=0 if role == "search" else None,
-                )
-            )  # fmt: skip
-    return build_report(
-        results, sweep="tiny", batch_sizes=(4, 8), optimizers=("adamw",), baseline="adamw", tolerance=0.05,
-        lr_min=1e-3, lr_max=1e-2, seeds=1, seq_len=32,
-    )  # fmt: skip
 
 
 # ---- sign-in -------------------------------------------------------------------------------------
@@ -306,3 +288,15 @@ def test_static_files_are_named_by_their_content(client: TestClient, name: str) 
     assert resp.status_code == 200 and "immutable" in resp.headers["cache-control"]
     assert client.get("/static/../settings.py").status_code == 404
     assert client.get("/static/nothing.js").status_code == 404
+
+
+def test_the_list_s_answer_reads_reports_as_every_reader_does() -> None:
+    report = real_report()
+    shown = answer_of(report)
+    assert shown is not None and "adamw" in shown and "vs itself" in shown
+    # a newer writer's added top-level field is left out (sweeps.analysis.read_report), as the CLI and
+    # the dashboards do; a report of another shape shows no answer rather than a wrong one
+    assert answer_of({**report, "added_later": 1}) == shown
+    broken = json.loads(json.dumps(report))
+    broken["optimizers"]["adamw"].pop("cells")
+    assert answer_of(broken) is None
