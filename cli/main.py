@@ -281,8 +281,12 @@ def _print_report(report: dict[str, Any]) -> None:
             "stable",
         ):  # fmt: skip
             t.add_column(col)
+        searched = any(c.warmups_tried for c in opt.cells)  # schedule.warmup_search: each cell's winner
+        if searched:
+            t.add_column("warm-up")
         for c in opt.cells:
             lo, hi = c.val_loss_ci95
+            warmup = [f"{c.warmup:g}" if c.warmup is not None else "-"] if searched else []
             t.add_row(
                 str(c.batch_size),
                 f"{c.best_lr:.2e}" if c.best_lr else "-",
@@ -292,6 +296,7 @@ def _print_report(report: dict[str, Any]) -> None:
                 "/".join(str(getattr(c.trial_status, k)) for k in RESULT_STATUSES),
                 "yes" if c.lr_at_edge else "",
                 {True: "yes", False: "[red]no[/]", None: "-"}[c.stable],
+                *warmup,
             )
         console.print(t)
         for st in opt.search_steps:  # a search of the batch axis: the sizes in the order chosen
@@ -300,6 +305,8 @@ def _print_report(report: dict[str, Any]) -> None:
         for c in opt.cells:
             if c.unstable_reason:
                 console.print(f"[yellow]{name} bs={c.batch_size}:[/] {c.unstable_reason}")
+    if r.warmup:
+        console.print(f"warm-up: {r.warmup}")
     answer = Table(
         title=f"largest degradation-free batch size (tolerance {r.tolerance:.1%}, reference batch {r.reference_batch_size})"
         f": decided with 95% confidence, and the point estimate",

@@ -5,7 +5,7 @@
 figures (`dashboards.figures`) only draw what these tables hold.
 
 Layout read (written by `sweeps.record`): the experiment named by the sweep id holds cell runs
-(tag batchsweep.role=cell), trial runs nested under them (role search|seed, tags optimizer,
+(tag batchsweep.role=cell), trial runs nested under them (role search|seed|warmup, tags optimizer,
 batch_size, lr, seed, status, optuna_number; metrics logged with step = tokens seen) and one summary
 run (role=summary) whose artifact report.json is the sweep's answer (`sweeps.analysis.Report`,
 schema version 2).
@@ -154,7 +154,7 @@ class TrialRun:
     batch_size: int
     lr: float
     seed: int
-    role: str  # search | seed
+    role: str  # search | seed | warmup (sweeps.layout.Role)
     status: str  # completed | pruned | diverged | failed | cancelled | interrupted | running
     metrics: Mapping[str, float] = field(default_factory=dict)
     history: Mapping[str, Curve] = field(default_factory=dict)

@@ -93,12 +93,13 @@ def answer_list(report: Report, *, steps: bool) -> str:
 
 def _answer(sweep: SweepData) -> str:
     r = sweep.report
+    warmup = f'<p class="rule">Warm-up: {_e(r.warmup)}</p>' if r.warmup else ""
     return (
         f'<div class="answer" id="answer"><p>The largest degradation-free batch size: the largest whose final '
         f"val loss stays within +{r.tolerance:.1%} of the reference (loss at B = {r.reference_batch_size}, the smallest batch size), "
         f"first as decided with 95% confidence (paired by seed; undecided where the seeds cannot tell), then "
         f"the point estimate from the means.</p>{answer_list(r, steps=False)}"
-        f'<p class="rule">{_e(r.verdict_rule)}</p></div>'
+        f'<p class="rule">{_e(r.verdict_rule)}</p>{warmup}</div>'
     )
 
 
@@ -117,7 +118,9 @@ def _cells_table(sweep: SweepData) -> str:
                     for v in (
                         _e(opt),
                         c.batch_size,
-                        _e("n/a" if c.best_lr is None else f"{c.best_lr:.3g}") + (" (edge)" if c.lr_at_edge else ""),
+                        _e("n/a" if c.best_lr is None else f"{c.best_lr:.3g}")
+                        + (" (edge)" if c.lr_at_edge else "")
+                        + (_e(f", warm-up {c.warmup:g}") if c.warmups_tried and c.warmup is not None else ""),
                         _e("n/a" if c.val_loss_mean is None else f"{c.val_loss_mean:.4f}"),
                         _e(ci),
                         c.seeds,

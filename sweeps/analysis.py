@@ -7,8 +7,9 @@ whose schema is the pydantic model `Report` (`validate_report`, `report_to_json`
 Rules
 -----
 Cells. A cell is one (optimizer, batch size). Its trials are the search trials (role "search"),
-which only choose the lr, and the confirmation runs (role "seed") at the chosen lr, with seeds other
-than the search seed, which alone give the cell's loss. `trials` counts all of them and
+which only choose the lr, the warm-up runs (role "warmup": the spec's `schedule.warmup_search`, the
+search seed at the best lr with another warm-up), and the confirmation runs (role "seed") at the chosen
+lr and warm-up, with seeds other than the search seed, which alone give the cell's loss. `trials` counts all of them and
 `trial_status` counts them by status (completed, pruned, diverged, failed), so the counts sum to
 `trials`. Every trial of a sweep trains on the same number of tokens (the spec refuses a budget
 that is not a multiple of lcm(batch sizes) x seq_len); `tokens_trained` reports it per cell.
@@ -29,8 +30,12 @@ which a confirmation run diverged, and the confirmation runs start again there (
 rule). `retreated_from_lr` names the lr it retreated from. Only when no search trial lies below does
 the cell stay at its best lr, unstable.
 
+Warm-up. Where warm-up was searched, `pick_warmup` takes, of the best search trial and the completed
+warm-up runs at its lr, the lowest final loss (ties to the spec's own warm-up, then the earlier run); the
+confirmation runs at that warm-up give the cell's loss. `warmup` and `warmups_tried` report it.
+
 Cell loss. The cell's samples are the final val losses of its completed confirmation runs at the
-best lr (relative tolerance 1e-9). `seeds` is their number, `val_losses` the samples (by seed),
+best lr (relative tolerance 1e-9) and warm-up. `seeds` is their number, `val_losses` the samples (by seed),
 `val_loss_mean` their mean and `val_loss_ci95` the two-sided 95% Student-t interval
 mean -/+ t(0.975, n-1) x sd / sqrt(n), sd with n-1 (t from scipy: `t_quantile`). With n = 1 (`seeds: 1` in
 the spec: one confirmation run) the interval is [mean, mean] and `ci_available` is false. A cell
@@ -172,7 +177,9 @@ SCHEMA_VERSION = 2
 CI_LEVEL = 0.95
 # best lr within this factor of lr_min or lr_max (log distance ln 1.5) is "at the edge" of the search.
 LR_EDGE_FACTOR = 1.5
-ROLES = ("search", "seed")
+# "search": chooses the lr; "warmup": at the best lr with another warm-up (the spec's schedule.warmup_search);
+# "seed": a confirmation run at the best lr and warm-up
+ROLES = ("search", "seed", "warmup")
 STATUSES = tuple(str(s) for s in RESULT_STATUSES)  # the statuses a trial of the analysis may have
 _LR_REL_TOL = 1e-9  # seed runs match the best lr up to float round-off (it travels through JSON/MLflow)
 
@@ -191,7 +198,7 @@ class TrialResult:
     batch_size: int
     lr: float
     seed: int
-    role: Literal["search", "seed"]
+    role: Literal["search", "seed", "warmup"]
     status: Literal["completed", "pruned", "diverged", "failed"]
     val_loss: float | None
     tokens: int
@@ -199,6 +206,8 @@ class TrialResult:
     curve: tuple[tuple[int, float], ...] = field(default=())
     number: int | None = None  # Optuna trial number in its cell's study: tie-breaks, and the report names it
     run_id: str | None = None  # MLflow run id: the report names it
+    # the warm-up it trained with, in the spec's unit (schedule.warmup_unit); None: the spec's own
+    warmup: int | float | None = None
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -231,6 +240,7 @@ class TrialResult:
             "curve": [list(p) for p in self.curve],
             "number": self.number,
             "run_id": self.run_id,
+            "warmup": self.warmup,
         }
 
 
@@ -357,6 +367,7 @@ def welch_diff_ci95(
 
 
 X = TypeVar("X")
+W = TypeVar("W")
 
 
 def pick_best(candidates: Iterable[X], score: Callable[[X], tuple[float, float, int] | None]) -> X | None:
@@ -404,6 +415,16 @@ def pick_stable(
     return lower if lower is not None else best
 
 
+def pick_warmup(tried: Iterable[tuple[float, int, W]]) -> W:
+    """The warm-up of a cell's confirmation runs; the one rule, for the search and the analysis.
+
+    `tried`: (final val loss, order, warm-up) of the best search trial (order -1: it trained with the
+    spec's own warm-up) and of each completed warm-up run at its lr (order: the trial number). The lowest
+    loss wins, ties to the spec's own, then the earlier run. One seed each, like the lr search: the
+    confirmation runs at the winner give the cell's loss, so its pick is never biased low."""
+    return min(tried, key=lambda x: (x[0], x[1]))[2]
+
+
 def _score(t: TrialResult) -> tuple[float, float, int] | None:
     if t.role != "search" or t.status != "completed" or t.val_loss is None:
         return None
@@ -419,6 +440,8 @@ class _Cell:
     confirmations: list[TrialResult] = field(default_factory=list)  # every run at the best lr, by seed
     planned: int = 0
     retreated_from: float | None = None  # the lowest lr above the best at which a confirmation run diverged
+    warmup: int | float | None = None  # of the confirmation runs (None: the spec's own, not searched)
+    warmups_tried: list[tuple[int | float | None, float | None]] = field(default_factory=list)  # at the best lr
 
     @property
     def completed(self) -> list[TrialResult]:
@@ -456,8 +479,26 @@ def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], plann
         lr = cell.best.lr
         above = [d for d in diverged if d > lr * (1.0 + _LR_REL_TOL)]
         cell.retreated_from = min(above) if above else None
+        at_lr = [t for t in trials if t.role == "warmup" and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)]
+        if at_lr:
+            order = {id(t): t.number if t.number is not None else i for i, t in enumerate(at_lr)}
+            cell.warmup = pick_warmup(
+                [(cell.best.val_loss, -1, cell.best.warmup)]  # type: ignore[list-item]
+                + [(t.val_loss, order[id(t)], t.warmup) for t in at_lr if t.status == "completed"]
+            )
+            cell.warmups_tried = [(cell.best.warmup, cell.best.val_loss)] + [
+                (t.warmup, t.val_loss if t.status == "completed" else None) for t in at_lr
+            ]
+        else:
+            cell.warmup = cell.best.warmup
         cell.confirmations = sorted(
-            (t for t in trials if t.role == "seed" and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)),
+            (
+                t
+                for t in trials
+                if t.role == "seed"
+                and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)
+                and (t.warmup == cell.warmup or not at_lr)
+            ),
             key=lambda t: t.seed,
         )
         # adaptive confirmation may have given this cell more runs than the minimum: all of them count
@@ -809,6 +850,8 @@ def build_report(
                     "verdict": {"self": verdict_self[i], "baseline": verdict_base[i]},
                     "verdict_diff_ci": {"self": ci_self[i], "baseline": ci_base[i]},
                     "retreated_from_lr": c.retreated_from,
+                    "warmup": c.warmup,
+                    "warmups_tried": [list(x) for x in c.warmups_tried],
                     "steps_to_reference": to_ref_steps,
                     "tokens_to_reference": tokens,
                     "chosen": chosen.get((o, c.batch_size), "listed" if search is None else None),
@@ -963,6 +1006,12 @@ class CellReport(_Schema):
     verdict_diff_ci: ByReference[tuple[float, float] | None] = ByReference(self=None, baseline=None)
     # a confirmation run diverged at this lr (the lowest such): the cell retreated to best_lr below it
     retreated_from_lr: float | None = None
+    # the warm-up of the confirmation runs, in the spec's unit (schedule.warmup_unit); None: no best lr, or a
+    # report written before warm-up was recorded
+    warmup: int | float | None = None
+    # schedule.warmup_search: (warm-up, final val loss of seed 0; None: diverged or failed) of each warm-up
+    # tried at best_lr, the spec's own first; empty when warm-up was not searched
+    warmups_tried: list[tuple[int | float | None, float | None]] = []
     steps_to_reference: int | None
     tokens_to_reference: int | None
     # why this size was tested: "listed" (a list sweep), or by a search of the batch axis "reference",
@@ -1023,7 +1072,7 @@ class Report(_Schema):
     token_budget: int | None  # the same value under its first name, kept for readers of schema 2
     noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
     verdict_rule: str = ""  # how each verdict and the bracket are decided, and what they assume
-    warmup: str = ""  # how the lr warmed up in every trial (only the peak lr is searched)
+    warmup: str = ""  # how the lr warmed up, and whether warm-up was searched with it (each cell's warmup)
     batch_search: BatchSearchReport | None = None  # None: the spec listed its batch sizes
     optimizers: dict[str, OptimizerReport]  # in the spec's order
     warnings: list[str] = []  # things a reader must know before trusting the answer

@@ -129,10 +129,14 @@ class SweepCost(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     trials: IntRange = Field(
-        description="cells x (lr.trials_per_batch_size + seeds); a search of the batch axis: from its fewest "
+        description="cells x (lr.trials_per_batch_size + schedule.warmup_search + seeds); a search of the batch "
+        "axis: from its fewest "
         "cells at the fewest seeds to its most (the spec's total_trials)"
     )
-    search_trials: int = Field(description="of the most, lr-search trials (the ones pruning may stop early)")
+    search_trials: int = Field(
+        description="of the most, search trials: the lr search's (the ones pruning may stop early) and the other "
+        "warm-ups' runs"
+    )
     trained_tokens: int = Field(
         description="tokens every trial trains on: token_budget rounded down once (the spec's trained_tokens)"
     )
@@ -176,7 +180,7 @@ def evaluations_per_trial(cfg: TrainConfig) -> int:
 def price(spec: SweepSpec, config: PriceConfig | None = None) -> SweepCost:
     """The price of `spec` on `config`'s GPU (default: PriceConfig(), an H100 at MFU 0.4)."""
     cfg = config or PriceConfig()
-    n_opt, search = len(spec.optimizers), spec.lr.trials_per_batch_size
+    n_opt, search = len(spec.optimizers), spec.search_trials
     fewest, most = spec.sizes_per_optimizer  # batch sizes per optimizer: the list's, or a search's bounds
     seeds = {"min": spec.seeds_min, "max": spec.seeds_max}
     trials = {"min": total_trials(n_opt, fewest, search, spec.seeds_min), "max": spec.total_trials}
@@ -218,7 +222,8 @@ def price(spec: SweepSpec, config: PriceConfig | None = None) -> SweepCost:
         trained_tokens=per_trial,
         tokens_per_trial=per_trial,
         training_tokens=IntRange(**training_tokens),
-        prunable_training_tokens=search_trials * per_trial,
+        # the warm-up runs at the best lr are the search's design, trained to the end like its steps
+        prunable_training_tokens=total_trials(n_opt, most, spec.lr.trials_per_batch_size, 0) * per_trial,
         pruning=spec.pruning.enabled,
         evaluations=IntRange(**evaluations),
         tokens_per_evaluation=per_eval,

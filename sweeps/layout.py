@@ -4,7 +4,7 @@ spells a tag or a filter.
 
   experiment  <sweep id>                     tags: batchsweep.sweep_id, batchsweep.spec_name, mlflow.experimentKind
     run  "merit bs=64"                       role=cell; its trials nest under it (mlflow.parentRunId)
-      run  "merit bs=64 lr=3.1e-03 seed=0"   role=search|seed; metrics with step = tokens seen
+      run  "merit bs=64 lr=3.1e-03 seed=0"   role=search|seed|warmup; metrics with step = tokens seen
     run  "summary"                           role=summary: spec.yaml, report.json, cells.csv, figures/
 """
 
@@ -46,10 +46,11 @@ class Role(enum.StrEnum):
     cell = "cell"
     search = "search"
     seed = "seed"  # a confirmation run at the cell's best lr
+    warmup = "warmup"  # at the cell's best lr with another warm-up (the spec's schedule.warmup_search)
     summary = "summary"
 
 
-TRIAL_ROLES = (Role.search, Role.seed)
+TRIAL_ROLES = (Role.search, Role.seed, Role.warmup)
 SUMMARY_RUN_NAME = "summary"
 SPEC_FILE, REPORT_FILE, CELLS_FILE, FIGURES_DIR = "spec.yaml", "report.json", "cells.csv", "figures"
 

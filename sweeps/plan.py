@@ -174,11 +174,16 @@ def next_search_lr(
     return (kind, lr)
 
 
-def run_name(optimizer: str, batch_size: int, lr: float | None = None, seed: int | None = None) -> str:
-    """MLflow run names a person can read: `merit bs=64 lr=3.1e-03 seed=1`."""
+def run_name(
+    optimizer: str, batch_size: int, lr: float | None = None, seed: int | None = None, warmup: float | None = None
+) -> str:
+    """MLflow run names a person can read: `merit bs=64 lr=3.1e-03 seed=1`, with `warmup=0.02` where the
+    sweep searches the warm-up (in the spec's unit)."""
     name = f"{optimizer} bs={batch_size}"
     if lr is not None:
         name += f" lr={lr:.1e}"
     if seed is not None:
         name += f" seed={seed}"
+    if warmup is not None:
+        name += f" warmup={warmup:g}"
     return name

@@ -248,7 +248,13 @@ class SweepRecorder(DriverOnly, Callback):
         train = c["train"]
         run = self.client.create_run(
             self.experiment_id,
-            run_name=run_name(c["optimizer"], c["batch_size"], c["lr"], c["seed"]),
+            run_name=run_name(
+                c["optimizer"],
+                c["batch_size"],
+                c["lr"],
+                c["seed"],
+                c.get("warmup") if c.get("warmup_searched") else None,
+            ),
             tags=layout.trial_tags(
                 sweep_id=self.sweep_id,
                 parent_run_id=self._cell_run(c),
@@ -335,6 +341,7 @@ def cells_csv(report: dict[str, Any]) -> str:
             "seeds",
             "trials",
             "lr_at_edge",
+            "warmup",
         ]
     )
     for name, opt in report["optimizers"].items():
@@ -351,6 +358,7 @@ def cells_csv(report: dict[str, Any]) -> str:
                     c.get("seeds"),
                     c.get("trials"),
                     c.get("lr_at_edge"),
+                    c.get("warmup"),  # of the confirmation runs, in the spec's unit (schedule.warmup_unit)
                 ]
             )
     return buf.getvalue()

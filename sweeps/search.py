@@ -13,7 +13,9 @@ A cell's search is a line search in ln lr, with TPE where it has nothing to go o
 (`warm_start_lrs`, after that cell's search ended); then each step goes to the vertex of a parabola
 through the best lr and its neighbours, or out past the best lr where it lacks a neighbour, one step
 at a time, and the search ends when a step would land on a tried lr ("converged", at most
-`trials_per_batch_size` trials). These design trials run to the end; ASHA stops only TPE's
+`trials_per_batch_size` trials). A spec with `schedule.warmup_search` then trains each other warm-up
+at the best lr (role "warmup", seed 0), and the confirmation runs use the best warm-up
+(`sweeps.analysis.pick_warmup`). These design trials run to the end; ASHA stops only TPE's
 explorations. Measured on 200 simulated problems (benchmarks/search_efficiency.py, bowls family): with
 2 seeds, 0.31 of the tokens of a 12-lr x 2-seed grid, right 0.86 of the time against its 0.84 (with
 the default adaptive seeds 0.91 at 0.41; docs/researchers.md has both families).
@@ -44,7 +46,15 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from sweeps.analysis import AnalysisInput, TrialResult, build_report, cells_to_extend, pick_stable
+from sweeps.analysis import (
+    ROLES,
+    AnalysisInput,
+    TrialResult,
+    build_report,
+    cells_to_extend,
+    pick_stable,
+    pick_warmup,
+)
 from sweeps.detached import DriverOnly
 from sweeps.logs import log_context
 from sweeps.plan import (
@@ -84,6 +94,17 @@ def spec_fingerprint(spec: SweepSpec, *, given_only: bool = True) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Rerun:
+    """A running trial recorded whole when it ends (not asked of Optuna): a confirmation run ("seed")
+    or a search run at the best lr with another warm-up ("warmup")."""
+
+    role: str
+    seed: int
+    lr: float
+    warmup: int | float
+
+
 @dataclass
 class Cell:
     optimizer: str
@@ -95,13 +116,15 @@ class Cell:
     lr_max: float
     previous: Cell | None = None  # same optimizer, next smaller batch size
     following: Cell | None = None  # same optimizer, next larger batch size (when it was added: a bisection)
+    # the spec's own warm-up and the others to try at the best lr (schedule.warmup_choices, in its unit)
+    warmups: tuple[int | float, ...] = (0.0,)
     chosen: str = "listed"  # why this batch size is tested (sweeps.batch_axis.Chosen)
     why: str = ""  # the search's decision in words
     order: int = 0  # the order in which the sweep added its cells
     # a speculative size above one that turned out degraded: its runs stop, what ran is kept
     abandoned: bool = False
-    # tune trial id -> the Optuna trial of a search run, or (seed, lr) of a seed re-run
-    running: dict[str, optuna.trial.Trial | tuple[int, float]] = field(default_factory=dict)
+    # tune trial id -> the Optuna trial of a search run, or a confirmation or warm-up run
+    running: dict[str, optuna.trial.Trial | Rerun] = field(default_factory=dict)
     # Within `CellSearcher.reading_once()`: the study's trials as read once (None: not read yet), so that
     # one `suggest` reads each cell's trials from the storage once, not a dozen times; `changed()` drops it.
     _memo_on: bool = field(default=False, repr=False)
@@ -136,7 +159,7 @@ class Cell:
         return len(self.trials("search"))
 
     def search_asked(self) -> int:
-        return self.search_finished() + sum(1 for v in self.running.values() if not isinstance(v, tuple))
+        return self.search_finished() + sum(1 for v in self.running.values() if not isinstance(v, Rerun))
 
     def best(self) -> optuna.trial.FrozenTrial | None:
         """The search trial whose lr gets the confirmation runs, by the analysis's own rule (`pick_stable`:
@@ -148,34 +171,78 @@ class Cell:
         best = self.best()
         return float(best.params["lr"]) if best is not None else None
 
-    def confirmed(self) -> list[float]:
-        """Final val losses of the completed confirmation runs at the best lr."""
+    def warmup_of(self, t: optuna.trial.FrozenTrial) -> int | float:
+        """The warm-up a trial trained with (search trials and runs recorded before the warm-up search
+        have none recorded: the spec's own)."""
+        return t.user_attrs.get("warmup", self.warmups[0])
+
+    def _reruns(self, role: str) -> list[Rerun]:
+        return [v for v in self.running.values() if isinstance(v, Rerun) and v.role == role]
+
+    def best_warmup(self) -> int | float:
+        """The warm-up of the confirmation runs, by the analysis's own rule (`pick_warmup`): of the best
+        search trial's and the warm-up runs completed at its lr, the lowest loss."""
+        best = self.best()
+        if best is None or len(self.warmups) == 1:
+            return self.warmups[0]
+        lr = float(best.params["lr"])
+        tried = [
+            (float(t.value), t.number, self.warmup_of(t))
+            for t in self.trials("warmup", (TrialState.COMPLETE,))
+            if t.value is not None and math.isfinite(t.value) and _same_lr(float(t.params["lr"]), lr)
+        ]
+        return pick_warmup([(float(best.value), -1, self.warmups[0]), *tried])  # type: ignore[arg-type]
+
+    def warmups_wanted(self) -> list[int | float]:
+        """The other warm-ups neither recorded nor running at the best lr, as many as the search's share
+        of the trial budget still holds (n_search + the other warm-ups: the lr search may have converged
+        early; a retreat to a lower lr tries them there again from what is left)."""
         lr = self.best_lr()
+        if lr is None or len(self.warmups) == 1:
+            return []
+        runs = self._reruns("warmup")
+        done = self.trials("warmup")
+        tried = {r.warmup for r in runs if _same_lr(r.lr, lr)}
+        tried |= {self.warmup_of(t) for t in done if _same_lr(float(t.params["lr"]), lr)}
+        wanted = [w for w in self.warmups[1:] if w not in tried]
+        spent = self.search_finished() + len(done) + len(runs)
+        return wanted[: max(0, self.n_search + len(self.warmups) - 1 - spent)]
+
+    def confirmed(self) -> list[float]:
+        """Final val losses of the completed confirmation runs at the best lr and warm-up."""
+        lr, warmup = self.best_lr(), self.best_warmup()
         return [
             float(t.value)
             for t in self.trials("seed", (TrialState.COMPLETE,))
-            if t.value is not None and lr is not None and _same_lr(float(t.params["lr"]), lr)
+            if t.value is not None
+            and lr is not None
+            and _same_lr(float(t.params["lr"]), lr)
+            and self.warmup_of(t) == warmup
         ]
 
-    def seeds_recorded(self, lr: float | None = None) -> set[int]:
-        """Seeds of the finished confirmation runs, at `lr` where given."""
+    def seeds_recorded(self, lr: float | None = None, warmup: int | float | None = None) -> set[int]:
+        """Seeds of the finished confirmation runs, at `lr` and `warmup` where given."""
         return {
-            int(t.user_attrs["seed"]) for t in self.trials("seed") if lr is None or _same_lr(float(t.params["lr"]), lr)
+            int(t.user_attrs["seed"])
+            for t in self.trials("seed")
+            if (lr is None or _same_lr(float(t.params["lr"]), lr)) and (warmup is None or self.warmup_of(t) == warmup)
         }
 
     def seeds_wanted(self) -> list[int]:
         """Confirmation seeds 1..n_seeds (the search runs at seed 0) neither recorded nor running at the
-        best lr, as many as the cell's trial budget still holds (n_search + n_seeds: what the spec's
-        trial cap counts; a retreat after a diverged run spends what the search did not)."""
+        best lr and warm-up, once the warm-ups to try there have ended, as many as the cell's trial budget
+        still holds (n_search + other warm-ups + n_seeds: what the spec's trial cap counts; a retreat after
+        a diverged run spends what the search did not)."""
         lr = self.best_lr()
-        if lr is None:
+        if lr is None or self.warmups_wanted() or self._reruns("warmup"):
             return []
-        seeds = [v for v in self.running.values() if isinstance(v, tuple)]
-        running = {seed for seed, at in seeds if _same_lr(at, lr)}
-        recorded = self.seeds_recorded(lr)
+        warmup = self.best_warmup()
+        seeds = self._reruns("seed")
+        running = {r.seed for r in seeds if _same_lr(r.lr, lr) and r.warmup == warmup}
+        recorded = self.seeds_recorded(lr, warmup)
         wanted = [s for s in range(1, self.n_seeds + 1) if s not in recorded and s not in running]
-        spent = self.search_finished() + len(self.trials("seed")) + len(seeds)
-        return wanted[: max(0, self.n_search + self.n_seeds - spent)]
+        spent = self.search_finished() + len(self.trials("seed")) + len(self.trials("warmup")) + len(seeds)
+        return wanted[: max(0, self.n_search + len(self.warmups) - 1 + self.n_seeds - spent)]
 
     def search_done(self) -> bool:
         """All `n_search` trials finished, or the search converged early (`next_lr`)."""
@@ -184,7 +251,7 @@ class Cell:
     def next_lr(self) -> tuple[str, float | None]:
         """What the cell's finished search trials say to try next (`sweeps.plan.next_search_lr`), or
         ("wait", None) while a step of that line search is running: its result moves the next step."""
-        searching = [v for v in self.running.values() if not isinstance(v, tuple)]
+        searching = [v for v in self.running.values() if not isinstance(v, Rerun)]
         if any(v.user_attrs.get("design") for v in searching):
             return ("wait", None)
         finished = self.trials("search")
@@ -205,7 +272,7 @@ class Cell:
             return not self.running
         if not self.search_done():
             return False
-        return self.best() is None or (not self.seeds_wanted() and not self.running)
+        return self.best() is None or (not self.warmups_wanted() and not self.seeds_wanted() and not self.running)
 
 
 CURVE_POINTS = 40  # per trial on the live page: a few KB a sweep, at any number of evaluations
@@ -328,6 +395,7 @@ class CellSearcher(DriverOnly, Searcher):
             *spec.lr.bounds,
             previous=next((c for c in reversed(same) if c.batch_size < bs), None),
             following=next((c for c in same if c.batch_size > bs), None),
+            warmups=tuple(spec.schedule.warmup_choices),
             chosen=attrs.get("chosen", chosen),
             why=attrs.get("why", why),
             order=order,
@@ -579,16 +647,15 @@ class CellSearcher(DriverOnly, Searcher):
                 ),
                 "tune_trial_id": trial_id,
             }
-            if isinstance(handle, tuple):  # seed re-run: recorded whole at the end
-                seed, lr = handle
+            if isinstance(handle, Rerun):  # a confirmation or warm-up run: recorded whole at the end
                 state = TrialState.COMPLETE if status == "completed" else TrialState.FAIL
                 cell.study.add_trial(
                     optuna.trial.create_trial(
-                        params={"lr": lr},
+                        params={"lr": handle.lr},
                         distributions={"lr": self.distribution},
                         value=float(val) if state == TrialState.COMPLETE and val is not None else None,
                         state=state,
-                        user_attrs={"role": "seed", "seed": seed, **attrs},
+                        user_attrs={"role": handle.role, "seed": handle.seed, "warmup": handle.warmup, **attrs},
                     )
                 )
                 return
@@ -658,19 +725,32 @@ class CellSearcher(DriverOnly, Searcher):
             # explorations may be stopped early by ASHA
             prunable = not trial.user_attrs.get("design")
             return self._config(cell, trial.params["lr"], seed=0, role="search", number=trial.number, prunable=prunable)
-        if cell.search_done() and cell.best() is not None:
-            wanted = cell.seeds_wanted()
-            if wanted:
-                lr = cell.best_lr()
-                assert lr is not None
-                cell.running[trial_id] = (wanted[0], lr)
-                return self._config(cell, lr, seed=wanted[0], role="seed", number=None)
+        if cell.search_done() and (lr := cell.best_lr()) is not None:
+            # first the other warm-ups at the best lr (seed 0, as the search), then the confirmation runs
+            # at the best of them
+            if warmups := cell.warmups_wanted():
+                run = Rerun("warmup", 0, lr, warmups[0])
+            elif seeds := cell.seeds_wanted():
+                run = Rerun("seed", seeds[0], lr, cell.best_warmup())
+            else:
+                return None
+            cell.running[trial_id] = run
+            return self._config(cell, lr, seed=run.seed, role=run.role, number=None, warmup=run.warmup)
         return None
 
     def _config(
-        self, cell: Cell, lr: float, *, seed: int, role: str, number: int | None, prunable: bool = False
+        self,
+        cell: Cell,
+        lr: float,
+        *,
+        seed: int,
+        role: str,
+        number: int | None,
+        prunable: bool = False,
+        warmup: int | float | None = None,
     ) -> dict[str, Any]:
-        train = self.spec.train_config(cell.optimizer, cell.batch_size, lr, seed)
+        warmup = cell.warmups[0] if warmup is None else warmup
+        train = self.spec.train_config(cell.optimizer, cell.batch_size, lr, seed, warmup=warmup)
         return {
             "sweep_id": self.sweep_id,
             "cell": cell.key,
@@ -679,6 +759,8 @@ class CellSearcher(DriverOnly, Searcher):
             "lr": lr,
             "seed": seed,
             "role": role,
+            "warmup": warmup,  # in the spec's unit (schedule.warmup_unit)
+            "warmup_searched": len(cell.warmups) > 1,  # MLflow names the run's warm-up then
             "optuna_number": number,
             "prunable": prunable,
             "chosen": cell.chosen,  # why the batch size is tested: MLflow tags the cell and its trials
@@ -698,10 +780,12 @@ class CellSearcher(DriverOnly, Searcher):
                         "cell": c.key,
                         "optimizer": c.optimizer,
                         "batch_size": c.batch_size,
-                        "search_done": c.search_finished(),
+                        # the lr search's trials and the other warm-ups' runs at the best lr
+                        "search_done": c.search_finished() + (warmed := len(c.trials("warmup"))),
                         # at most n_search: a search that converged early ends with what it ran
-                        "search_total": c.search_finished() if c.search_done() else c.n_search,
-                        "seeds_done": len(c.seeds_recorded(float(best.params["lr"]))) if best else 0,
+                        "search_total": (c.search_finished() if c.search_done() else c.n_search)
+                        + max(warmed, len(c.warmups) - 1),
+                        "seeds_done": len(c.seeds_recorded(float(best.params["lr"]), c.best_warmup())) if best else 0,
                         "seeds_total": c.n_seeds,
                         "best_lr": float(best.params["lr"]) if best else None,
                         # the search's minimum (biased low: it picked the lr), and what the report will
@@ -736,7 +820,7 @@ class CellSearcher(DriverOnly, Searcher):
         out: list[dict[str, Any]] = []
         for c in self.cells:
             best = c.best()
-            for role in ("search", "seed"):
+            for role in ROLES:
                 for t in c.trials(role):
                     points = json.loads(t.user_attrs.get("curve", "[]"))
                     out.append(
@@ -745,6 +829,7 @@ class CellSearcher(DriverOnly, Searcher):
                             "lr": float(t.params["lr"]),
                             "seed": int(t.user_attrs.get("seed", 0)),
                             "role": role,
+                            "warmup": c.warmup_of(t),
                             "status": str(t.user_attrs.get("status", "failed")),
                             "best": best is not None and role == "search" and t.number == best.number,
                             "points": _thin(points),
@@ -754,13 +839,16 @@ class CellSearcher(DriverOnly, Searcher):
             handle = cell.running.get(trial_id)
             if handle is None:
                 continue
-            seed, lr = handle if isinstance(handle, tuple) else (0, float(handle.params["lr"]))
+            run = (
+                handle if isinstance(handle, Rerun) else Rerun("search", 0, float(handle.params["lr"]), cell.warmups[0])
+            )
             out.append(
                 {
                     "cell": cell.key,
-                    "lr": lr,
-                    "seed": seed,
-                    "role": "seed" if isinstance(handle, tuple) else "search",
+                    "lr": run.lr,
+                    "seed": run.seed,
+                    "role": run.role,
+                    "warmup": run.warmup,
                     "status": "running",
                     "best": False,
                     "points": _thin([list(p) for p in self._curves.get(trial_id, [])]),
@@ -776,7 +864,7 @@ def collect_results(
     -> MLflow run id) names each trial's MLflow run in the report."""
     results, times = [], []
     for cell in searcher.cells:
-        for role in ("search", "seed"):
+        for role in ROLES:
             for t in cell.trials(role):
                 status = TrialStatus(t.user_attrs.get("status", TrialStatus.failed))
                 val = t.value if t.value is not None and math.isfinite(t.value) else None
@@ -789,6 +877,7 @@ def collect_results(
                         lr=float(t.params["lr"]),
                         seed=int(t.user_attrs.get("seed", 0)),
                         role=role,
+                        warmup=cell.warmup_of(t),
                         status=status,
                         val_loss=val if status in ("completed", "pruned") else None,
                         tokens=int(t.user_attrs.get("tokens", 0)),

@@ -8,7 +8,9 @@
 
 `objective(run)` is called once per trial. `run` (a `Run`) has `.optimizer`, `.batch_size`, `.lr`,
 `.seed` and `.eval_tokens`: the token counts at which the trial evaluates (the loop's evaluation
-steps x tokens per step, from the spec's own `TrainConfig`), ending at the trial's budget. It returns
+steps x tokens per step, from the spec's own `TrainConfig`), ending at the trial's budget; and
+`.warmup_tokens`, the tokens its lr warm-up spans (a spec with `schedule.warmup_search` tries several
+at each batch size's best lr). It returns
 the val losses at those counts, in order; `inf` or `nan` means the run diverged there (the trial ends
 at that evaluation, status `diverged`).
 
@@ -48,7 +50,9 @@ class Run:
     lr: float
     seed: int  # 0: a search trial; 1, 2, ...: confirmation runs (the same seed has the same init and data order)
     eval_tokens: tuple[int, ...]  # tokens seen at each evaluation, ascending; the last is the trial's budget
-    role: str = "search"  # "search" (chooses the lr) or "seed" (a confirmation run at the chosen lr)
+    # "search" (chooses the lr), "warmup" (another warm-up at the best lr) or "seed" (a confirmation run)
+    role: str = "search"
+    warmup_tokens: int = 0  # tokens of the linear warm-up (worker.schedule.warmup_steps x tokens per step)
 
 
 Objective = Callable[[Run], Sequence[float]]
@@ -126,7 +130,9 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
             if config == Searcher.FINISHED:
                 finished = True
                 break
-            train = spec.train_config(config["optimizer"], int(config["batch_size"]), float(config["lr"]), 0)
+            train = spec.train_config(
+                config["optimizer"], int(config["batch_size"]), float(config["lr"]), 0, warmup=config["warmup"]
+            )
             run = Run(
                 optimizer=config["optimizer"],
                 batch_size=int(config["batch_size"]),
@@ -136,6 +142,7 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
                     s * train.tokens_per_step for s in eval_steps(train.total_steps, train.eval_interval_steps)
                 ),
                 role=str(config["role"]),
+                warmup_tokens=train.warmup_total_steps * train.tokens_per_step,
             )
             reports = reports_of(run, objective(run), train.tokens_per_step)
             trial = _Trial(trial_id, config)

@@ -93,6 +93,7 @@ __all__ = [
 # SweepSpec.model_validate(data, context={"max_trials": N}).
 DEFAULT_MAX_TRIALS = 1000
 MAX_SEEDS = 32  # confirmation runs per cell
+MAX_WARMUP_CHOICES = 4  # other warm-ups a cell tries at its best lr (schedule.warmup_search)
 
 
 def total_trials(n_optimizers: int, n_batch_sizes: int, trials_per_batch_size: int, seeds: int) -> int:
@@ -246,6 +247,10 @@ class ScheduleSpec(_Strict):
     warmup_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     warmup_steps: int | None = Field(default=None, ge=0, le=10**9)
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    # other warm-ups to try at each batch size, in the unit the warm-up is given in (a fraction, tokens or
+    # steps): once a cell's lr search ends, each is trained at its best lr (seed 0), and the best of them
+    # and the spec's own warm-up gets the confirmation runs (sweeps.analysis.pick_warmup)
+    warmup_search: list[int | float] = Field(default_factory=list, max_length=MAX_WARMUP_CHOICES)
 
     @model_validator(mode="after")
     def _one_warmup(self) -> ScheduleSpec:
@@ -259,19 +264,80 @@ class ScheduleSpec(_Strict):
                 f"give warm-up one way: one of warmup_fraction, warmup_tokens, warmup_steps; got {', '.join(given)}",
                 {k: getattr(self, k) for k in given},
             )
+        unit, top = self.warmup_unit, {"fraction": 1.0, "tokens": MAX_TOKENS, "steps": 10**9}[self.warmup_unit]
+        seen = [self.warmup]
+        for i, v in enumerate(self.warmup_search):
+            where = f"warmup_search[{i}]"
+            if unit == "fraction" and not 0.0 <= v < 1.0:
+                raise _problem(
+                    where, f"{where} must be a fraction of the steps in [0, 1) like warmup_fraction, got {v}", v
+                )
+            if unit != "fraction" and not (float(v).is_integer() and 0 <= v <= top):
+                raise _problem(
+                    where, f"{where} must be a whole number of {unit} in [0, {top}] like warmup_{unit}, got {v}", v
+                )
+            if any(v == w for w in seen):
+                what = "the spec's own warm-up" if v == self.warmup else "an earlier entry"
+                raise _problem(where, f"{where}={v} repeats {what}: each warm-up is tried once", v)
+            seen.append(v)
         return self
+
+    @property
+    def warmup_unit(self) -> Literal["fraction", "tokens", "steps"]:
+        """The unit the warm-up is given in (and warmup_search's entries are)."""
+        if self.warmup_tokens is not None:
+            return "tokens"
+        return "steps" if self.warmup_steps is not None else "fraction"
+
+    @property
+    def warmup(self) -> int | float:
+        """The spec's own warm-up, in `warmup_unit`."""
+        return {"fraction": self.warmup_fraction, "tokens": self.warmup_tokens, "steps": self.warmup_steps}[
+            self.warmup_unit
+        ]  # type: ignore[return-value]
+
+    @property
+    def warmup_choices(self) -> list[int | float]:
+        """Every warm-up a cell may train with: the spec's own first, then `warmup_search`'s."""
+        return [self.warmup, *self.warmup_search]
+
+    def warmup_fields(self, warmup: int | float | None = None) -> dict[str, Any]:
+        """`TrainConfig`'s warm-up fields for `warmup` (in `warmup_unit`; None: the spec's own)."""
+        fields: dict[str, Any] = {
+            "warmup_fraction": self.warmup_fraction,
+            "warmup_tokens": self.warmup_tokens,
+            "warmup_steps": self.warmup_steps,
+        }
+        if warmup is not None:
+            unit = self.warmup_unit
+            fields[f"warmup_{unit}"] = float(warmup) if unit == "fraction" else int(warmup)
+        return fields
 
     def describe_warmup(self) -> str:
         if self.warmup_tokens is not None:
-            return (
+            text = (
                 f"linear warm-up over {self.warmup_tokens:,} tokens at every batch size (fewer steps at a larger one)"
             )
-        if self.warmup_steps is not None:
-            return f"linear warm-up over {self.warmup_steps:,} steps at every batch size (more tokens at a larger one)"
+        elif self.warmup_steps is not None:
+            text = f"linear warm-up over {self.warmup_steps:,} steps at every batch size (more tokens at a larger one)"
+        else:
+            text = (
+                f"linear warm-up over {self.warmup_fraction:.0%} of each trial's steps: the same tokens at every batch "
+                f"size, fewer steps at a larger one"
+            )
+        if not self.warmup_search:
+            return text + "; only the peak lr is searched"
+        tried = ", ".join(self.describe_one(w) for w in self.warmup_choices)
         return (
-            f"linear warm-up over {self.warmup_fraction:.0%} of each trial's steps: the same tokens at every batch "
-            f"size, fewer steps at a larger one"
+            f"{text}; warm-up searched with the lr: at each batch size's best lr the warm-ups {tried} were trained "
+            f"(seed 0) and the best of them got the confirmation runs (each cell's warmup)"
         )
+
+    def describe_one(self, warmup: int | float) -> str:
+        """One warm-up in its unit, in words: "5%", "2,000 steps", "1,048,576 tokens"."""
+        if self.warmup_unit == "fraction":
+            return f"{100 * warmup:.4g}%"
+        return f"{int(warmup):,} {self.warmup_unit}"
 
 
 class DegradationSpec(_Strict):
@@ -556,13 +622,15 @@ class SweepSpec(_Strict):
             sizes_text = (
                 f"{self.sizes_per_optimizer[1]} batch sizes at most" if search else f"{len(self.lattice)} batch sizes"
             )
+            n_warmups = len(self.schedule.warmup_search)
+            warmups = f"{n_warmups} schedule.warmup_search + " if n_warmups else ""
             problems.append(
                 FieldProblem(
                     "total_trials",
                     f"total trials {total} = {len(self.optimizers)} optimizers x {sizes_text} "
-                    f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {self.seeds_max} seeds) "
+                    f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {warmups}{self.seeds_max} seeds) "
                     f"exceeds the cap max_trials={cap}; reduce optimizers, batch_sizes, "
-                    f"lr.trials_per_batch_size or seeds",
+                    f"lr.trials_per_batch_size{', schedule.warmup_search' if warmups else ''} or seeds",
                     total,
                 )
             )
@@ -612,9 +680,12 @@ class SweepSpec(_Strict):
     def total_trials(self) -> int:
         """At most: every cell at seeds_max confirmation runs (adaptive seeds stop earlier where they can),
         at the most batch sizes a search can test."""
-        return total_trials(
-            len(self.optimizers), self.sizes_per_optimizer[1], self.lr.trials_per_batch_size, self.seeds_max
-        )
+        return total_trials(len(self.optimizers), self.sizes_per_optimizer[1], self.search_trials, self.seeds_max)
+
+    @property
+    def search_trials(self) -> int:
+        """Search trials a cell runs at most: the lr search's, then one per other warm-up to try."""
+        return self.lr.trials_per_batch_size + len(self.schedule.warmup_search)
 
     @property
     def trained_tokens(self) -> int:
@@ -641,8 +712,11 @@ class SweepSpec(_Strict):
                 return o
         raise KeyError(f"optimizer {name!r} is not in sweep {self.name!r}; its optimizers: {self.optimizer_names}")
 
-    def train_config(self, optimizer: str, batch_size: int, lr: float, seed: int) -> TrainConfig:
-        """The `TrainConfig` of one trial of this sweep (cell `(optimizer, batch_size)` at `lr`, `seed`)."""
+    def train_config(
+        self, optimizer: str, batch_size: int, lr: float, seed: int, warmup: int | float | None = None
+    ) -> TrainConfig:
+        """The `TrainConfig` of one trial of this sweep (cell `(optimizer, batch_size)` at `lr`, `seed`), with
+        `warmup` (one of `schedule.warmup_choices`; None: the spec's own)."""
         if batch_size not in self.lattice:
             raise ValueError(f"batch_size={batch_size} is not in sweep {self.name!r}; its batch sizes: {self.lattice}")
         cfg = TrainConfig(
@@ -655,9 +729,7 @@ class SweepSpec(_Strict):
             use_gpu=self.resources.gpus_per_worker > 0,
             threads_per_worker=self.resources.cpus_per_worker,
             token_budget=self.trained_tokens,
-            warmup_fraction=self.schedule.warmup_fraction,
-            warmup_tokens=self.schedule.warmup_tokens,
-            warmup_steps=self.schedule.warmup_steps,
+            **self.schedule.warmup_fields(warmup),
             min_lr_ratio=self.schedule.min_lr_ratio,
             grad_clip=self.grad_clip,
             eval_every_tokens=self.eval_every_tokens,

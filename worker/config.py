@@ -23,6 +23,7 @@ from pydantic import (
 
 from worker.messages import excerpt
 from worker.names import BUILTIN_CORPUS_TOKENS, EXTRA_RESERVED, MODEL_PRESETS, OPTIMIZERS
+from worker.schedule import warmup_steps
 
 # ---- upper bounds -------------------------------------------------------------------------------
 # Every number that costs CPU or memory (in validation, in the service, on the cluster) is bounded, so
@@ -346,6 +347,17 @@ class TrainConfig(_Config):
     @property
     def total_steps(self) -> int:
         return self.token_budget // self.tokens_per_step
+
+    @property
+    def warmup_total_steps(self) -> int:
+        """Steps of the linear warm-up (worker.schedule.warmup_steps of this run's fields)."""
+        return warmup_steps(
+            self.total_steps,
+            self.warmup_fraction,
+            tokens=self.warmup_tokens,
+            steps=self.warmup_steps,
+            tokens_per_step=self.tokens_per_step,
+        )
 
     @property
     def eval_interval_steps(self) -> int:

@@ -43,7 +43,7 @@ from worker.data import TokenData, TrainBatches, prepare_data, train_sequences_a
 from worker.model import attention_logit_probe, build_model, flops_per_token
 from worker.noise_scale import NoiseScaleEMA
 from worker.optim import OPTIMIZERS, build_optimizer, sampled_labels
-from worker.schedule import lr_at, warmup_steps
+from worker.schedule import lr_at
 from worker.seeds import DROPOUT, SOPHIA_LABELS, derived_seed
 from worker.session import Metrics, RayTrainSession, Session, scratch_dir
 
@@ -135,13 +135,7 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     layout = Layout(_device(cfg, session.local_rank), session.world_rank, session.world_size, micro, accum)
     _configure_backends(layout.device)
     total_steps, eval_every = cfg.total_steps, cfg.eval_interval_steps
-    warmup = warmup_steps(
-        total_steps,
-        cfg.warmup_fraction,
-        tokens=cfg.warmup_tokens,
-        steps=cfg.warmup_steps,
-        tokens_per_step=cfg.tokens_per_step,
-    )
+    warmup = cfg.warmup_total_steps  # steps
     seq_len = cfg.model.seq_len
 
     # --- data ------------------------------------------------------------------------------------

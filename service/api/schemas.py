@@ -63,7 +63,8 @@ class Progress(_Out):
         batch_sizes = [given["min"]] if isinstance(given, dict) else list(given)
         lr = spec.get("lr", {})
         seeds_spec = spec.get("seeds", 2)  # a number, or adaptive {min, max, step}: the minimum is planned
-        search = int(lr.get("trials_per_batch_size", 0))
+        # the lr search's trials and one per other warm-up to try (sweeps.spec.SweepSpec.search_trials)
+        search = int(lr.get("trials_per_batch_size", 0)) + len(spec.get("schedule", {}).get("warmup_search", []))
         seeds = int(seeds_spec["min"] if isinstance(seeds_spec, dict) else seeds_spec)
         cells = [
             CellProgress(
@@ -87,7 +88,7 @@ class TrialCurve(_Out):
     cell: str
     lr: float
     seed: int = Field(description="0: a search trial; 1, 2, ...: confirmation runs")
-    role: str = Field(description="search or seed")
+    role: str = Field(description="search, seed or warmup (another warm-up at the best lr)")
     status: str = Field(description="running, completed, pruned, diverged, failed, ...")
     best: bool = Field(
         default=False, description="the cell's best search trial so far (its lr gets the confirmation runs)"

@@ -121,6 +121,7 @@ resources: {max_concurrent_trials: 2}
 pruning: {enabled: false}
 eval_every_tokens: 1024
 eval_tokens: 4096
+schedule: {warmup_fraction: 0.05, warmup_search: [0.25]}  # one warm-up run per cell at its best lr
 """
 
 
@@ -195,3 +196,18 @@ def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, t
     assert optuna_status == mlflow_status and len(optuna_status) >= spec.total_trials
     for cell in second.report["optimizers"]["adamw"]["cells"]:
         assert cell["seeds"] == 2 and math.isfinite(cell["val_loss_mean"])
+        # warm-up searched with the lr: the other warm-up trained once at the best lr, with seed 0, and the
+        # confirmation runs trained with the better of the two (the workers got it in their configs)
+        assert [w for w, _ in cell["warmups_tried"]] == [0.05, 0.25] and cell["warmup"] in (0.05, 0.25)
+        by_id = {r.info.run_id: r for r in finished_runs}
+        warm = [
+            r
+            for r in finished_runs
+            if r.data.tags["batchsweep.role"] == "warmup"
+            and r.data.tags["batchsweep.batch_size"] == str(cell["batch_size"])
+        ]
+        assert len(warm) == 1 and float(warm[0].data.tags["batchsweep.lr"]) == cell["best_lr"]
+        assert warm[0].data.params["warmup_fraction"] == "0.25" and warm[0].info.run_name.endswith("warmup=0.25")
+        assert warm[0].data.metrics["val_loss"] == cell["warmups_tried"][1][1]
+        for run_id in cell["confirmation_run_ids"]:
+            assert float(by_id[run_id].data.params["warmup_fraction"]) == cell["warmup"]

@@ -178,6 +178,7 @@ def test_dry_run_validates_and_stores_nothing(client: TestClient, launcher: Fake
         "warmup_tokens": None,
         "warmup_steps": None,
         "min_lr_ratio": 0.1,
+        "warmup_search": [],
     }
     assert client.get("/sweeps", headers=auth()).json()["total"] == 0
     assert launcher.started == []

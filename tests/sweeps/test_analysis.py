@@ -473,6 +473,8 @@ def test_report_schema_keys_are_stable():
         "verdict",
         "verdict_diff_ci",
         "retreated_from_lr",
+        "warmup",
+        "warmups_tried",
         "steps_to_reference",
         "tokens_to_reference",
         "chosen",
@@ -534,7 +536,7 @@ def test_analysis_input_from_the_demo_spec():
         trained_tokens=81920,
         noise_looks=1,
         lr_extend=4.0,
-        warmup="linear warm-up over 5% of each trial's steps: the same tokens at every batch size, fewer steps at a larger one",
+        warmup="linear warm-up over 5% of each trial's steps: the same tokens at every batch size, fewer steps at a larger one; only the peak lr is searched",
     )
     # with no results at all every cell is empty and every answer null
     report = build_report([], inputs=inputs)
