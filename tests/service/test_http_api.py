@@ -699,3 +699,15 @@ def test_prometheus_metrics_on_their_own_port_move_with_the_traffic(
         http.get(f"/sweeps/{sweep_id}")
         assert scrape()[key] == first[key] + 1
         assert http.get("/metrics").status_code in (401, 404)  # not on the API's port
+
+
+def test_a_bad_warmup_search_is_refused_by_field_and_value(client: TestClient, launcher: FakeLauncher) -> None:
+    bad = tiny_spec(schedule={"warmup_fraction": 0.05, "warmup_search": [0.2, 1.5]})
+    body = assert_error(client.post("/sweeps", json=bad, headers=auth()), 422, "invalid_spec")
+    text = json.dumps(body)
+    assert "warmup_search[1]" in text and "1.5" in text, text
+    assert launcher.started == []
+    good = tiny_spec(schedule={"warmup_fraction": 0.05, "warmup_search": [0.2]})
+    resp = client.post("/sweeps?dry_run=true", json=good, headers=auth())
+    # 2 cells x (2 search + 1 other warm-up + 1 confirmation)
+    assert resp.status_code == 200 and resp.json()["total_trials"] == 8, resp.text
