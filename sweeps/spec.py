@@ -267,18 +267,18 @@ class ScheduleSpec(_Strict):
         unit, top = self.warmup_unit, {"fraction": 1.0, "tokens": MAX_TOKENS, "steps": 10**9}[self.warmup_unit]
         seen = [self.warmup]
         for i, v in enumerate(self.warmup_search):
-            where = f"warmup_search[{i}]"
+            where, field = f"warmup_search[{i}]", f"warmup_search.{i}"  # field: a dotted path, as pydantic's
             if unit == "fraction" and not 0.0 <= v < 1.0:
                 raise _problem(
-                    where, f"{where} must be a fraction of the steps in [0, 1) like warmup_fraction, got {v}", v
+                    field, f"{where} must be a fraction of the steps in [0, 1) like warmup_fraction, got {v}", v
                 )
             if unit != "fraction" and not (float(v).is_integer() and 0 <= v <= top):
                 raise _problem(
-                    where, f"{where} must be a whole number of {unit} in [0, {top}] like warmup_{unit}, got {v}", v
+                    field, f"{where} must be a whole number of {unit} in [0, {top}] like warmup_{unit}, got {v}", v
                 )
             if any(v == w for w in seen):
                 what = "the spec's own warm-up" if v == self.warmup else "an earlier entry"
-                raise _problem(where, f"{where}={v} repeats {what}: each warm-up is tried once", v)
+                raise _problem(field, f"{where}={v} repeats {what}: each warm-up is tried once", v)
             seen.append(v)
         return self
 

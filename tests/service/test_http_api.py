@@ -704,8 +704,9 @@ def test_prometheus_metrics_on_their_own_port_move_with_the_traffic(
 def test_a_bad_warmup_search_is_refused_by_field_and_value(client: TestClient, launcher: FakeLauncher) -> None:
     bad = tiny_spec(schedule={"warmup_fraction": 0.05, "warmup_search": [0.2, 1.5]})
     body = assert_error(client.post("/sweeps", json=bad, headers=auth()), 422, "invalid_spec")
-    text = json.dumps(body)
-    assert "warmup_search[1]" in text and "1.5" in text, text
+    problem = body["details"][0]
+    assert (problem["field"], problem["value"]) == ("schedule.warmup_search.1", 1.5), body
+    assert "warmup_search[1] must be a fraction of the steps in [0, 1)" in problem["message"], body
     assert launcher.started == []
     good = tiny_spec(schedule={"warmup_fraction": 0.05, "warmup_search": [0.2]})
     resp = client.post("/sweeps?dry_run=true", json=good, headers=auth())
