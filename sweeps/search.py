@@ -196,7 +196,8 @@ class Cell:
     def warmups_wanted(self) -> list[int | float]:
         """The other warm-ups neither recorded nor running at the best lr, as many as the search's share
         of the trial budget still holds (n_search + the other warm-ups: the lr search may have converged
-        early; a retreat to a lower lr tries them there again from what is left)."""
+        early; a retreat to a lower lr tries them there again from what is left) with room left in the
+        cell's budget for the confirmation runs still wanted there."""
         lr = self.best_lr()
         if lr is None or len(self.warmups) == 1:
             return []
@@ -205,8 +206,15 @@ class Cell:
         tried = {r.warmup for r in runs if _same_lr(r.lr, lr)}
         tried |= {self.warmup_of(t) for t in done if _same_lr(float(t.params["lr"]), lr)}
         wanted = [w for w in self.warmups[1:] if w not in tried]
+        others = len(self.warmups) - 1
         spent = self.search_finished() + len(done) + len(runs)
-        return wanted[: max(0, self.n_search + len(self.warmups) - 1 - spent)]
+        seeds_spent = len(self.trials("seed")) + len(self._reruns("seed"))
+        seeds_due = max(0, self.n_seeds - len(self.seeds_recorded(lr)))
+        room = min(
+            self.n_search + others - spent,  # the search's share
+            self.n_search + others + self.n_seeds - spent - seeds_spent - seeds_due,  # the confirmations first
+        )
+        return wanted[: max(0, room)]
 
     def confirmed(self) -> list[float]:
         """Final val losses of the completed confirmation runs at the best lr and warm-up."""

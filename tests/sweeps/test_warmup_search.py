@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from harness import tiny_spec
+from ray.tune.search import Searcher
 
 from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_warmup, validate_report
 from sweeps.plan import run_name
@@ -285,3 +286,70 @@ def test_cells_csv_has_each_cells_warmup() -> None:
 
     rows = list(csv.DictReader(io.StringIO(cells_csv(simulate(spec_of(warmup_search=[LONG]), needs_warmup).report))))
     assert [int(r["warmup"]) for r in rows] == [SHORT, SHORT, LONG, LONG] * 2
+
+
+def test_a_search_of_the_batch_axis_tries_the_warmups_in_every_cell_it_opens() -> None:
+    spec = SweepSpec.from_mapping(
+        tiny_spec(
+            "axis-warmup",
+            optimizers=[{"name": "adamw"}],
+            batch_sizes={"min": 4, "max": 64, "resolution": 2},
+            token_budget=64 * 32 * 8,
+            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 4},
+            seeds=2,
+            degradation={"tolerance": 0.01, "baseline": "adamw"},
+            schedule={"warmup_tokens": SHORT, "warmup_search": [4 * LONG]},
+        ),
+        max_trials=10**4,
+    )
+    result = simulate(spec, needs_warmup)
+    validate_report(result.report)
+    cells = result.report["optimizers"]["adamw"]["cells"]
+    assert len(cells) >= 3 and result.trials <= spec.total_trials
+    for c in cells:
+        assert [w for w, _ in c["warmups_tried"]] == [SHORT, 4 * LONG] and c["seeds"] == 2
+        assert c["val_loss_mean"] == pytest.approx(min(loss for _, loss in c["warmups_tried"]))
+    # short warm-ups cost past batch 8 and the long one is free there: every size is fine once searched
+    assert result.report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"] == 64
+
+
+def test_a_retreat_after_a_diverged_confirmation_tries_the_warmups_again_only_with_room_for_its_seeds() -> None:
+    def sweep(trials: int) -> tuple[CellSearcher, float, list[dict]]:
+        spec = SweepSpec.from_mapping(
+            tiny_spec(
+                optimizers=[{"name": "adamw"}],
+                batch_sizes=[4],
+                lr={"min": 1e-3, "max": 1e-1, "trials_per_batch_size": trials},
+                seeds=1,
+                schedule={"warmup_fraction": 0.05, "warmup_search": [0.2]},
+            )
+        )
+        s = CellSearcher(spec, "r", open_storage("sqlite://"))
+        for i in range(3):  # the coarse start: a symmetric valley, converged at its middle lr
+            s.suggest(f"t{i}")
+        for i, loss in enumerate([3.1, 3.0, 3.1]):
+            s.on_trial_complete(f"t{i}", done(loss))
+        warm = s.suggest("w")
+        assert (warm["role"], warm["warmup"]) == ("warmup", 0.2)
+        s.on_trial_complete("w", done(2.9))
+        seed = s.suggest("s")
+        assert (seed["role"], seed["lr"], seed["warmup"]) == ("seed", warm["lr"], 0.2)
+        s.on_trial_complete("s", done(None, status="diverged"))  # too high at that lr: retreat
+        runs = []
+        while (c := s.suggest(f"r{len(runs)}")) not in (None, Searcher.FINISHED):
+            runs.append(c)
+            s.on_trial_complete(f"r{len(runs) - 1}", done(3.05))
+        return s, warm["lr"], runs
+
+    # 3 search trials of 5 ran: of the 2 left, one tries the other warm-up at the lower lr, one confirms
+    s, high, runs = sweep(5)
+    cell = s.cells[0]
+    assert cell.best_lr() < high and [(r["role"], r["lr"]) for r in runs] == [
+        ("warmup", cell.best_lr()),
+        ("seed", cell.best_lr()),
+    ]
+    assert len(cell.all_trials()) == 5 + 1 + 1  # the cell's budget: search, the other warm-up, seeds
+    # 3 of 4 ran: the one left goes to the confirmation run, at the spec's own warm-up
+    s, high, runs = sweep(4)
+    assert [(r["role"], r["warmup"]) for r in runs] == [("seed", 0.05)]
+    assert s.cells[0].confirmed() == [3.05] and len(s.cells[0].all_trials()) == 4 + 1 + 1
