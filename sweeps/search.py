@@ -179,6 +179,15 @@ class Cell:
     def _reruns(self, role: str) -> list[Rerun]:
         return [v for v in self.running.values() if isinstance(v, Rerun) and v.role == role]
 
+    def budget(self) -> int:
+        """The cell's trials at most, what the spec's trial cap counts: n_search, one per other warm-up,
+        n_seeds (a retreat after a diverged run spends what the search did not)."""
+        return self.n_search + len(self.warmups) - 1 + self.n_seeds
+
+    def spent(self) -> int:
+        """The cell's trials finished or running, of every role."""
+        return len(self.trials("search")) + len(self.trials("warmup")) + len(self.trials("seed")) + len(self.running)
+
     def best_warmup(self) -> int | float:
         """The warm-up of the confirmation runs, by the analysis's own rule (`pick_warmup`): of the best
         search trial's and the warm-up runs completed at its lr, the lowest loss."""
@@ -206,13 +215,11 @@ class Cell:
         tried = {r.warmup for r in runs if _same_lr(r.lr, lr)}
         tried |= {self.warmup_of(t) for t in done if _same_lr(float(t.params["lr"]), lr)}
         wanted = [w for w in self.warmups[1:] if w not in tried]
-        others = len(self.warmups) - 1
-        spent = self.search_finished() + len(done) + len(runs)
-        seeds_spent = len(self.trials("seed")) + len(self._reruns("seed"))
+        searched = self.search_finished() + len(done) + len(runs)
         seeds_due = max(0, self.n_seeds - len(self.seeds_recorded(lr)))
         room = min(
-            self.n_search + others - spent,  # the search's share
-            self.n_search + others + self.n_seeds - spent - seeds_spent - seeds_due,  # the confirmations first
+            self.n_search + len(self.warmups) - 1 - searched,  # the search's share
+            self.budget() - self.spent() - seeds_due,  # the confirmation runs first
         )
         return wanted[: max(0, room)]
 
@@ -238,9 +245,8 @@ class Cell:
 
     def seeds_wanted(self) -> list[int]:
         """Confirmation seeds 1..n_seeds (the search runs at seed 0) neither recorded nor running at the
-        best lr and warm-up, once the warm-ups to try there have ended, as many as the cell's trial budget
-        still holds (n_search + other warm-ups + n_seeds: what the spec's trial cap counts; a retreat after
-        a diverged run spends what the search did not)."""
+        best lr and warm-up, once the warm-ups to try there have ended, as many as the cell's `budget`
+        still holds."""
         lr = self.best_lr()
         if lr is None or self.warmups_wanted() or self._reruns("warmup"):
             return []
@@ -249,8 +255,7 @@ class Cell:
         running = {r.seed for r in seeds if _same_lr(r.lr, lr) and r.warmup == warmup}
         recorded = self.seeds_recorded(lr, warmup)
         wanted = [s for s in range(1, self.n_seeds + 1) if s not in recorded and s not in running]
-        spent = self.search_finished() + len(self.trials("seed")) + len(self.trials("warmup")) + len(seeds)
-        return wanted[: max(0, self.n_search + len(self.warmups) - 1 + self.n_seeds - spent)]
+        return wanted[: max(0, self.budget() - self.spent())]
 
     def search_done(self) -> bool:
         """All `n_search` trials finished, or the search converged early (`next_lr`)."""
