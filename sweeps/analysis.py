@@ -481,10 +481,13 @@ def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], plann
         cell.retreated_from = min(above) if above else None
         at_lr = [t for t in trials if t.role == "warmup" and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)]
         if at_lr:
-            order = {id(t): t.number if t.number is not None else i for i, t in enumerate(at_lr)}
             cell.warmup = pick_warmup(
                 [(cell.best.val_loss, -1, cell.best.warmup)]  # type: ignore[list-item]
-                + [(t.val_loss, order[id(t)], t.warmup) for t in at_lr if t.status == "completed"]
+                + [
+                    (t.val_loss, t.number if t.number is not None else i, t.warmup)
+                    for i, t in enumerate(at_lr)
+                    if t.status == "completed"
+                ]
             )
             cell.warmups_tried = [(cell.best.warmup, cell.best.val_loss)] + [
                 (t.warmup, t.val_loss if t.status == "completed" else None) for t in at_lr
