@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from service.cluster.processes import alive, descendants, stop_tree
 
 # a child that, on SIGTERM, notes it and exits (as `ray start --block` stops its head in order)
@@ -61,3 +63,36 @@ def test_the_ray_heads_temp_dir_is_short_private_and_unguessable(tmp_path: Path)
     finally:
         for path in made:
             shutil.rmtree(path, ignore_errors=True)
+
+
+# a driver that leaves an actor alive on the head, as Ray Train's detached coordinator does after a trial
+DETACHED = """
+import ray
+ray.init()
+@ray.remote(num_cpus=0)
+class Kept:
+    def ping(self):
+        return 1
+kept = Kept.options(name="kept", lifetime="detached").remote()
+assert ray.get(kept.ping.remote()) == 1
+"""
+
+
+@pytest.mark.ray
+def test_a_head_with_a_live_actor_stops_on_sigterm_without_draining(tmp_path: Path) -> None:
+    """`ray start` drains its node for up to 30 s before stopping while an actor lives (for Ray Serve):
+    with the head's environment (`head_env`) it stops at once, by itself, instead of being SIGKILLed when
+    `stop_head_process`'s grace ran out (every test and `sweeps serve` stop waited 30 s for it)."""
+    from harness import RayHead, venv_env
+
+    head = RayHead(tmp_path / "head.log", num_cpus=1).start(timeout_s=180)
+    proc = head.proc
+    assert proc is not None
+    try:
+        subprocess.run([sys.executable, "-c", DETACHED], env=venv_env(head.client_env), check=True, timeout=180)
+    finally:
+        head.stop()
+    log = (tmp_path / "head.log").read_text()
+    assert "Draining for up to" not in log, log[-2000:]
+    # it ran its own SIGTERM handler to the end (exit status 1), not SIGKILLed after the grace period
+    assert proc.returncode == 1, proc.returncode
