@@ -39,15 +39,15 @@ from service.cluster.ray_head import LocalRayHead
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-# 2 optimizers x 3 batch sizes x (3 search + 2 confirmation runs) = 30 trials of 98,304 tokens: ~4 min here
+# 2 optimizers x 3 batch sizes x (3 search + 2 confirmation runs) = 30 trials of 49,152 tokens
 SPEC = """
 name: faults
 model: {preset: gpt2-nano, seq_len: 32}
 data: {source: builtin}
 optimizers: [{name: adamw}, {name: merit}]
 batch_sizes: [4, 8, 16]
-token_budget: 98304
-eval_every_tokens: 24576
+token_budget: 49152
+eval_every_tokens: 12288
 eval_tokens: 4096
 lr: {min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 3}
 seeds: 2

@@ -22,7 +22,7 @@ from harness import MlflowServer, ServiceProcess
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
-BUDGET, EVERY = 98304, 32768
+BUDGET, EVERY = 49152, 16384
 SPEC = f"""
 name: outage
 model: {{preset: gpt2-nano, seq_len: 32}}
