@@ -89,7 +89,7 @@ def head_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env.update({**TRAIN_ENV, **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"})
     # on SIGTERM `ray start` first drains its node for Ray Serve, up to this many seconds (default 30) while
     # any actor lives (Train's detached coordinator stays after the first trial); nothing here serves, and a
-    # stopped head ends its trials either way: stopping a head that had trained took 31 s, 3 s with 0
+    # stopped head ends its trials either way: a head with a live actor took 31-40 s to stop, ~2 s with 0
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
     env.update(extra or {})
     return env
