@@ -33,7 +33,8 @@ def assert_error(resp: Any, status: int, code: str) -> dict[str, Any]:
 
 
 def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLauncher) -> None:
-    resp = client.post("/sweeps?dry_run=true", json=tiny_spec(), headers=auth())
+    spec = {k: v for k, v in tiny_spec().items() if k not in ("eval_every_tokens", "eval_tokens")}
+    resp = client.post("/sweeps?dry_run=true", json=spec, headers=auth())  # the evaluation defaults
     assert resp.status_code == 200, resp.text
     cost = resp.json()["cost"]
     # tiny_spec: gpt2-nano (L=2, d=64), seq_len 32, vocab 4096, batch sizes [4, 8], 2 search + 1 seed

@@ -257,6 +257,7 @@ def test_a_sweep_retreats_when_a_confirmation_seed_diverges_at_the_chosen_lr() -
             optimizers=[{"name": "adamw"}],
             batch_sizes=[4, 8],
             token_budget=8 * 32 * 8,
+            eval_every_tokens=None,  # a tenth of the budget: the cliff shows after the first evaluation
             lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 6},
             seeds=2,
             degradation={"tolerance": 0.01, "baseline": "adamw"},
