@@ -13,11 +13,23 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from sweeps.status import TrialStatus
+
 PREFIX = "batchsweep."
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own: nests a trial run under its cell run
 # MLflow 3's own experiment kind: model training, so its UI opens the runs table, not the GenAI views
 # (its other value is "genai_development")
 KIND_TAG, KIND_TRAINING = "mlflow.experimentKind", "custom_model_development"
+VAL_LOSS = "val_loss"  # a trial run's evaluations, step = tokens seen (also the Tune metric the search minimises)
+# the MLflow run status of a trial run that ended as each TrialStatus
+MLFLOW_STATUS = {
+    TrialStatus.completed: "FINISHED",
+    TrialStatus.diverged: "FINISHED",
+    TrialStatus.pruned: "KILLED",
+    TrialStatus.failed: "FAILED",
+    TrialStatus.cancelled: "KILLED",
+    TrialStatus.interrupted: "KILLED",  # lost to the infrastructure: run again
+}
 
 
 class Tag(enum.StrEnum):

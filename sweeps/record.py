@@ -17,7 +17,7 @@ import queue
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,12 @@ from ray.tune.experiment import Trial
 
 from sweeps import layout
 from sweeps.detached import DriverOnly
-from sweeps.layout import Role, Tag
+from sweeps.layout import MLFLOW_STATUS, Role, Tag
 from sweeps.plan import cell_key, run_name
 from sweeps.search import trial_status
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialStatus
-from sweeps.stores import close_running_runs
+from sweeps.stores import Recorded, close_running_runs
 from worker.session import NODE_ID
 
 log = logging.getLogger(__name__)
@@ -58,14 +58,6 @@ TUNE_KEYS = {
     "hostname",
     "trial_id",
     "experiment_tag",
-}
-MLFLOW_STATUS = {
-    TrialStatus.completed: "FINISHED",
-    TrialStatus.diverged: "FINISHED",
-    TrialStatus.pruned: "KILLED",
-    TrialStatus.failed: "FAILED",
-    TrialStatus.cancelled: "KILLED",
-    TrialStatus.interrupted: "KILLED",  # lost to the infrastructure: run again
 }
 
 
@@ -96,7 +88,10 @@ class SweepRecorder(DriverOnly, Callback):
         sweep_id: str,
         spec: SweepSpec,
         cancelling: Callable[[], bool] = lambda: False,
+        results: Mapping[str, Recorded] | None = None,
     ) -> None:
+        """`results`: what Optuna holds of ended trials (`sweeps.stores.recorded_results`), for the runs an
+        earlier driver of the sweep left RUNNING."""
         ensure_store(tracking_uri)
         self._cancelling = cancelling  # trials cut short by a cancel are "cancelled", not "pruned"
         self.client = MlflowClient(tracking_uri)
@@ -127,7 +122,7 @@ class SweepRecorder(DriverOnly, Callback):
                     tags=layout.cell_tags(sweep_id, cell_key(opt, bs), opt, bs),
                 )
                 self._cells[cell_key(opt, bs)] = run.info.run_id
-        self._mark_stale_trials()
+        close_running_runs(self.client, self.experiment_id, results)
         self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="mlflow-recorder", daemon=True)
         self._thread.start()
@@ -305,9 +300,6 @@ class SweepRecorder(DriverOnly, Callback):
             return
         self.client.set_tag(run_id, Tag.status, str(status))
         self.client.set_terminated(run_id, MLFLOW_STATUS[status])
-
-    def _mark_stale_trials(self) -> None:
-        close_running_runs(self.client, self.experiment_id)
 
 
 def _node_id() -> str:

@@ -56,6 +56,7 @@ from sweeps.analysis import (
     pick_warmup,
 )
 from sweeps.detached import DriverOnly
+from sweeps.layout import VAL_LOSS
 from sweeps.logs import log_context
 from sweeps.plan import (
     cell_key,
@@ -71,7 +72,7 @@ from sweeps.stores import close_running_trials, rerun_design_point
 
 log = logging.getLogger(__name__)
 
-METRIC, MODE, TIME_ATTR = "val_loss", "min", "tokens"
+METRIC, MODE, TIME_ATTR = VAL_LOSS, "min", "tokens"
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # FAIL trials with these statuses were cut short by the sweep itself or by the infrastructure (a killed
 # worker, a lost node, a lost driver): they are no search result and are run again (sweeps/status.py)

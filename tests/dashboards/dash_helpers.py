@@ -267,14 +267,6 @@ def rich_sweep(sweep_id: str = "rich") -> SweepData:
 # Recording a hand-made sweep in MLflow (the recorder's layout, without Ray)
 # --------------------------------------------------------------------------------------------------
 
-MLFLOW_STATUS = {
-    "completed": "FINISHED",
-    "diverged": "FINISHED",
-    "pruned": "KILLED",
-    "failed": "FAILED",
-    "cancelled": "KILLED",
-}
-
 
 def with_run_ids(sweep: SweepData, run_ids: Mapping[str, str]) -> SweepData:
     """`sweep` with each run id replaced by `run_ids[run id]`, in its trial runs and in the runs its
@@ -335,7 +327,7 @@ def record_sweep(tracking_uri: str, sweep: SweepData, artifact_root: Path) -> tu
         metrics = [Metric(k, v, now, s) for k, curve in t.history.items() for s, v in curve if math.isfinite(v)]
         for i in range(0, len(metrics), 500):
             client.log_batch(run.info.run_id, metrics=metrics[i : i + 500])
-        client.set_terminated(run.info.run_id, MLFLOW_STATUS.get(t.status, "FINISHED"))
+        client.set_terminated(run.info.run_id, layout.MLFLOW_STATUS.get(t.status, "FINISHED"))
     recorded = with_run_ids(sweep, run_ids)
     summary = client.create_run(
         exp_id,

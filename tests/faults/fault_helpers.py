@@ -23,6 +23,17 @@ def wait(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: 
     raise AssertionError(f"{what} not reached within {timeout_s} s")
 
 
+def describe_runs(runs: list[Any]) -> str:
+    """One line per MLflow trial run, oldest first: what a failed count needs to be understood."""
+    keys = ("cell", "role", "seed", "status", "tune_trial_id", "restarts", "optuna_number", "node_ids")
+    rows = sorted(runs, key=lambda r: r.info.start_time or 0)
+    return "\n".join(
+        f"{r.info.run_name} {r.info.status} start={r.info.start_time} end={r.info.end_time} "
+        + " ".join(f"{k}={r.data.tags.get(f'batchsweep.{k}')}" for k in keys)
+        for r in rows
+    )
+
+
 def assert_recorded_once(
     optuna_url: str, tracking_uri: str, sweep_id: str, *, cells: int, search: int, seeds: int
 ) -> list[Any]:
@@ -53,7 +64,7 @@ def assert_recorded_once(
     assert [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []
     trial_runs = [r for r in runs if r.data.tags.get("batchsweep.role") in ("search", "seed")]
     kept_runs = [r for r in trial_runs if r.data.tags.get("batchsweep.status") not in RERUN_STATUSES]
-    assert len(kept_runs) == cells * (search + seeds)
+    assert len(kept_runs) == cells * (search + seeds), describe_runs(trial_runs)
     # one MLflow run per kept Optuna trial, each Tune trial once (a restarted trial keeps its run)
     assert len({r.data.tags["batchsweep.tune_trial_id"] for r in kept_runs}) == len(kept_runs)
     mlflow_trials = Counter(
