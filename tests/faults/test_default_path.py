@@ -1,4 +1,4 @@
-"""The default path of the README, for minutes, with the faults an on-call engineer sees.
+"""The default path of the README, for a minute or two, with the faults an on-call engineer sees.
 
 `sweeps serve` exactly as the README runs it: no RAY_ADDRESS (the service starts its own local Ray
 head), SQLite stores in the data dir. One sweep of a few minutes runs while the test
@@ -39,15 +39,16 @@ from service.cluster.ray_head import LocalRayHead
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-# 2 optimizers x 3 batch sizes x (3 search + 2 confirmation runs) = 30 trials of 49,152 tokens
+# 2 optimizers x 3 batch sizes x (3 search + 2 confirmation runs) = 30 trials of 24,576 tokens (3-12 s
+# each, 2 at a time)
 SPEC = """
 name: faults
 model: {preset: gpt2-nano, seq_len: 32}
 data: {source: builtin}
 optimizers: [{name: adamw}, {name: merit}]
 batch_sizes: [4, 8, 16]
-token_budget: 49152
-eval_every_tokens: 12288
+token_budget: 24576
+eval_every_tokens: 6144
 eval_tokens: 4096
 lr: {min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 3}
 seeds: 2
@@ -177,7 +178,9 @@ def test_default_path_survives_restarts_and_killed_processes(serve: Callable[...
     assert final["status"] == "succeeded", final.get("error")
     # the thread pool really was churned, repeatedly: its threads exited while the sweep ran
     assert churn.bursts >= 3 and len(churn.exits) >= 2, (churn.bursts, churn.exits)
-    assert elapsed >= 90, f"the sweep ran {elapsed:.0f} s; this test needs minutes, not seconds"
+    # long enough for the pool's idle threads to exit between bursts (12 s spells) while every fault landed
+    # mid-sweep (the checks above); ~100 s on 2 cores
+    assert elapsed >= 60, f"the sweep ran {elapsed:.0f} s; this test needs minutes, not seconds"
     assert head.running() == first and alive(first.pid), "the head must outlive every thread and restart"
     s = sweep()
     assert s["progress"]["trials_done"] == s["progress"]["trials_total"] == CELLS * (PLANNED_SEARCH + PLANNED_SEEDS)

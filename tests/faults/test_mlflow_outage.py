@@ -22,7 +22,7 @@ from harness import MlflowServer, ServiceProcess
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
-BUDGET, EVERY = 49152, 16384
+BUDGET, EVERY = 24576, 8192  # 8 trials of 5-12 s, 2 at a time: the 20 s outage falls mid-sweep
 SPEC = f"""
 name: outage
 model: {{preset: gpt2-nano, seq_len: 32}}
