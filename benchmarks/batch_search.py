@@ -36,9 +36,12 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from sweeps.analysis import Bracket, Report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -83,17 +86,17 @@ def make_problem(family: str, index: int, lattice: Sequence[int], *, base_seed: 
 @dataclass
 class Outcome:
     truth: dict[str, int | None]  # per optimizer, against the reference the search uses
-    search: dict[str, Any]  # per optimizer: answer, bracket
+    search: dict[str, Any]  # per optimizer: answer (a batch size or None), bracket (a `Bracket`)
     full: dict[str, Any]
     tokens: tuple[int, int]  # search, full
     wall: tuple[int, int]
     sizes: dict[str, int]  # per optimizer: sizes the search tested
 
 
-def _answers(report: dict[str, Any], ref: str) -> dict[str, Any]:
+def _answers(report: Report, ref: str) -> dict[str, Any]:
     return {
-        opt: {"answer": r["largest_degradation_free_batch_size"][ref], "bracket": r["bracket"][ref]}
-        for opt, r in report["optimizers"].items()
+        opt: {"answer": getattr(r.largest_degradation_free_batch_size, ref), "bracket": getattr(r.bracket, ref)}
+        for opt, r in report.optimizers.items()
     }
 
 
@@ -118,7 +121,7 @@ def run_problem(args: tuple[str, int, int, float, float, int]) -> Outcome:
         _answers(f.report, ref),
         (s.tokens_trained, f.tokens_trained),
         (s.wall_tokens, f.wall_tokens),
-        {opt: len(r["search_steps"]) for opt, r in s.report["optimizers"].items()},
+        {opt: len(r.search_steps) for opt, r in s.report.optimizers.items()},
     )
 
 
@@ -129,8 +132,8 @@ def within(a: int | None, b: int | None, lattice: Sequence[int], resolution: flo
     return max(a, b) / min(a, b) <= resolution + 1e-9
 
 
-def covers(bracket: dict[str, Any], truth: int | None) -> bool:
-    lo, hi = bracket["largest_fine"], bracket["smallest_degraded"]
+def covers(bracket: Bracket, truth: int | None) -> bool:
+    lo, hi = bracket.largest_fine, bracket.smallest_degraded
     if truth is None:
         return lo is None
     return (lo is None or lo <= truth) and (hi is None or truth < hi)

@@ -74,11 +74,14 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from worker.local_ray import use_local_ray  # noqa: E402
+
+if TYPE_CHECKING:
+    from sweeps.analysis import Report
 
 use_local_ray()  # before anything imports ray: local Ray clusters on loopback only
 
@@ -383,7 +386,7 @@ class MethodOutcome:
     tokens: int  # tokens trained by every trial, as the simulation fed them
     trials: int  # trials run
     results: list[Any]  # the TrialResults the analysis judged
-    report: dict[str, Any]
+    report: Report
     best_lrs: dict[tuple[str, int], float | None] = field(default_factory=dict)
 
     @property
@@ -392,12 +395,12 @@ class MethodOutcome:
         return sum(t.tokens for t in self.results)
 
 
-def _answers(report: dict[str, Any]) -> dict[str, dict[str, int | None]]:
-    return {opt: dict(r["largest_degradation_free_batch_size"]) for opt, r in report["optimizers"].items()}
+def _answers(report: Report) -> dict[str, dict[str, int | None]]:
+    return {opt: r.largest_degradation_free_batch_size.model_dump() for opt, r in report.optimizers.items()}
 
 
-def _best_lrs(report: dict[str, Any]) -> dict[tuple[str, int], float | None]:
-    return {(opt, c["batch_size"]): c["best_lr"] for opt, r in report["optimizers"].items() for c in r["cells"]}
+def _best_lrs(report: Report) -> dict[tuple[str, int], float | None]:
+    return {(opt, c.batch_size): c.best_lr for opt, r in report.optimizers.items() for c in r.cells}
 
 
 def objective_of(problem: Problem, spec: Any) -> Any:
@@ -657,8 +660,8 @@ def _covered(outcomes: Sequence[ProblemOutcome], method: str) -> list[int]:
         bs = list(o.problem.batch_sizes)
         for name in o.truth:
             for ref in REFERENCES:
-                truth, bracket = o.truth[name][ref], report["optimizers"][name]["bracket"][ref]
-                lo, hi = bracket["largest_fine"], bracket["smallest_degraded"]
+                truth, bracket = o.truth[name][ref], getattr(report.optimizers[name].bracket, ref)
+                lo, hi = bracket.largest_fine, bracket.smallest_degraded
                 if truth is None:
                     out.append(int(lo is None))
                 else:
@@ -673,9 +676,9 @@ def _tight(outcomes: Sequence[ProblemOutcome], method: str) -> float:
         bs = list(o.problem.batch_sizes)
         for name in o.truth:
             for ref in REFERENCES:
-                br = getattr(o, method).report["optimizers"][name]["bracket"][ref]
-                lo = -1 if br["largest_fine"] is None else bs.index(br["largest_fine"])
-                hi = len(bs) if br["smallest_degraded"] is None else bs.index(br["smallest_degraded"])
+                br = getattr(getattr(o, method).report.optimizers[name].bracket, ref)
+                lo = -1 if br.largest_fine is None else bs.index(br.largest_fine)
+                hi = len(bs) if br.smallest_degraded is None else bs.index(br.smallest_degraded)
                 tight.append(hi == lo + 1)
     return statistics.fmean(tight)
 
@@ -873,13 +876,13 @@ def _real(spec_path: Path, concurrency: int | None, data_dir: Path | None) -> li
         "best lr and mean val loss per cell, searcher vs grid:",
     ]
     for opt in spec.optimizer_names:
-        s_cells = {c["batch_size"]: c for c in outcome.report["optimizers"][opt]["cells"]}
-        g_cells = {c["batch_size"]: c for c in grid_report["optimizers"][opt]["cells"]}
+        s_cells = {c.batch_size: c for c in outcome.report.optimizers[opt].cells}
+        g_cells = {c.batch_size: c for c in grid_report.optimizers[opt].cells}
         for b in spec.batch_sizes:
             s, g = s_cells[b], g_cells[b]
             lines.append(
-                f"  {opt} bs={b}: lr {_fmt(s['best_lr'], '.2e')} vs {_fmt(g['best_lr'], '.2e')}, "
-                f"loss {_fmt(s['val_loss_mean'], '.4f')} vs {_fmt(g['val_loss_mean'], '.4f')}"
+                f"  {opt} bs={b}: lr {_fmt(s.best_lr, '.2e')} vs {_fmt(g.best_lr, '.2e')}, "
+                f"loss {_fmt(s.val_loss_mean, '.4f')} vs {_fmt(g.val_loss_mean, '.4f')}"
             )
     s_ans, g_ans = _answers(outcome.report), _answers(grid_report)
     for opt in spec.optimizer_names:

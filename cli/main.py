@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -29,6 +29,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sweeps.status import FINAL_SWEEP_STATUSES, RESULT_STATUSES, SweepStatus
+
+if TYPE_CHECKING:  # the report models load scipy: each command imports them where it needs them
+    from sweeps.analysis import Report
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch-size sweeps: how large can the batch get?")
 console = Console()
@@ -84,6 +87,7 @@ def run(
     """Run a sweep on the current Ray cluster ($RAY_ADDRESS) or a fresh local one."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     spec = _load_spec(spec_path)
+    from sweeps.analysis import report_to_json
     from sweeps.driver import run_sweep
     from sweeps.runtime import SweepRuntime
 
@@ -120,7 +124,7 @@ def run(
         publish_figures(outcome.tracking_uri, outcome.sweep_id)
     if report:
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps(outcome.report, indent=2))
+        report.write_text(report_to_json(outcome.report))
     _print_report(outcome.report)
     ideal = sum(outcome.trial_train_time_s) / spec.resources.max_concurrent_trials
     console.print(
@@ -255,16 +259,16 @@ def _leaders(progress: dict[str, Any]) -> str:
     return "val loss so far: " + (", ".join(leaders[-4:]) or "-")
 
 
-def _print_report(report: dict[str, Any]) -> None:
-    """The report's cells and answer as tables, read through its typed model (`sweeps.analysis.read_report`:
-    a newer writer's added top-level keys are left out); one that does not match is refused by name (exit
-    2), never half printed."""
+def _print_report(report: dict[str, Any] | Report) -> None:
+    """The report's cells and answer as tables: a sweep's `Report`, or its JSON read through the model
+    (`sweeps.analysis.read_report`: a newer writer's added top-level keys are left out); JSON that does not
+    match is refused by name (exit 2), never half printed."""
     from pydantic import ValidationError
 
-    from sweeps.analysis import Report, describe_bracket, read_report
+    from sweeps.analysis import describe_bracket, read_report
 
     try:
-        r = read_report(report) if isinstance(report, dict) else Report.model_validate(report)
+        r = read_report(report)
     except ValidationError as exc:
         version = report.get("schema_version") if isinstance(report, dict) else None
         first = exc.errors()[0]

@@ -1,8 +1,8 @@
 """The answer of a sweep: from trial results to "the largest batch size without degradation".
 
 Pure: no torch, no Ray, no MLflow. Input is a list of `TrialResult` plus the spec's numbers
-(`AnalysisInput`, or `AnalysisInput.from_spec(spec)`); output is the report dict of `build_report`,
-whose schema is the pydantic model `Report` (`validate_report`, `report_to_json`).
+(`AnalysisInput`, or `AnalysisInput.from_spec(spec)`); output is `build_report`'s `Report`, a pydantic
+model, written as JSON by `report_to_json` and read back by `read_report`.
 
 Rules
 -----
@@ -125,6 +125,7 @@ dashboard draws the runs the report is about instead of deciding again which run
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -530,7 +531,7 @@ def monotone_fit(values: Sequence[float], weights: Sequence[float]) -> list[floa
 
 def _judge(
     cells: list[_Cell], ref: _Cell | None, tol: float, is_ref_cell: Any, level: float = CI_LEVEL
-) -> tuple[list[bool | None], int | None, bool | None, list[dict[str, Any]], list[float | None]]:
+) -> tuple[list[bool | None], int | None, bool | None, list[NoiseCheck], list[float | None]]:
     """Per-cell verdicts, the answer, within_noise, the noise checks and the fitted means against one
     reference."""
     ref_mean = ref.mean if ref is not None else None
@@ -564,7 +565,7 @@ def _judge(
     # Boundary cells: the answer and the next larger batch size (the smallest one when there is no answer).
     boundary = [0] if answer_idx is None else [answer_idx, answer_idx + 1]
     boundary = [i for i in boundary if i < len(cells)]
-    checks: list[dict[str, Any]] = []
+    checks: list[NoiseCheck] = []
     for i in boundary:
         c = cells[i]
         if c.mean is None or is_ref_cell(c) or c.unstable_reason is not None:
@@ -572,19 +573,19 @@ def _judge(
         ci = welch_diff_ci95(c.samples, ref.samples, 1.0 + tol, level)  # type: ignore[union-attr]
         d = c.mean - threshold
         if ci is None:
-            checks.append({"batch_size": c.batch_size, "diff_mean": d, "diff_ci95": None, "straddles_zero": None})
+            checks.append(NoiseCheck(batch_size=c.batch_size, diff_mean=d, diff_ci95=None, straddles_zero=None))
         else:
             checks.append(
-                {
-                    "batch_size": c.batch_size,
-                    "diff_mean": ci[0],
-                    "diff_ci95": [ci[1], ci[2]],
-                    "straddles_zero": ci[1] <= 0.0 <= ci[2],
-                }
+                NoiseCheck(
+                    batch_size=c.batch_size,
+                    diff_mean=ci[0],
+                    diff_ci95=(ci[1], ci[2]),
+                    straddles_zero=ci[1] <= 0.0 <= ci[2],
+                )
             )
-    if any(ch["straddles_zero"] is True for ch in checks):
+    if any(ch.straddles_zero is True for ch in checks):
         within: bool | None = True
-    elif checks and all(ch["straddles_zero"] is False for ch in checks):
+    elif checks and all(ch.straddles_zero is False for ch in checks):
         within = False
     else:
         within = None
@@ -657,7 +658,7 @@ def _verdicts(
     return verdicts, intervals
 
 
-def _bracket(cells: list[_Cell], verdicts: list[Verdict | None]) -> dict[str, Any]:
+def _bracket(cells: list[_Cell], verdicts: list[Verdict | None]) -> Bracket:
     """The answer as a bracket: the largest batch size that is fine with every smaller one fine, and the
     smallest degraded one above it; batch sizes found fine above a degraded one contradict monotonicity."""
     largest_fine, smallest_degraded = bracket_of({c.batch_size: v for c, v in zip(cells, verdicts, strict=True)})
@@ -667,7 +668,7 @@ def _bracket(cells: list[_Cell], verdicts: list[Verdict | None]) -> dict[str, An
         for c, v in zip(cells, verdicts, strict=True)
         if v == "fine" and first_degraded is not None and c.batch_size > first_degraded
     ]
-    return {"largest_fine": largest_fine, "smallest_degraded": smallest_degraded, "contradictions": contradictions}
+    return Bracket(largest_fine=largest_fine, smallest_degraded=smallest_degraded, contradictions=contradictions)
 
 
 def _verdict_rule(looks: int) -> str:
@@ -692,7 +693,7 @@ def _noise_rule(looks: int) -> str:
 
 
 def cells_to_extend(
-    report: dict[str, Any], *, seeds_max: int, references: tuple[str, ...] = ("self", "baseline")
+    report: Report, *, seeds_max: int, references: tuple[str, ...] = ("self", "baseline")
 ) -> list[tuple[str, int]]:
     """Adaptive confirmation's next step: the (optimizer, batch size) cells that need more runs. For every
     bracket not yet narrow (an undecided batch size above `largest_fine` and below `smallest_degraded`),
@@ -707,29 +708,27 @@ def cells_to_extend(
     every undecided size inside the bracket, 0.881 at 0.37 with these two; the bracket held the truth in
     0.996 and 1.000 of answers, and narrowed to neighbours in 0.19 and 0.06)."""
     out: set[tuple[str, int]] = set()
-    ref_b = report["reference_batch_size"]
+    ref_b = report.reference_batch_size
     runs = {
-        (name, c["batch_size"]): len(c["confirmation_run_ids"])
-        for name, opt in report["optimizers"].items()
-        for c in opt["cells"]
+        (name, c.batch_size): len(c.confirmation_run_ids) for name, opt in report.optimizers.items() for c in opt.cells
     }
-    for name, opt in report["optimizers"].items():
-        sizes = sorted(c["batch_size"] for c in opt["cells"])
-        for ref, ref_cell in (("self", name), ("baseline", report["baseline"])):
+    for name, opt in report.optimizers.items():
+        sizes = sorted(c.batch_size for c in opt.cells)
+        for ref, ref_cell in (("self", name), ("baseline", report.baseline)):
             if ref not in references:
                 continue
-            bracket = opt["bracket"][ref]
-            lo, hi = bracket["largest_fine"], bracket["smallest_degraded"]
-            answer = opt["largest_degradation_free_batch_size"][ref]
+            bracket: Bracket = getattr(opt.bracket, ref)
+            lo, hi = bracket.largest_fine, bracket.smallest_degraded
+            answer = getattr(opt.largest_degradation_free_batch_size, ref)
             above = next((b for b in sizes if answer is None or b > answer), None)
             deciding = {answer, above} - {None}
             undecided = [
-                (name, c["batch_size"])
-                for c in opt["cells"]
-                if c["verdict"][ref] == "undecided"
-                and c["batch_size"] in deciding
-                and (lo is None or c["batch_size"] > lo)
-                and (hi is None or c["batch_size"] < hi)
+                (name, c.batch_size)
+                for c in opt.cells
+                if getattr(c.verdict, ref) == "undecided"
+                and c.batch_size in deciding
+                and (lo is None or c.batch_size > lo)
+                and (hi is None or c.batch_size < hi)
             ]
             if undecided:
                 undecided.append((ref_cell, ref_b))
@@ -753,8 +752,8 @@ def build_report(
     inputs: AnalysisInput | None = None,
     steps: dict[str, list[dict[str, Any]]] | None = None,
     **kwargs: Any,
-) -> dict[str, Any]:
-    """The sweep's report (schema: `Report`; rules: this module's docstring).
+) -> Report:
+    """The sweep's report (rules: this module's docstring).
 
     Pass the spec's numbers either as `inputs=AnalysisInput(...)` (or `AnalysisInput.from_spec(spec)`)
     or as the keyword arguments of `AnalysisInput`: sweep, batch_sizes, optimizers, baseline,
@@ -799,7 +798,7 @@ def build_report(
     tol = inputs.tolerance
     baseline_ref = cells[inputs.baseline][0]
 
-    optimizers: dict[str, Any] = {}
+    optimizers: dict[str, OptimizerReport] = {}
     for o in inputs.optimizers:
         row = cells[o]
         self_ref = row[0]
@@ -815,83 +814,83 @@ def build_report(
         v_base, ans_base, noise_base, checks_base, fit_base = _judge(row, baseline_ref, tol, is_base_ref, level)
         verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
         verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
-        cell_dicts = []
+        cell_reports = []
         for i, c in enumerate(row):
-            status = {s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}
             to_ref_steps, tokens = _to_reference(c, self_ref.mean, tol, inputs.seq_len)
             if c.samples:
                 mean, lo, hi, avail = mean_ci95(c.samples)
-                ci: list[float | None] = [lo, hi]
+                ci: tuple[float | None, float | None] = (lo, hi)
             else:
-                mean, ci, avail = None, [None, None], False
+                mean, ci, avail = None, (None, None), False
             best_lr = c.best.lr if c.best is not None else None
             trained = {t.tokens for t in c.completed}
-            cell_dicts.append(
-                {
-                    "batch_size": c.batch_size,
-                    "best_lr": best_lr,
-                    "search_best_val_loss": c.best.val_loss if c.best is not None else None,
-                    "search_best_run_id": c.best.run_id if c.best is not None else None,
-                    "search_best_trial_number": c.best.number if c.best is not None else None,
-                    "val_loss_mean": mean,
-                    "val_loss_ci95": ci,
-                    "ci_available": avail,
-                    "val_losses": list(c.samples),
-                    "seeds": len(c.samples),
-                    "confirmation_run_ids": [t.run_id for t in c.confirmations],
-                    "stable": c.unstable_reason is None if c.best is not None else None,
-                    "unstable_reason": c.unstable_reason,
-                    "tokens_trained": max(trained) if trained else None,
-                    "trials": len(c.trials),
-                    "trial_status": status,
-                    "lr_at_edge": _lr_at_edge(best_lr, *inputs.lr_bounds) if best_lr is not None else None,
-                    "lr_outside_range": None
+            cell_reports.append(
+                CellReport(
+                    batch_size=c.batch_size,
+                    best_lr=best_lr,
+                    search_best_val_loss=c.best.val_loss if c.best is not None else None,
+                    search_best_run_id=c.best.run_id if c.best is not None else None,
+                    search_best_trial_number=c.best.number if c.best is not None else None,
+                    val_loss_mean=mean,
+                    val_loss_ci95=ci,
+                    ci_available=avail,
+                    val_losses=list(c.samples),
+                    seeds=len(c.samples),
+                    confirmation_run_ids=[t.run_id for t in c.confirmations],
+                    stable=c.unstable_reason is None if c.best is not None else None,
+                    unstable_reason=c.unstable_reason,
+                    tokens_trained=max(trained) if trained else None,
+                    trials=len(c.trials),
+                    trial_status=TrialStatusCounts(**{s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}),
+                    lr_at_edge=_lr_at_edge(best_lr, *inputs.lr_bounds) if best_lr is not None else None,
+                    lr_outside_range=None
                     if best_lr is None
                     else not inputs.lr_min * (1 - _LR_REL_TOL) <= best_lr <= inputs.lr_max * (1 + _LR_REL_TOL),
-                    "val_loss_fitted": {"self": fit_self[i], "baseline": fit_base[i]},
-                    "degradation_free": {"self": v_self[i], "baseline": v_base[i]},
-                    "verdict": {"self": verdict_self[i], "baseline": verdict_base[i]},
-                    "verdict_diff_ci": {"self": ci_self[i], "baseline": ci_base[i]},
-                    "retreated_from_lr": c.retreated_from,
-                    "warmup": c.warmup,
-                    "warmups_tried": [list(x) for x in c.warmups_tried],
-                    "steps_to_reference": to_ref_steps,
-                    "tokens_to_reference": tokens,
-                    "chosen": chosen.get((o, c.batch_size), "listed" if search is None else None),
-                }
+                    val_loss_fitted=ByReference(self=fit_self[i], baseline=fit_base[i]),
+                    degradation_free=ByReference(self=v_self[i], baseline=v_base[i]),
+                    verdict=ByReference(self=verdict_self[i], baseline=verdict_base[i]),
+                    verdict_diff_ci=ByReference(self=ci_self[i], baseline=ci_base[i]),
+                    retreated_from_lr=c.retreated_from,
+                    warmup=c.warmup,
+                    warmups_tried=c.warmups_tried,
+                    steps_to_reference=to_ref_steps,
+                    tokens_to_reference=tokens,
+                    chosen=chosen.get((o, c.batch_size), "listed" if search is None else None),
+                )
             )
-        optimizers[o] = {
-            "cells": cell_dicts,
-            "reference_val_loss": {"self": self_ref.mean, "baseline": baseline_ref.mean},
-            "largest_degradation_free_batch_size": {"self": ans_self, "baseline": ans_base},
-            "bracket": (brackets := {"self": _bracket(row, verdict_self), "baseline": _bracket(row, verdict_base)}),
-            "smallest_degraded_batch_size": {k: b["smallest_degraded"] for k, b in brackets.items()},
-            "search_steps": [dict(st, order=i + 1) for i, st in enumerate(steps.get(o, []))],
-            "within_noise": {"self": noise_self, "baseline": noise_base},
-            "noise_checks": {"self": checks_self, "baseline": checks_base},
-        }
+        brackets = ByReference(self=_bracket(row, verdict_self), baseline=_bracket(row, verdict_base))
+        optimizers[o] = OptimizerReport(
+            cells=cell_reports,
+            reference_val_loss=ByReference(self=self_ref.mean, baseline=baseline_ref.mean),
+            largest_degradation_free_batch_size=ByReference(self=ans_self, baseline=ans_base),
+            bracket=brackets,
+            smallest_degraded_batch_size=ByReference(
+                self=brackets.self.smallest_degraded, baseline=brackets.baseline.smallest_degraded
+            ),
+            search_steps=[SearchStep(**st, order=i + 1) for i, st in enumerate(steps.get(o, []))],
+            within_noise=ByReference(self=noise_self, baseline=noise_base),
+            noise_checks=ByReference(self=checks_self, baseline=checks_base),
+        )
 
-    report = {
-        "schema_version": SCHEMA_VERSION,
-        "sweep": inputs.sweep,
-        "reference_batch_size": ref_b,
-        "baseline": inputs.baseline,
-        "tolerance": tol,
-        "seq_len": inputs.seq_len,
-        "lr_range": [inputs.lr_min, inputs.lr_max],
-        "lr_bounds": list(inputs.lr_bounds),
-        "seeds_planned": inputs.seeds,
-        "trained_tokens": inputs.trained_tokens,
-        "token_budget": inputs.trained_tokens,  # its first name, kept for readers of schema 2
-        "noise_rule": _noise_rule(inputs.noise_looks),
-        "verdict_rule": _verdict_rule(inputs.noise_looks),
-        "warmup": inputs.warmup,
-        "batch_search": None if search is None else {**search, "assumption": _MONOTONE},
-        "optimizers": optimizers,
-        "warnings": [],  # filled by the driver: data repeated, best lr at the edge of the range
-    }
-    validate_report(report)  # the report always matches its documented schema
-    return report
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        sweep=inputs.sweep,
+        reference_batch_size=ref_b,
+        baseline=inputs.baseline,
+        tolerance=tol,
+        seq_len=inputs.seq_len,
+        lr_range=(inputs.lr_min, inputs.lr_max),
+        lr_bounds=inputs.lr_bounds,
+        seeds_planned=inputs.seeds,
+        trained_tokens=inputs.trained_tokens,
+        token_budget=inputs.trained_tokens,  # its first name, kept for readers of schema 2
+        noise_rule=_noise_rule(inputs.noise_looks),
+        verdict_rule=_verdict_rule(inputs.noise_looks),
+        warmup=inputs.warmup,
+        batch_search=None if search is None else BatchSearchReport(**search, assumption=_MONOTONE),
+        optimizers=optimizers,
+        warnings=[],  # filled by the driver: data repeated, best lr at the edge of the range
+    )
 
 
 _MONOTONE = (
@@ -918,20 +917,20 @@ def describe_bracket(bracket: Bracket | dict[str, Any]) -> str:
     return text
 
 
-def lr_edge_warnings(report: dict[str, Any]) -> list[str]:
+def lr_edge_warnings(report: Report) -> list[str]:
     """One line per cell whose best lr is at the edge of what the search could reach (`lr_at_edge`: the
     optimum may lie beyond, the cell reads worse than it is), or past lr.min/lr.max (`lr_outside_range`)."""
     out = []
-    lo, hi = report.get("lr_bounds") or report["lr_range"]
-    for name, opt in report["optimizers"].items():
-        for cell in opt["cells"]:
-            where = f"{name} bs={cell['batch_size']}: best lr {cell['best_lr']:.2e}" if cell["best_lr"] else ""
-            if cell.get("lr_at_edge"):
+    lo, hi = report.lr_bounds or report.lr_range
+    for name, opt in report.optimizers.items():
+        for cell in opt.cells:
+            where = f"{name} bs={cell.batch_size}: best lr {cell.best_lr:.2e}" if cell.best_lr else ""
+            if cell.lr_at_edge:
                 out.append(
                     f"{where} is at the edge of the searched range [{lo:.2e}, {hi:.2e}]; widen lr.min/lr.max "
                     f"or lr.extend"
                 )
-            elif cell.get("lr_outside_range"):
+            elif cell.lr_outside_range:
                 out.append(f"{where} lies outside lr.min/lr.max: the search stepped past the range to find it")
     return out
 
@@ -945,6 +944,33 @@ T = TypeVar("T")
 
 class _Schema(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    # Read-only mapping access by JSON name (report["optimizers"]["adamw"]["bracket"]["self"], .get, in):
+    # `build_report` returned the report as a dict before it returned this model, and readers of that dict
+    # (outside checks of `sweeps.simulate` among them) index it so
+    def __getitem__(self, key: str) -> Any:
+        name = _json_names(type(self)).get(key)
+        if name is None:
+            raise KeyError(key)
+        return getattr(self, name)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def keys(self) -> list[str]:
+        return list(_json_names(type(self)))
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(key, self[key]) for key in self.keys()]
+
+    def __contains__(self, key: object) -> bool:
+        return key in _json_names(type(self))
+
+
+@functools.cache
+def _json_names(model: type[BaseModel]) -> dict[str, str]:
+    """JSON name -> attribute name of each field of a schema model (they differ where a field has an alias)."""
+    return {f.serialization_alias or f.alias or name: name for name, f in model.model_fields.items()}
 
 
 class ByReference(_Schema, Generic[T]):
@@ -977,6 +1003,22 @@ class Bracket(_Schema):
     largest_fine: int | None = None  # every batch size up to it is fine with confidence
     smallest_degraded: int | None = None  # degraded with confidence, above largest_fine
     contradictions: list[int] = []  # batch sizes found fine above a degraded one: degradation was not monotone
+
+
+# Every ByReference of the report parametrized here, at module level, where pydantic registers the class as
+# a name of this module: a Report then pickles (a process pool's result, a Ray object); a class parametrized
+# while pydantic builds a model's fields is registered nowhere, and pickle cannot find it
+for _value in (
+    float | None,
+    int | None,
+    bool | None,
+    Verdict | None,
+    tuple[float, float] | None,
+    Bracket,
+    list[NoiseCheck],
+):
+    _parametrized = ByReference[_value]
+del _value, _parametrized
 
 
 class CellReport(_Schema):
@@ -1023,13 +1065,13 @@ class CellReport(_Schema):
 
 
 class SearchStep(_Schema):
-    """One size a search of the batch axis chose, in order, and why."""
+    """One size a search of the batch axis chose, in order, and why (`order` last: report.json's key order)."""
 
-    order: int  # 1, 2, ...: the order the search chose the sizes in
     batch_size: int
     chosen: str  # reference | step up | bisect | speculative
     why: str  # the decision in words: "1920 is fine, nothing degraded yet: x2", "between 1920 (fine) and ..."
     seeds_added: int = 0  # confirmation runs adaptive confirmation added there beyond the first
+    order: int  # 1, 2, ...: the order the search chose the sizes in
 
 
 class BatchSearchReport(_Schema):
@@ -1057,7 +1099,7 @@ class OptimizerReport(_Schema):
 
 
 class Report(_Schema):
-    """The schema of `build_report`'s dict (rules: the module docstring)."""
+    """The sweep's report, as `build_report` makes it and report.json holds it (rules: the module docstring)."""
 
     schema_version: Literal[2]
     sweep: str
@@ -1081,19 +1123,19 @@ class Report(_Schema):
     warnings: list[str] = []  # things a reader must know before trusting the answer
 
 
-def validate_report(report: dict[str, Any]) -> Report:
-    """Check a report dict against the schema (pydantic ValidationError if it does not match)."""
-    return Report.model_validate(report)
+def validate_report(report: dict[str, Any] | Report) -> Report:
+    """A report dict, or a `Report` again (the driver adds its warnings after `build_report`), checked
+    against the schema (pydantic ValidationError if it does not match)."""
+    return Report.model_validate(report.model_dump(warnings=False) if isinstance(report, Report) else report)
 
 
-def read_report(raw: dict[str, Any]) -> Report:
-    """A report as a reader gets it (report.json, the HTTP API): top-level keys outside the schema, a
-    newer writer's additions, are left out; anything else that does not match is refused
-    (pydantic ValidationError)."""
-    return validate_report({k: v for k, v in raw.items() if k in Report.model_fields})
+def read_report(raw: dict[str, Any] | Report) -> Report:
+    """A report as a reader gets it (report.json, the HTTP API; or a `Report` already): top-level keys
+    outside the schema, a newer writer's additions, are left out; anything else that does not match is
+    refused (pydantic ValidationError)."""
+    return validate_report({k: v for k, v in raw.items() if k in Report.model_fields} if isinstance(raw, dict) else raw)
 
 
 def report_to_json(report: dict[str, Any] | Report, *, indent: int | None = 2) -> str:
-    """Strict JSON (no NaN/Infinity) of a validated report."""
-    model = report if isinstance(report, Report) else validate_report(report)
-    return json.dumps(model.model_dump(mode="json"), indent=indent, allow_nan=False)
+    """Strict JSON (no NaN/Infinity) of a validated report: what report.json holds."""
+    return json.dumps(validate_report(report).model_dump(mode="json"), indent=indent, allow_nan=False)

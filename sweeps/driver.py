@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.analysis import lr_edge_warnings
+from sweeps.analysis import Report, lr_edge_warnings
 from sweeps.detached import DriverOnly
 from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
 from sweeps.search import (
@@ -39,7 +39,7 @@ RESULT_PROGRESS_S = 5.0
 class SweepOutcome:
     sweep_id: str
     status: str  # succeeded | cancelled
-    report: dict[str, Any]
+    report: Report
     experiment_id: str
     summary_run_id: str
     tracking_uri: str
@@ -186,7 +186,7 @@ def run_sweep(
     run_ids = recorder.trial_run_ids()
     _, train_times = collect_results(searcher, run_ids)
     report = searcher.report(run_ids)
-    report["warnings"] = [*report["warnings"], *warnings, *lr_edge_warnings(report)]
+    report.warnings = [*report.warnings, *warnings, *lr_edge_warnings(report)]
     status = SweepStatus.cancelled if cancelled else SweepStatus.succeeded
     summary_run_id = recorder.write_summary(report, status=status)
     if on_progress:
@@ -200,7 +200,7 @@ def run_sweep(
         tracking_uri=runtime.tracking_uri,
         wall_time_s=time.perf_counter() - started,
         trial_train_time_s=train_times,
-        warnings=report["warnings"],
+        warnings=report.warnings,
     )
 
 

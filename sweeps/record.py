@@ -27,6 +27,7 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 
 from sweeps import layout
+from sweeps.analysis import CellReport, Report, report_to_json
 from sweeps.detached import DriverOnly
 from sweeps.layout import MLFLOW_STATUS, Role, Tag
 from sweeps.plan import cell_key, run_name
@@ -166,17 +167,18 @@ class SweepRecorder(DriverOnly, Callback):
         runs = layout.trial_runs(self.client, self.experiment_id)
         return {r.data.tags[Tag.tune_trial_id]: r.info.run_id for r in runs if Tag.tune_trial_id in r.data.tags}
 
-    def write_summary(self, report: dict[str, Any], *, status: str) -> str:
+    def write_summary(self, report: Report, *, status: str) -> str:
         """Cell runs get their answer; one summary run holds spec, report and tables. Returns its id."""
         self.close()
-        for name, opt in report["optimizers"].items():
-            for cell in opt["cells"]:
-                run_id = self._cells.get(cell_key(name, cell["batch_size"]))
+        for name, opt in report.optimizers.items():
+            for cell in opt.cells:
+                run_id = self._cells.get(cell_key(name, cell.batch_size))
                 if run_id is None:
                     continue
-                metrics = {k: cell[k] for k in ("val_loss_mean", "best_lr") if cell.get(k) is not None}
-                if cell.get("val_loss_ci95") and cell.get("val_loss_mean") is not None:
-                    metrics["val_loss_ci95_low"], metrics["val_loss_ci95_high"] = cell["val_loss_ci95"]
+                named = {"val_loss_mean": cell.val_loss_mean, "best_lr": cell.best_lr}
+                metrics = {k: v for k, v in named.items() if v is not None}
+                if cell.val_loss_mean is not None:  # then its interval is two numbers
+                    metrics["val_loss_ci95_low"], metrics["val_loss_ci95_high"] = cell.val_loss_ci95
                 now = int(time.time() * 1000)
                 curve = self._confirmation_curve(cell)
                 self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()] + curve)
@@ -196,23 +198,23 @@ class SweepRecorder(DriverOnly, Callback):
             tags=[RunTag(Tag.status, str(status)), RunTag(Tag.driver_node_id, _node_id())],
             metrics=[
                 Metric(f"largest_degradation_free_bs/{name}/{ref}", float(bs), int(time.time() * 1000), 0)
-                for name, opt in report["optimizers"].items()
-                for ref, bs in opt["largest_degradation_free_batch_size"].items()
+                for name, opt in report.optimizers.items()
+                for ref, bs in opt.largest_degradation_free_batch_size.model_dump().items()
                 if bs is not None
             ],
         )
         with tempfile.TemporaryDirectory() as d:
             (Path(d) / layout.SPEC_FILE).write_text(self.spec.to_yaml())
-            (Path(d) / layout.REPORT_FILE).write_text(json.dumps(report, indent=2))
+            (Path(d) / layout.REPORT_FILE).write_text(report_to_json(report))
             (Path(d) / layout.CELLS_FILE).write_text(cells_csv(report))
             self.client.log_artifacts(run_id, d)
         self.client.set_terminated(run_id, "FINISHED")
         return run_id
 
-    def _confirmation_curve(self, cell: dict[str, Any]) -> list[Metric]:
+    def _confirmation_curve(self, cell: CellReport) -> list[Metric]:
         """The val-loss curve (step = tokens) of the cell's first confirmation run, for its cell run: the
         MLflow UI then charts val loss against tokens per cell without opening the nested trials."""
-        run_id = next((r for r in cell.get("confirmation_run_ids") or [] if r), None)
+        run_id = next((r for r in cell.confirmation_run_ids if r), None)
         if run_id is None:
             return []
         return [
@@ -319,7 +321,7 @@ def _metrics_of(result: dict[str, Any]) -> list[tuple[str, float, int]]:
     return out
 
 
-def cells_csv(report: dict[str, Any]) -> str:
+def cells_csv(report: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(
@@ -336,21 +338,19 @@ def cells_csv(report: dict[str, Any]) -> str:
             "warmup",
         ]
     )
-    for name, opt in report["optimizers"].items():
-        for c in opt["cells"]:
-            ci = c.get("val_loss_ci95") or [None, None]
+    for name, opt in report.optimizers.items():
+        for c in opt.cells:
             w.writerow(
                 [
                     name,
-                    c["batch_size"],
-                    c.get("best_lr"),
-                    c.get("val_loss_mean"),
-                    ci[0],
-                    ci[1],
-                    c.get("seeds"),
-                    c.get("trials"),
-                    c.get("lr_at_edge"),
-                    c.get("warmup"),  # of the confirmation runs, in the spec's unit (schedule.warmup_unit)
+                    c.batch_size,
+                    c.best_lr,
+                    c.val_loss_mean,
+                    *c.val_loss_ci95,
+                    c.seeds,
+                    c.trials,
+                    c.lr_at_edge,
+                    c.warmup,  # of the confirmation runs, in the spec's unit (schedule.warmup_unit)
                 ]
             )
     return buf.getvalue()

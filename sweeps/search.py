@@ -49,6 +49,7 @@ from ray.tune.search import Searcher
 from sweeps.analysis import (
     ROLES,
     AnalysisInput,
+    Report,
     TrialResult,
     build_report,
     cells_to_extend,
@@ -457,12 +458,12 @@ class CellSearcher(DriverOnly, Searcher):
                     return Searcher.FINISHED if all(c.finished() for c in self.cells) else None
             return None
 
-    def report(self, run_ids: dict[str, str] | None = None) -> dict[str, Any]:
+    def report(self, run_ids: dict[str, str] | None = None) -> Report:
         """The report of what has finished so far (`build_report`, with the batch search's steps);
         `run_ids` as `collect_results` takes them."""
         results, _ = collect_results(self, run_ids)
         report = build_report(results, inputs=AnalysisInput.from_spec(self.spec), steps=self.search_steps())
-        report["warnings"] = [*report["warnings"], *self.search_warnings()]
+        report.warnings = [*report.warnings, *self.search_warnings()]
         return report
 
     def grow(self) -> bool:
@@ -498,7 +499,7 @@ class CellSearcher(DriverOnly, Searcher):
                 log.info("%s: within noise at the boundary, %d confirmation runs now", cell.key, cell.n_seeds)
         return extended
 
-    def _extend_boundary_cells(self, report: dict[str, Any]) -> bool:
+    def _extend_boundary_cells(self, report: Report) -> bool:
         """Adaptive confirmation (`seeds: {min, max, step}`): every cell has its runs; where a boundary
         verdict is within noise, give the cells it compares `step` more confirmation runs (up to max).
         True when some cell got more. The verdicts are the report's own (`cells_to_extend`)."""
@@ -519,7 +520,7 @@ class CellSearcher(DriverOnly, Searcher):
         against, ref_b, lattice = search.against, spec.lattice[0], spec.lattice
         cap = spec.sizes_per_optimizer[1]
         report = self.report()
-        rows = {(o, c["batch_size"]): c for o, r in report["optimizers"].items() for c in r["cells"]}
+        rows = {(o, c.batch_size): c for o, r in report.optimizers.items() for c in r.cells}
         extend = cells_to_extend(report, seeds_max=spec.seeds_max, references=(against,)) if spec.seeds_step else []
         grew = False
         for opt in spec.optimizer_names:
@@ -530,11 +531,8 @@ class CellSearcher(DriverOnly, Searcher):
             def verdict(c: Cell, ref_cell: Cell = ref_cell) -> str | None:
                 if not (c.finished() and ref_cell.finished()):
                     return None
-                return (
-                    rows[(c.optimizer, c.batch_size)]["verdict"][against]
-                    if (c.optimizer, c.batch_size) in rows
-                    else None
-                )
+                row = rows.get((c.optimizer, c.batch_size))
+                return getattr(row.verdict, against) if row is not None else None
 
             decided = {c.batch_size: verdict(c) for c in mine if not c.abandoned}
             for c in mine:
@@ -554,8 +552,8 @@ class CellSearcher(DriverOnly, Searcher):
                     grew = True
                     continue
                 passes = {
-                    c.batch_size: rows[key]["degradation_free"][against]
-                    if (key := (opt, c.batch_size)) in rows
+                    c.batch_size: getattr(row.degradation_free, against)
+                    if (row := rows.get((opt, c.batch_size))) is not None
                     else None
                     for c in mine
                     if not c.abandoned
@@ -592,9 +590,9 @@ class CellSearcher(DriverOnly, Searcher):
             # only where it is likely: every confirming size's search found an lr within the tolerance of
             # the reference (the search's best is biased low, so a size above it will likely be degraded)
             tol = spec.degradation.tolerance
-            ref_row = rows.get((ref_cell.optimizer, ref_b), {})
-            ref_loss = ref_row.get("val_loss_mean") or ref_row.get("search_best_val_loss")
-            likely = [rows.get((opt, c.batch_size), {}).get("search_best_val_loss") for c in pending]
+            ref_row = rows.get((ref_cell.optimizer, ref_b))
+            ref_loss = None if ref_row is None else ref_row.val_loss_mean or ref_row.search_best_val_loss
+            likely = [getattr(rows.get((opt, c.batch_size)), "search_best_val_loss", None) for c in pending]
             if ref_loss is None or any(v is None or v > (1 + tol) * ref_loss for v in likely):
                 continue
             hopeful = {b: ("fine" if v is None else v) for b, v in decided.items()}

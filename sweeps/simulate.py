@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.analysis import TrialResult, lr_edge_warnings
+from sweeps.analysis import Report, TrialResult, lr_edge_warnings
 from sweeps.spec import SweepSpec
 
 __all__ = ["Objective", "Run", "SimulationResult", "simulate"]
@@ -60,7 +60,7 @@ Objective = Callable[[Run], Sequence[float]]
 
 @dataclass
 class SimulationResult:
-    report: dict[str, Any]  # the Report (sweeps.analysis) a real sweep of the spec would write
+    report: Report  # the Report (sweeps.analysis) a real sweep of the spec would write; it also reads by key
     tokens_trained: int  # summed over trials: pruned ones to the evaluation where ASHA stopped them
     trials: int  # trials run
     results: list[TrialResult] = field(default_factory=list)  # what the analysis judged
@@ -168,5 +168,5 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
             heapq.heappush(events, (started + reports[i + 1]["tokens"], next(order), trial_id, i + 1))
     results, _ = collect_results(searcher)
     report = searcher.report()
-    report["warnings"] = [*report["warnings"], *lr_edge_warnings(report)]
+    report.warnings = [*report.warnings, *lr_edge_warnings(report)]
     return SimulationResult(report=report, tokens_trained=tokens, trials=launched, results=results, wall_tokens=clock)

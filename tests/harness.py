@@ -14,6 +14,7 @@ own trained at full weight next to the service, and Ray's nice 15 for its worker
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -531,18 +532,20 @@ def assert_ddp_matches_one_worker(single: list[dict], ddp: list[dict], ddp_final
 
 
 def real_report() -> dict[str, Any]:
-    """A real report (`build_report`) of adamw at batch 4 and 8: 2 search trials and 2 seeds each."""
-    from sweeps.analysis import TrialResult, build_report
+    """A real report (`build_report`) of adamw at batch 4 and 8: 2 search trials and 2 seeds each, as
+    report.json and the service's store hold it (JSON)."""
+    from sweeps.analysis import TrialResult, build_report, report_to_json
 
     results = [
         TrialResult("adamw", bs, lr, seed, role, "completed", loss + 0.01 * seed, 4096, 4096 // (bs * 32))
         for bs, loss in ((4, 5.12), (8, 5.30))
         for lr, seed, role in ((3e-3, 0, "search"), (1e-2, 0, "search"), (3e-3, 1, "seed"), (3e-3, 2, "seed"))
     ]
-    return build_report(
+    report = build_report(
         results, sweep="cli", batch_sizes=(4, 8), optimizers=("adamw",), baseline="adamw", tolerance=0.05,
         lr_min=1e-3, lr_max=1e-2, seeds=2, seq_len=32,
     )  # fmt: skip
+    return json.loads(report_to_json(report))
 
 
 def tiny_spec(name: str = "tiny", **overrides: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from sweeps.analysis import validate_report
+from sweeps.analysis import report_to_json, validate_report
 from sweeps.driver import run_sweep
 from sweeps.layout import TRIAL_ROLES
 from sweeps.plan import study_name
@@ -93,7 +93,7 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
     names = {a.path for a in client.list_artifacts(summary[0].info.run_id)}
     assert {"spec.yaml", "report.json", "cells.csv"} <= names
     local = client.download_artifacts(summary[0].info.run_id, "report.json")
-    assert json.loads(Path(local).read_text())["optimizers"] == json.loads(json.dumps(report))["optimizers"]
+    assert json.loads(Path(local).read_text())["optimizers"] == json.loads(report_to_json(report))["optimizers"]
 
     # Optuna holds one study per cell with the trials of the searches (and the seed re-runs)
     storage = open_storage(runtime.optuna_storage)

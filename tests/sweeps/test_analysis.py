@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
+from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from sweeps.analysis import (
     LR_EDGE_FACTOR,
     AnalysisInput,
+    Report,
     TrialResult,
+    _Schema,
     build_report,
     mean_ci95,
+    read_report,
     report_to_json,
     t_quantile,
     validate_report,
@@ -88,7 +94,7 @@ def table(losses: dict[str, list[float | None]]) -> list[TrialResult]:
 
 
 def answer(report, opt):
-    return report["optimizers"][opt]["largest_degradation_free_batch_size"]
+    return report.optimizers[opt].largest_degradation_free_batch_size.model_dump()
 
 
 # ---- statistics -----------------------------------------------------------------------------------
@@ -164,15 +170,15 @@ def test_flat_losses_give_the_largest_batch():
         assert answer(report, opt) == {"self": 128, "baseline": 128}
         # boundary = the answer 128 only (no larger batch); its samples have sd 0 on both sides, so the
         # interval is the point d = 3.0 - 1.01 x 3.0 = -0.03 < 0: not within noise
-        assert report["optimizers"][opt]["within_noise"] == {"self": False, "baseline": False}
+        assert report.optimizers[opt].within_noise.model_dump() == {"self": False, "baseline": False}
         [check] = report["optimizers"][opt]["noise_checks"]["self"]
         assert check["batch_size"] == 128
-        assert check["diff_ci95"] == [pytest.approx(-0.03), pytest.approx(-0.03)]
+        assert check["diff_ci95"] == (pytest.approx(-0.03), pytest.approx(-0.03))
     c = report["optimizers"]["merit"]["cells"][0]
-    assert c["best_lr"] == LR and c["val_loss_mean"] == 3.0 and c["val_loss_ci95"] == [3.0, 3.0]
+    assert c["best_lr"] == LR and c["val_loss_mean"] == 3.0 and c["val_loss_ci95"] == (3.0, 3.0)
     assert c["seeds"] == 3 and c["ci_available"] is True
     # 2 search trials (one worse at 2 x lr) + 3 confirmation runs; the search minimum is reported apart
-    assert c["trials"] == 5 and c["trial_status"] == {"completed": 5, "pruned": 0, "diverged": 0, "failed": 0}
+    assert c["trials"] == 5 and c.trial_status.model_dump() == {"completed": 5, "pruned": 0, "diverged": 0, "failed": 0}
     assert c["search_best_val_loss"] == pytest.approx(2.95) and c["stable"] is True and c["unstable_reason"] is None
 
 
@@ -229,7 +235,7 @@ def test_baseline_is_stricter_than_self():
         table({"adamw": [2.98, 2.98, 2.98, 2.98], "merit": [3.000, 3.020, 3.025, 3.500]}), inputs=INPUTS
     )
     assert answer(report, "merit") == {"self": 64, "baseline": 16}
-    assert report["optimizers"]["merit"]["reference_val_loss"] == {"self": 3.0, "baseline": 2.98}
+    assert report.optimizers["merit"].reference_val_loss.model_dump() == {"self": 3.0, "baseline": 2.98}
     # the baseline optimizer judged against itself: the same answer twice
     assert answer(report, "adamw") == {"self": 128, "baseline": 128}
 
@@ -239,7 +245,7 @@ def test_baseline_answer_null_when_the_smallest_batch_already_fails():
     # while against itself the reference cell is degradation-free by definition
     report = build_report(table({"adamw": [2.98] * 4, "merit": [3.10, 3.50, 3.50, 3.50]}), inputs=INPUTS)
     assert answer(report, "merit") == {"self": 16, "baseline": None}
-    assert report["optimizers"]["merit"]["cells"][0]["degradation_free"] == {"self": True, "baseline": False}
+    assert report.optimizers["merit"].cells[0].degradation_free.model_dump() == {"self": True, "baseline": False}
 
 
 def test_missing_cell_breaks_the_chain():
@@ -249,8 +255,8 @@ def test_missing_cell_breaks_the_chain():
     assert answer(report, "merit") == {"self": 16, "baseline": 16}
     c32 = merit["cells"][1]
     assert c32["batch_size"] == 32 and c32["trials"] == 0
-    assert c32["best_lr"] is None and c32["val_loss_mean"] is None and c32["val_loss_ci95"] == [None, None]
-    assert c32["degradation_free"] == {"self": None, "baseline": None} and c32["lr_at_edge"] is None
+    assert c32["best_lr"] is None and c32["val_loss_mean"] is None and c32["val_loss_ci95"] == (None, None)
+    assert c32.degradation_free.model_dump() == {"self": None, "baseline": None} and c32["lr_at_edge"] is None
     # boundary cells 16 and 32: 16 is the self reference cell (skipped), 32 has no mean (skipped)
     # -> no check -> within_noise null; against the baseline 16 is merit's own cell, so it is checked
     assert merit["noise_checks"]["self"] == [] and merit["within_noise"]["self"] is None
@@ -262,7 +268,7 @@ def test_diverged_only_cell_has_no_result_and_breaks_the_chain():
     rows += [search("merit", 64, None, lr=lr, seed=i, status="diverged") for i, lr in enumerate((1e-2, 2e-2, 3e-2))]
     report = build_report(rows, inputs=INPUTS)
     c64 = report["optimizers"]["merit"]["cells"][2]
-    assert c64["trial_status"] == {"completed": 0, "pruned": 0, "diverged": 3, "failed": 0}
+    assert c64.trial_status.model_dump() == {"completed": 0, "pruned": 0, "diverged": 3, "failed": 0}
     assert c64["trials"] == 3 and c64["seeds"] == 0
     assert c64["best_lr"] is None and c64["val_loss_mean"] is None and c64["ci_available"] is False
     assert answer(report, "merit") == {"self": 32, "baseline": 32}
@@ -272,7 +278,7 @@ def test_missing_reference_cell_nulls_everything_judged_against_it():
     # adamw (the baseline) has nothing at 16: every baseline verdict of every optimizer is null
     report = build_report(table({"adamw": [None, 3.0, 3.0, 3.0], "merit": [3.0] * 4}), inputs=INPUTS)
     merit = report["optimizers"]["merit"]
-    assert merit["reference_val_loss"] == {"self": 3.0, "baseline": None}
+    assert merit.reference_val_loss.model_dump() == {"self": 3.0, "baseline": None}
     assert answer(report, "merit") == {"self": 128, "baseline": None}
     assert merit["within_noise"]["baseline"] is None
     assert answer(report, "adamw") == {"self": None, "baseline": None}
@@ -293,9 +299,9 @@ def test_best_lr_ignores_pruned_diverged_and_failed_trials():
     c = report["optimizers"]["merit"]["cells"][0]
     # the search only chose the lr: the one sample is the confirmation run's
     assert c["best_lr"] == 1e-3 and c["val_losses"] == [3.1] and c["search_best_val_loss"] == 3.0
-    assert c["trial_status"] == {"completed": 2, "pruned": 1, "diverged": 1, "failed": 1}
+    assert c.trial_status.model_dump() == {"completed": 2, "pruned": 1, "diverged": 1, "failed": 1}
     # seeds: 1 -> one confirmation run: the interval collapses to the mean, and says so
-    assert c["val_loss_ci95"] == [3.1, 3.1] and c["ci_available"] is False and c["stable"] is True
+    assert c["val_loss_ci95"] == (3.1, 3.1) and c["ci_available"] is False and c["stable"] is True
 
 
 def test_cell_samples_are_the_completed_runs_at_the_best_lr():
@@ -315,7 +321,7 @@ def test_cell_samples_are_the_completed_runs_at_the_best_lr():
     assert c["val_loss_mean"] == pytest.approx(3.1, rel=1e-12)
     # sd 0.1, half = t(0.975, 2) x 0.1 / sqrt(3)
     half = 4.302652729749464 * 0.1 / math.sqrt(3)
-    assert c["val_loss_ci95"] == [pytest.approx(3.1 - half, rel=1e-9), pytest.approx(3.1 + half, rel=1e-9)]
+    assert c["val_loss_ci95"] == (pytest.approx(3.1 - half, rel=1e-9), pytest.approx(3.1 + half, rel=1e-9))
     # seed 4 failed at the chosen lr: 3 of 4 planned confirmations completed -> unstable
     assert c["stable"] is False and "3 of 4 confirmation runs" in c["unstable_reason"]
     assert "1 failed" in c["unstable_reason"]
@@ -346,7 +352,7 @@ def test_within_noise_true_when_the_boundary_interval_straddles_zero():
     [check] = merit["noise_checks"]["self"]
     assert check["batch_size"] == 32
     assert check["diff_mean"] == pytest.approx(0.068, abs=1e-12)
-    assert check["diff_ci95"] == [pytest.approx(-0.388, abs=1e-3), pytest.approx(0.524, abs=1e-3)]
+    assert check["diff_ci95"] == (pytest.approx(-0.388, abs=1e-3), pytest.approx(0.524, abs=1e-3))
     assert check["straddles_zero"] is True
     assert merit["within_noise"]["self"] is True
 
@@ -358,7 +364,7 @@ def test_within_noise_false_when_the_gap_is_clear():
     report = build_report(_noise_rows([3.00, 3.01, 3.02], [3.20, 3.21, 3.22]), inputs=INPUTS)
     merit = report["optimizers"]["merit"]
     [check] = merit["noise_checks"]["self"]
-    assert check["diff_ci95"] == [pytest.approx(0.147, abs=1e-3), pytest.approx(0.193, abs=1e-3)]
+    assert check["diff_ci95"] == (pytest.approx(0.147, abs=1e-3), pytest.approx(0.193, abs=1e-3))
     assert check["straddles_zero"] is False
     assert merit["within_noise"]["self"] is False
 
@@ -416,7 +422,8 @@ def test_steps_and_tokens_to_reference():
 
 def test_report_schema_keys_are_stable():
     report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), inputs=INPUTS)
-    assert list(report) == [
+    written = json.loads(report_to_json(report))  # the keys as report.json holds them, in order
+    assert list(written) == [
         "schema_version",
         "sweep",
         "reference_batch_size",
@@ -439,7 +446,7 @@ def test_report_schema_keys_are_stable():
     assert report["reference_batch_size"] == 16 and report["sweep"] == "merit-vs-adamw"
     assert list(report["optimizers"]) == ["adamw", "merit"]  # spec order
     opt = report["optimizers"]["merit"]
-    assert list(opt) == [
+    assert list(written["optimizers"]["merit"]) == [
         "cells",
         "reference_val_loss",
         "largest_degradation_free_batch_size",
@@ -449,7 +456,7 @@ def test_report_schema_keys_are_stable():
         "within_noise",
         "noise_checks",
     ]
-    assert list(opt["cells"][0]) == [
+    assert list(written["optimizers"]["merit"]["cells"][0]) == [
         "batch_size",
         "best_lr",
         "search_best_val_loss",
@@ -486,10 +493,73 @@ def test_report_schema_keys_are_stable():
 def test_report_json_round_trip_and_validation():
     report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.1, 3.0]}), inputs=INPUTS)
     text = report_to_json(report)
-    assert json.loads(text) == json.loads(json.dumps(report))
+    assert json.loads(text) == report.model_dump(mode="json")
+    assert validate_report(json.loads(text)) == report  # read back, the same report
     assert validate_report(json.loads(text)).optimizers["merit"].cells[1].best_lr is None
     with pytest.raises(ValidationError):
         validate_report({**report, "surprise": 1})
+    # a Report changed after build_report (the driver adds its warnings) is checked again, not waved through
+    report.warnings = ["bs=32: data repeated"]
+    assert validate_report(report) == report
+    report.warnings = [32]
+    with pytest.raises(ValidationError):
+        validate_report(report)
+    with pytest.raises(ValidationError):
+        report_to_json(report)
+
+
+def same_json(got: Any, want: Any, where: str = "report") -> None:
+    """The same JSON: the same keys in the same order, the same types and values (floats to round-off)."""
+    assert type(got) is type(want), where
+    if isinstance(want, dict):
+        assert list(got) == list(want), where
+        for k in want:
+            same_json(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            same_json(g, w, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-15), where
+    else:
+        assert got == want, where
+
+
+@pytest.mark.parametrize("case", ["list", "one_seed", "search", "retreat"])
+def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
+    """data/report_baseline.json holds results and the report.json that `build_report`'s dict made of them
+    (json.dumps, indent 2) at commit eae26b3, before the report was a model: a list sweep with adaptive seeds,
+    warm-up searched, confirmation runs diverging and lrs past the range; one seed per cell, with a cell where
+    everything diverged; a search of the batch axis; a retreat. The model writes the same keys, in the same
+    order, with the same values (floats to round-off: a newer scipy may move the last digit)."""
+    data = json.loads((Path(__file__).parent / "data" / "report_baseline.json").read_text())[case]
+    report = build_report(data["results"], inputs=AnalysisInput(**data["inputs"]), steps=data["steps"])
+    assert isinstance(report, Report)
+    same_json(json.loads(report_to_json(report)), data["report"])
+    assert pickle.loads(pickle.dumps(report)) == report  # as a process pool or Ray passes it on
+    # and the JSON written then reads back as a Report that writes it again byte for byte (a dict passes too)
+    assert isinstance(read_report(data["report"]), Report)
+    assert (
+        report_to_json(read_report(data["report"]))
+        == report_to_json(data["report"])
+        == json.dumps(data["report"], indent=2)
+    )
+
+
+def test_mapping_reads_use_the_json_names():
+    """A field whose JSON name differs from its attribute (an alias) is read by its JSON name, as the dict
+    had it; the report's own fields all have their attribute's name ("self" included)."""
+
+    class Aliased(_Schema):
+        from_: int = Field(alias="from")
+
+    aliased = Aliased.model_validate({"from": 3})
+    assert aliased["from"] == 3 and "from" in aliased and list(aliased.keys()) == ["from"]
+    assert "from_" not in aliased and aliased.get("from_") is None
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), inputs=INPUTS)
+    by_ref = report["optimizers"]["merit"]["bracket"]
+    assert list(by_ref.keys()) == ["self", "baseline"] and by_ref["self"] is report.optimizers["merit"].bracket.self
+    assert dict(report["optimizers"]["merit"]["largest_degradation_free_batch_size"]) == {"self": 128, "baseline": 128}
 
 
 def test_keyword_inputs_equal_analysis_input():

@@ -10,6 +10,8 @@ from types import ModuleType
 import pytest
 from bench_helpers import load_bench
 
+from sweeps.analysis import Bracket
+
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
@@ -37,11 +39,11 @@ def test_judging_rules(bench: ModuleType) -> None:
     lattice = [8, 10, 12, 14, 16]
     assert bench.within(10, 12, lattice, 1.25) and not bench.within(8, 12, lattice, 1.25)
     assert bench.within(None, None, lattice, 1.25) and not bench.within(None, 8, lattice, 1.25)
-    assert bench.covers({"largest_fine": 8, "smallest_degraded": 14}, 12)
-    assert not bench.covers({"largest_fine": 8, "smallest_degraded": 12}, 12)  # [8, 12): 12 is degraded
-    assert bench.covers({"largest_fine": None, "smallest_degraded": 12}, 10)
-    assert bench.covers({"largest_fine": None, "smallest_degraded": None}, None)
-    assert not bench.covers({"largest_fine": 8, "smallest_degraded": None}, None)
+    assert bench.covers(Bracket(largest_fine=8, smallest_degraded=14), 12)
+    assert not bench.covers(Bracket(largest_fine=8, smallest_degraded=12), 12)  # [8, 12): 12 is degraded
+    assert bench.covers(Bracket(largest_fine=None, smallest_degraded=12), 10)
+    assert bench.covers(Bracket(largest_fine=None, smallest_degraded=None), None)
+    assert not bench.covers(Bracket(largest_fine=8, smallest_degraded=None), None)
 
 
 def test_the_last_line_is_the_token_ratio_and_the_coverage(

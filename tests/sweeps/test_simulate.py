@@ -7,13 +7,14 @@ counted, divergence where the objective says so, and the same result for the sam
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import pytest
 from harness import tiny_spec
 
-from sweeps.analysis import validate_report
+from sweeps.analysis import Report, report_to_json, validate_report
 from sweeps.simulate import Run, reports_of, simulate
 from sweeps.spec import SweepSpec
 
@@ -54,7 +55,10 @@ def test_a_rehearsal_writes_the_report_a_sweep_writes_with_the_known_answer() ->
     assert result.trials == len(seen) > 0
     for opt in ("adamw", "lion"):
         # flat to 8, 5 % worse at 16: the largest degradation-free batch size is 8 against both references
-        assert result.report["optimizers"][opt]["largest_degradation_free_batch_size"] == {"self": 8, "baseline": 8}
+        assert result.report.optimizers[opt].largest_degradation_free_batch_size.model_dump() == {
+            "self": 8,
+            "baseline": 8,
+        }
         for cell in result.report["optimizers"][opt]["cells"]:
             assert abs(math.log(cell["best_lr"] / LR_STAR)) < 0.3  # the line search found the bowl's centre
             assert cell["seeds"] == 2 and cell["stable"] is True
@@ -68,6 +72,39 @@ def test_a_rehearsal_writes_the_report_a_sweep_writes_with_the_known_answer() ->
     # tokens: every trial's, as trained; with pruning some stopped early, none trained past the budget
     assert result.tokens_trained == sum(t.tokens for t in result.results)
     assert result.tokens_trained <= result.trials * spec.trained_tokens
+
+
+def read_by_name(value: Any) -> Any:
+    """`value` read the way a reader of the report dict reads it: keys(), [name], lists by index."""
+    if isinstance(value, (list, tuple)):
+        return [read_by_name(v) for v in value]
+    if hasattr(value, "keys"):
+        return {k: read_by_name(value[k]) for k in value.keys()}
+    return value
+
+
+def test_the_report_is_a_report_that_reads_as_the_dict_it_was() -> None:
+    """`result.report` is the `Report` model; readers of the report dict it once was index it by its JSON
+    names, and get what the attributes hold, all the way down."""
+    result = simulate(spec_of(batch_sizes=[4, 8]), bowl, seed=0)
+    report, adamw = result.report, result.report.optimizers["adamw"]
+    assert isinstance(report, Report)
+    as_dict = report["optimizers"]["adamw"]
+    assert (
+        as_dict["largest_degradation_free_batch_size"]["baseline"] == adamw.largest_degradation_free_batch_size.baseline
+    )
+    assert as_dict["bracket"]["self"]["largest_fine"] == adamw.bracket.self.largest_fine == 8
+    assert as_dict["cells"][1]["trial_status"]["completed"] == adamw.cells[1].trial_status.completed > 0
+    assert as_dict["cells"][0].get("best_lr") == adamw.cells[0].best_lr
+    assert as_dict["noise_checks"]["baseline"] == adamw.noise_checks.baseline
+    assert as_dict["bracket"].items() == [("self", adamw.bracket.self), ("baseline", adamw.bracket.baseline)]
+    assert report.get("warnings") == report.warnings and report.get("nothing") is None and report.get("nothing", 1) == 1
+    assert "lr_bounds" in report and "nothing" not in report
+    for not_a_field in ("nothing", "model_dump", "warnings_"):
+        with pytest.raises(KeyError):
+            report[not_a_field]  # fields only, never the model's methods
+    # every read by name, all the way down, gives what report.json holds
+    assert read_by_name(report) == json.loads(report_to_json(report))
 
 
 def test_the_same_seed_gives_the_same_rehearsal_and_the_objective_sees_each_trial_once() -> None:

@@ -82,7 +82,7 @@ def test_clear_cases_are_decided_and_the_bracket_is_tight() -> None:
     report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), inputs=inputs(seeds=4))
     assert cells(report) == {8: "fine", 16: "fine", 32: "fine", 64: "degraded", 128: "degraded"}
     opt = report["optimizers"]["adamw"]
-    assert opt["bracket"]["self"] == {"largest_fine": 32, "smallest_degraded": 64, "contradictions": []}
+    assert opt.bracket.self.model_dump() == {"largest_fine": 32, "smallest_degraded": 64, "contradictions": []}
     lo, hi = opt["cells"][3]["verdict_diff_ci"]["self"]
     assert lo > 0 and lo < 3.2 - 1.01 * 3.0 < hi
     assert "Bonferroni" in report["verdict_rule"] and "monotone" in report["verdict_rule"]
@@ -93,7 +93,7 @@ def test_near_the_line_and_with_independent_noise_it_is_undecided_not_guessed() 
     samples = {b: list(3.0 * (1.01 if b == 16 else 1.0) + rng.normal(0, 0.05, 2)) for b in (8, 16)}
     report = build_report(rows(samples), inputs=inputs(batches=(8, 16)))
     assert cells(report) == {8: "fine", 16: "undecided"}
-    assert report["optimizers"]["adamw"]["bracket"]["self"] == {
+    assert report.optimizers["adamw"].bracket.self.model_dump() == {
         "largest_fine": 8,
         "smallest_degraded": None,
         "contradictions": [],
@@ -108,7 +108,7 @@ def test_an_unstable_cell_is_degraded_and_a_fine_one_above_it_contradicts_monoto
     results.append(TrialResult("adamw", 16, 1e-3, 2, "seed", "diverged", None, 1, 1))
     report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16, 32)))
     assert cells(report) == {8: "fine", 16: "degraded", 32: "fine"}
-    assert report["optimizers"]["adamw"]["bracket"]["self"] == {
+    assert report.optimizers["adamw"].bracket.self.model_dump() == {
         "largest_fine": 8,
         "smallest_degraded": 16,
         "contradictions": [32],

@@ -160,7 +160,7 @@ def test_the_report_judges_a_cell_by_its_confirmation_runs_at_the_chosen_warmup_
     ]
     cell = build_report(trials, inputs=inputs)["optimizers"]["adamw"]["cells"][0]
     assert cell["warmup"] == 0.2 and cell["best_lr"] == 1e-3
-    assert cell["warmups_tried"] == [[0.05, 3.0], [0.2, 2.9], [0.5, None]]
+    assert cell["warmups_tried"] == [(0.05, 3.0), (0.2, 2.9), (0.5, None)]
     assert cell["val_losses"] == [2.95, 2.97] and cell["stable"] is True
     # the diverged warm-up run says the warm-up is too long at that lr, not that the batch size is unstable
     trials[2] = result("warmup", 3.2, warmup=0.2, number=2)
@@ -215,7 +215,7 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
     report = resumed.report()
     cell = report["optimizers"]["adamw"]["cells"][0]
     assert (cell["warmup"], cell["val_losses"]) == (0.2, [2.95, 2.96])
-    assert cell["warmups_tried"] == [[0.05, 3.0], [0.2, 2.9], [0.01, None]]
+    assert cell["warmups_tried"] == [(0.05, 3.0), (0.2, 2.9), (0.01, None)]
 
 
 def test_mlflow_names_the_warmup_of_a_run_where_the_sweep_searches_it() -> None:
@@ -249,30 +249,28 @@ def test_the_price_counts_the_warmup_runs_and_none_of_them_as_prunable() -> None
 def test_the_cli_and_the_dashboard_say_which_warmup_each_cell_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import json
-
     from typer.testing import CliRunner
 
     import cli.main
     from cli.main import app
     from dashboards.data import SweepData
     from dashboards.page import _answer, _cells_table
-    from sweeps.analysis import read_report
+    from sweeps.analysis import report_to_json
 
     monkeypatch.setattr(cli.main.console, "width", 200)  # made at import: one line per table row
     report = simulate(spec_of(warmup_search=[LONG]), needs_warmup).report
-    (tmp_path / "report.json").write_text(json.dumps(report))
+    (tmp_path / "report.json").write_text(report_to_json(report))
     out = CliRunner().invoke(app, ["show", str(tmp_path / "report.json")], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
     rows = [line for line in out.output.splitlines() if line.startswith("│ ") and "e-03" in line]
     assert [line.split("│")[-2].strip() for line in rows] == [str(w) for w in (SHORT, SHORT, LONG, LONG) * 2]
     assert out.output.count("┃ warm-up") == 2, out.output  # a column of its own in each optimizer's table
     assert "warm-up searched with the lr" in " ".join(out.output.split())
-    sweep = SweepData("s", read_report(report))
+    sweep = SweepData("s", report)
     assert _cells_table(sweep).count(f", warm-up {LONG}") == 4
     assert "warm-up searched with the lr" in _answer(sweep)
     plain = simulate(spec_of(), needs_warmup).report
-    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    (tmp_path / "plain.json").write_text(report_to_json(plain))
     out = CliRunner().invoke(app, ["show", str(tmp_path / "plain.json")], env={"COLUMNS": "200"})
     assert out.exit_code == 0 and "┃ warm-up" not in out.output, out.output  # no column
     assert "only the peak lr" in " ".join(out.output.split())
