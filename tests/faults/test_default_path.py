@@ -1,7 +1,7 @@
 """The default path of the README, for a minute or two, with the faults an on-call engineer sees.
 
 `sweeps serve` exactly as the README runs it: no RAY_ADDRESS (the service starts its own local Ray
-head), SQLite stores in the data dir. One sweep of a few minutes runs while the test
+head), SQLite stores in the data dir. One sweep of a minute or two runs while the test
 
 - churns the service's worker-thread pool (bursts of concurrent requests, then idle spells longer
   than anyio's idle-thread timeout, so threads come and go: a Ray head forked from one of them would
