@@ -27,14 +27,14 @@ name: node-loss
 model: {preset: gpt2-nano, seq_len: 64}
 optimizers: [{name: adamw}]
 batch_sizes: [8]
-token_budget: 65536          # 128 steps at batch 8: seconds of training, long enough to lose a node in
+token_budget: 32768          # 64 steps at batch 8: seconds of training, long enough to lose a node in
 lr: {min: 1.0e-3, max: 1.0e-2, trials_per_batch_size: 1}
 seeds: 1
 degradation: {tolerance: 0.02, baseline: adamw}
 resources: {workers_per_trial: 1, cpus_per_worker: 1, max_concurrent_trials: 1, max_micro_batch: 8}
 eval_every_tokens: 4096      # an evaluation and a checkpoint every 8 steps
 checkpoint_min_interval_s: 0 # (the default, 300 s, would write none in a trial of seconds)
-eval_tokens: 4096
+eval_tokens: 1024            # a quarter of what it trains between evaluations
 """
 
 SECOND = """
@@ -48,7 +48,7 @@ seeds: 1
 degradation: {tolerance: 0.02, baseline: adamw}
 resources: {workers_per_trial: 1, cpus_per_worker: 1, max_concurrent_trials: 2, max_micro_batch: 8}
 eval_every_tokens: 4096
-eval_tokens: 4096
+eval_tokens: 1024
 """
 
 
@@ -144,7 +144,7 @@ def test_a_trial_survives_losing_its_node_and_a_new_node_is_used(
         )
     ]
     assert steps == sorted(set(steps)), steps  # resumed at its checkpoint: no evaluation repeated
-    assert steps[-1] == 65536 and len(steps) == 65536 // 4096
+    assert steps[-1] == 32768 and len(steps) == 32768 // 4096
 
     # Optuna: the trial once, completed, with the final loss of an unbroken run of the same seed and lr
     from optuna.trial import TrialState
