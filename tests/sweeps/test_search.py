@@ -134,6 +134,32 @@ def test_a_suggest_reads_each_cells_trials_from_the_storage_once(
     assert all(not c._memo_on and c._memo is None for c in s.cells)
 
 
+def test_within_one_read_the_best_trial_is_fitted_once_and_again_after_a_write(
+    storage: optuna.storages.BaseStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sweeps.search as search
+
+    s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
+    for i in range(3):
+        assert s.suggest(f"t{i}")["cell"] == "adamw/bs4"
+    s.on_trial_complete("t0", done(4.0))
+    s.on_trial_complete("t1", done(3.5))
+    cell = s.cells[0]
+    lr_of = {t.number: float(t.params["lr"]) for t in cell.study.trials}
+    fits: list[int] = []
+    pick = search.pick_stable
+    monkeypatch.setattr(search, "pick_stable", lambda *a, **k: fits.append(1) or pick(*a, **k))
+    with s.reading_once():
+        assert cell.best_lr() == lr_of[1] and cell.best().number == 1 and cell.finished() is False  # type: ignore[union-attr]
+        assert len(fits) == 1  # one fit for the read, however often a suggest asks
+        s.on_trial_complete("t2", done(3.0))
+        cell.changed()  # what a suggest does after its own writes
+        assert cell.best_lr() == lr_of[2] and len(fits) == 2
+    cell.best()
+    cell.best()
+    assert len(fits) == 4  # outside a read, every call reads and fits afresh
+
+
 def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: optuna.storages.BaseStorage) -> None:
     from sweeps.analysis import AnalysisInput, build_report
     from sweeps.driver import collect_results
