@@ -26,7 +26,7 @@ from sweeps.search import (
 )
 from sweeps.spec import SweepSpec
 from sweeps.status import SweepStatus
-from sweeps.stores import close_running_trials, open_storage, recorded_results, sweep_studies
+from sweeps.stores import close_running_trials, open_storage, recorded_results
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def run_sweep(
         sweep_id=sweep_id,
         spec=spec,
         cancelling=lambda: searcher.cancelling,
-        results=recorded_results(sweep_studies(storage, sweep_id)),
+        results=recorded_results([c.study for c in searcher.cells]),  # every stored cell is open by now
     )
     if on_experiment:
         on_experiment(recorder.experiment_id)  # the live runs are there from now on: link them at once
