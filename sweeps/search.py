@@ -131,9 +131,9 @@ class Cell:
     # one `suggest` reads each cell's trials from the storage once, not a dozen times; `changed()` drops it.
     _memo_on: bool = field(default=False, repr=False)
     _memo: list[optuna.trial.FrozenTrial] | None = field(default=None, repr=False)
-    # `best()` of the memo's trials (the line-search fit behind it is most of a `suggest`): (memo read, best)
-    _best_memo: tuple[int, optuna.trial.FrozenTrial | None] | None = field(default=None, repr=False)
-    _reads: int = field(default=0, repr=False)  # storage reads so far: which memo `_best_memo` belongs to
+    # `best()` of the memo's trials, dropped with each new read (the line-search fit behind it is most of a
+    # `suggest`); a 1-tuple, since the best may be None
+    _best_memo: tuple[optuna.trial.FrozenTrial | None] | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
@@ -144,8 +144,7 @@ class Cell:
         if not self._memo_on:
             return self.study.get_trials(deepcopy=False)
         if self._memo is None:
-            self._memo = self.study.get_trials(deepcopy=False)
-            self._reads += 1
+            self._memo, self._best_memo = self.study.get_trials(deepcopy=False), None
         return self._memo
 
     def changed(self) -> None:
@@ -171,13 +170,13 @@ class Cell:
         """The search trial whose lr gets the confirmation runs, by the analysis's own rule (`pick_stable`:
         the best, or the best below an lr at which a confirmation run diverged)."""
         if self._memo_on:
-            self.all_trials()  # the memo read, if not yet
-            if self._best_memo is not None and self._best_memo[0] == self._reads:
-                return self._best_memo[1]
+            self.all_trials()  # the memo read, if not yet (a new read drops the best of the last)
+            if self._best_memo is not None:
+                return self._best_memo[0]
         diverged = [float(t.params["lr"]) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"]
         best = pick_stable(self.trials("search", (TrialState.COMPLETE,)), _score, diverged)
         if self._memo_on:
-            self._best_memo = (self._reads, best)
+            self._best_memo = (best,)
         return best
 
     def best_lr(self) -> float | None:

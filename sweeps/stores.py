@@ -57,11 +57,6 @@ def sweep_studies(storage: optuna.storages.BaseStorage, sweep_id: str) -> list[o
     ]
 
 
-def close_sweep_trials(storage: optuna.storages.BaseStorage, sweep_id: str) -> int:
-    """`close_running_trials` for every cell study of a sweep; the count closed."""
-    return sum(close_running_trials(study) for study in sweep_studies(storage, sweep_id))
-
-
 @dataclass(frozen=True)
 class Recorded:
     """A trial's result as Optuna holds it: how it ended and its val-loss curve."""
@@ -87,9 +82,9 @@ def recorded_results(studies: list[optuna.Study]) -> dict[str, Recorded]:
 def close_leftovers(sweep_id: str, runtime: SweepRuntime) -> tuple[int, int]:
     """A sweep that ended without its driver (lost for good, or cancelled while gone) leaves nothing
     RUNNING: its Optuna trials and MLflow runs are closed. Returns (trials, runs) closed."""
-    storage = open_storage(runtime.optuna_storage)
-    trials = close_sweep_trials(storage, sweep_id)
-    return trials, close_sweep_runs(runtime.tracking_uri, sweep_id, recorded_results(sweep_studies(storage, sweep_id)))
+    studies = sweep_studies(open_storage(runtime.optuna_storage), sweep_id)
+    trials = sum(close_running_trials(study) for study in studies)
+    return trials, close_sweep_runs(runtime.tracking_uri, sweep_id, recorded_results(studies))
 
 
 def close_running_runs(client: MlflowClient, experiment_id: str, results: Mapping[str, Recorded] | None = None) -> int:
