@@ -899,6 +899,14 @@ def _fmt(x: float | None, f: str) -> str:
     return "-" if x is None else format(x, f)
 
 
+def _spec_seeds() -> int | dict[str, int]:
+    """The spec's default confirmation runs, as `make_spec` takes them."""
+    from sweeps.spec import SweepSpec
+
+    seeds = SweepSpec.model_fields["seeds"].get_default(call_default_factory=True)
+    return seeds if isinstance(seeds, int) else seeds.model_dump()
+
+
 def _seeds_arg(text: str) -> int | dict[str, int]:
     parts = [int(p) for p in text.split(",")]
     return parts[0] if len(parts) == 1 else dict(zip(("min", "max", "step"), parts, strict=True))
@@ -913,8 +921,8 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=6, help="lr.trials_per_batch_size (spec default 6)")
     parser.add_argument(
         "--seeds",
-        default="2,6,2",
-        help="confirmation runs per cell: MIN,MAX,STEP (adaptive; the spec's default 2,6,2) or N",
+        default=None,
+        help="confirmation runs per cell: MIN,MAX,STEP (adaptive) or N (default: the spec's, 2,10,2)",
     )
     parser.add_argument("--family", choices=sorted(FAMILIES), default="bowls", help="the problem family")
     parser.add_argument("--concurrency", type=int, default=None, help="max_concurrent_trials (simulation: 4)")
@@ -934,7 +942,7 @@ def main(argv: Iterable[str] | None = None) -> None:
             sigma=args.sigma,
             tolerance=args.tolerance,
             trials=args.trials,
-            seeds=_seeds_arg(args.seeds),
+            seeds=_seeds_arg(args.seeds) if args.seeds else _spec_seeds(),
             concurrency=args.concurrency or 4,
             family=args.family,
         )

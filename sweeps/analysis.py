@@ -58,7 +58,13 @@ against two reference losses: "self", its own cell mean at the reference batch s
 the baseline optimizer's cell mean at the reference batch size. A missing reference cell makes that
 reference null, and everything judged against it null.
 
-Degradation-free. The means of the stable cells other than the reference cell are first fitted by a
+Degradation-free. Adaptive confirmation gives some cells more seeds than others, and a seed shares its
+init and data order with every cell, so a plain mean of seeds 1..2 and one of seeds 1..6 differ by how
+seeds 3..6 ran. The point estimate compares cells on the same seeds: `seed_adjusted_means` fits
+loss(c, s) = mu_c + alpha_s to every stable cell's confirmation runs by least squares and takes each
+cell's mean over all the seeds run (the plain means where every cell ran the same seeds; the reported
+`val_loss_mean` and its interval stay plain). Those means of the stable cells other than the reference
+cell, and the reference's, are used below. They are first fitted by a
 non-decreasing function of batch size (`monotone_fit`: isotonic regression weighted by each cell's
 samples; `val_loss_fitted`), the assumption the bracket states too: at equal tokens a larger batch
 trains no better (McCandlish et al. 2018). A cell made high by seed noise is pooled with its larger
@@ -133,6 +139,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
+import numpy as np
 import scipy.optimize
 import scipy.special
 from pydantic import BaseModel, ConfigDict
@@ -369,6 +376,7 @@ def welch_diff_ci95(
 
 X = TypeVar("X")
 W = TypeVar("W")
+K = TypeVar("K")
 
 
 def pick_best(candidates: Iterable[X], score: Callable[[X], tuple[float, float, int] | None]) -> X | None:
@@ -529,19 +537,54 @@ def monotone_fit(values: Sequence[float], weights: Sequence[float]) -> list[floa
     return [float(v) for v in fit.x]
 
 
+def seed_adjusted_means(samples: dict[K, dict[int, float]]) -> dict[K, float]:
+    """Per cell, its mean loss over every seed run in any of the cells, with what a seed shares across
+    cells taken out: the least-squares fit of loss(c, s) = mu_c + alpha_s (seed s has the same init and
+    data order in every cell, the pairing the verdicts use), and mu_c + the mean of alpha_s over those
+    seeds. Cells that ran the same seeds get their plain means; a cell with 2 seeds beside cells with 6
+    is moved by how seeds 3..6 ran in the cells that have them, so that every cell is compared on the
+    same seeds. Cells whose seeds do not connect them to the rest keep their plain means. By hand: a
+    two-way layout of a few dozen runs, one least-squares solve."""
+    cells = [c for c, by_seed in samples.items() if by_seed]
+    seeds = sorted({s for c in cells for s in samples[c]})
+    plain = {c: statistics.fmean(samples[c].values()) for c in cells}
+    if len(cells) < 2 or all(len(samples[c]) == len(seeds) for c in cells):
+        return plain
+    rows = [(i, len(cells) + seeds.index(s), y) for i, c in enumerate(cells) for s, y in samples[c].items()]
+    design = np.zeros((len(rows), len(cells) + len(seeds)))  # (runs, cells + seeds)
+    for r, (i, j, _) in enumerate(rows):
+        design[r, i] = design[r, j] = 1.0
+    # identifiable up to one constant shared by mu and alpha when the seeds connect every cell
+    if np.linalg.matrix_rank(design) < len(cells) + len(seeds) - 1:
+        return plain
+    y = np.array([v for *_, v in rows])
+    coef = np.linalg.lstsq(design, y - y.mean(), rcond=None)[0]
+    shift = float(y.mean() + np.mean(coef[len(cells) :]))
+    return {c: float(coef[i]) + shift for i, c in enumerate(cells)}
+
+
 def _judge(
-    cells: list[_Cell], ref: _Cell | None, tol: float, is_ref_cell: Any, level: float = CI_LEVEL
+    cells: list[_Cell],
+    ref: _Cell | None,
+    tol: float,
+    is_ref_cell: Any,
+    level: float = CI_LEVEL,
+    means: dict[tuple[str, int], float] | None = None,
 ) -> tuple[list[bool | None], int | None, bool | None, list[NoiseCheck], list[float | None]]:
     """Per-cell verdicts, the answer, within_noise, the noise checks and the fitted means against one
-    reference."""
-    ref_mean = ref.mean if ref is not None else None
+    reference. `means`: the cells' means the point estimate uses (`seed_adjusted_means`; default: plain)."""
+
+    def mean_of(c: _Cell) -> float | None:
+        return means.get((c.optimizer, c.batch_size), c.mean) if means is not None else c.mean
+
+    ref_mean = mean_of(ref) if ref is not None else None
     if ref_mean is None:
         return [None] * len(cells), None, None, [], [None] * len(cells)
     threshold = (1.0 + tol) * ref_mean
     # the stable cells with a mean other than the reference cell, fitted non-decreasing in batch size
     judged = [i for i, c in enumerate(cells) if c.mean is not None and c.unstable_reason is None and not is_ref_cell(c)]
     fitted: list[float | None] = [None] * len(cells)
-    fit = monotone_fit([cells[i].mean for i in judged], [len(cells[i].samples) for i in judged])  # type: ignore[misc]
+    fit = monotone_fit([mean_of(cells[i]) for i in judged], [len(cells[i].samples) for i in judged])  # type: ignore[misc]
     for i, value in zip(judged, fit, strict=True):
         fitted[i] = value
     verdicts: list[bool | None] = []
@@ -797,6 +840,16 @@ def build_report(
     comparisons = len(inputs.batch_sizes) - 1 if search is not None else None
     tol = inputs.tolerance
     baseline_ref = cells[inputs.baseline][0]
+    # the point estimate compares every stable cell on the same seeds (cells given more runs by adaptive
+    # confirmation are the answer's two and their references)
+    means = seed_adjusted_means(
+        {
+            (c.optimizer, c.batch_size): {t.seed: t.val_loss for t in c.completed}  # type: ignore[misc]
+            for row in cells.values()
+            for c in row
+            if c.unstable_reason is None
+        }
+    )
 
     optimizers: dict[str, OptimizerReport] = {}
     for o in inputs.optimizers:
@@ -810,8 +863,8 @@ def build_report(
         def is_base_ref(c: _Cell) -> bool:
             return c.optimizer == inputs.baseline and c.batch_size == ref_b
 
-        v_self, ans_self, noise_self, checks_self, fit_self = _judge(row, self_ref, tol, is_self_ref, level)
-        v_base, ans_base, noise_base, checks_base, fit_base = _judge(row, baseline_ref, tol, is_base_ref, level)
+        v_self, ans_self, noise_self, checks_self, fit_self = _judge(row, self_ref, tol, is_self_ref, level, means)
+        v_base, ans_base, noise_base, checks_base, fit_base = _judge(row, baseline_ref, tol, is_base_ref, level, means)
         verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
         verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
         cell_reports = []

@@ -152,7 +152,7 @@ class OptimizerSpec(OptimizerFields):
 
 
 class AdaptiveSeeds(_Strict):
-    """`seeds: {min: 2, max: 6, step: 2}` (the default): `min` confirmation runs in every cell; then,
+    """`seeds: {min: 2, max: 10, step: 2}` (the default): `min` confirmation runs in every cell; then,
     while batch sizes inside the answer's bracket are undecided, `step` more at those the answer rests
     on (the answer and the next size tested) and their reference only, up to `max`. Every verdict is
     judged at 1 - 0.05 / (looks x comparisons) (Bonferroni over the planned looks and the batch sizes
@@ -389,8 +389,9 @@ class SweepSpec(_Strict):
     # lr); they alone give the cell's mean, interval and verdicts: 1 gives a mean without an interval. Or
     # {min, max, step}: more runs where the answer is undecided (AdaptiveSeeds), the default: with a
     # fixed 2, few verdicts are decided (benchmarks/search_efficiency.py, bowls: right 0.86 of the time,
-    # 0.91 adaptive, at 0.31 and 0.41 of a 12-lr x 2-seed grid's tokens)
-    seeds: int | AdaptiveSeeds = Field(default_factory=lambda: AdaptiveSeeds(min=2, max=6, step=2))
+    # 0.92 with up to 10, at 0.31 and 0.49 of a 12-lr x 2-seed grid's tokens; cliffs 0.82 and 0.90 at
+    # 0.29 and 0.43; up to 6: 0.91 and 0.88 at 0.41 and 0.37)
+    seeds: int | AdaptiveSeeds = Field(default_factory=lambda: AdaptiveSeeds(min=2, max=10, step=2))
     degradation: DegradationSpec
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pruning: PruningSpec = Field(default_factory=PruningSpec)

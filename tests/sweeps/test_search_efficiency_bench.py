@@ -193,7 +193,7 @@ def test_the_last_line_is_the_ratio(bench: ModuleType, capsys: pytest.CaptureFix
         r"tokens searcher/grid = (\d+\.\d\d), accuracy searcher ([01]\.\d\d) vs grid ([01]\.\d\d) .*", lines[-1]
     )
     assert m, lines[-1]
-    outcomes, _ = bench.simulate(2, base_seed=3, seeds={"min": 2, "max": 6, "step": 2})  # main's default
+    outcomes, _ = bench.simulate(2, base_seed=3, seeds=bench._spec_seeds())  # main's default: the spec's
     ratio = sum(o.searcher.tokens for o in outcomes) / sum(o.grid.tokens for o in outcomes)
     assert float(m.group(1)) == pytest.approx(ratio, abs=0.005)
     assert math.isclose(float(m.group(2)), bench._accuracy(outcomes, "searcher", None), abs_tol=0.005)

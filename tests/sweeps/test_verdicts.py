@@ -21,6 +21,7 @@ from sweeps.analysis import (
     cells_to_extend,
     paired_diff_ci,
     pick_stable,
+    seed_adjusted_means,
     t_quantile,
     verdict_level,
 )
@@ -51,6 +52,41 @@ def cells(report: dict[str, Any], ref: str = "self") -> dict[int, str | None]:
 
 
 # ---- the statistics, exact ---------------------------------------------------------------------------------
+
+
+def test_seed_adjusted_means_exact_values() -> None:
+    # loss(c, s) = mu_c + alpha_s exactly: mu = (3.0, 3.1, 3.2), alpha = (0, 0.1, 0.3, 0.3) for seeds 1..4
+    mu, alpha = {"a": 3.0, "b": 3.1, "c": 3.2}, {1: 0.0, 2: 0.1, 3: 0.3, 4: 0.3}
+    runs = {"a": (1, 2), "b": (1, 2, 3, 4), "c": (1, 2, 3, 4)}
+    samples = {c: {s: mu[c] + alpha[s] for s in seeds} for c, seeds in runs.items()}
+    adjusted = seed_adjusted_means(samples)
+    # every cell on seeds 1..4: mu_c + 0.175; a's plain mean (seeds 1, 2 only) is 3.05
+    assert adjusted == pytest.approx({"a": 3.175, "b": 3.275, "c": 3.375}, abs=1e-12)
+    assert all(type(v) is float for v in adjusted.values())
+    # the same seeds everywhere: the plain means, exactly
+    same = {"a": {1: 3.0, 2: 3.2}, "b": {1: 3.1, 2: 3.5}}
+    assert seed_adjusted_means(same) == {"a": 3.1, "b": 3.3}
+    # seeds that do not connect the cells (a: 1, 2; b: 3, 4): nothing to adjust by, the plain means
+    apart = {"a": {1: 3.0, 2: 3.2}, "b": {3: 3.1, 4: 3.5}, "c": {1: 3.0, 2: 3.0}}
+    assert seed_adjusted_means(apart) == pytest.approx({"a": 3.1, "b": 3.3, "c": 3.0}, abs=1e-12)
+
+
+def test_the_point_estimate_compares_cells_on_the_same_seeds() -> None:
+    """Adaptive seeds gave the reference and batch 32 seeds 3..6, which ran 0.1 high in every cell (the
+    same init and data order); batch 16 has seeds 1, 2 only. Its true loss is 1.7% above the reference's,
+    past the 1% line: on plain means (3.05 against a line at 1.01 x 3.0667) it passes, on the same
+    seeds it does not."""
+    alpha = {1: 0.0, 2: 0.0, 3: 0.1, 4: 0.1, 5: 0.1, 6: 0.1}
+    mu = {8: 3.0, 16: 3.05, 32: 3.2}
+    seeds = {8: range(1, 7), 16: range(1, 3), 32: range(1, 7)}
+    report = build_report(
+        rows({b: [mu[b] + alpha[s] for s in seeds[b]] for b in mu}), inputs=inputs(looks=3, batches=(8, 16, 32))
+    )
+    adamw = report.optimizers["adamw"]
+    assert adamw.largest_degradation_free_batch_size.self == 8
+    fitted = {c.batch_size: c.val_loss_fitted.self for c in adamw.cells}
+    assert fitted[16] == pytest.approx(3.05 + 4 / 6 * 0.1, abs=1e-9)
+    assert [c.val_loss_mean for c in adamw.cells][1] == pytest.approx(3.05)  # the reported mean stays plain
 
 
 def test_paired_interval_exact_values() -> None:
