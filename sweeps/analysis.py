@@ -568,14 +568,15 @@ def _judge(
     ref: _Cell | None,
     tol: float,
     is_ref_cell: Any,
-    level: float = CI_LEVEL,
-    means: dict[tuple[str, int], float] | None = None,
+    level: float,
+    means: dict[tuple[str, int], float],
 ) -> tuple[list[bool | None], int | None, bool | None, list[NoiseCheck], list[float | None]]:
     """Per-cell verdicts, the answer, within_noise, the noise checks and the fitted means against one
-    reference. `means`: the cells' means the point estimate uses (`seed_adjusted_means`; default: plain)."""
+    reference. `means`: the stable cells' means on the same seeds (`seed_adjusted_means`); a cell
+    without one (unstable) has its plain mean."""
 
     def mean_of(c: _Cell) -> float | None:
-        return means.get((c.optimizer, c.batch_size), c.mean) if means is not None else c.mean
+        return means.get((c.optimizer, c.batch_size), c.mean)
 
     ref_mean = mean_of(ref) if ref is not None else None
     if ref_mean is None:
