@@ -543,14 +543,16 @@ def seed_adjusted_means(samples: dict[K, dict[int, float]]) -> dict[K, float]:
     data order in every cell, the pairing the verdicts use), and mu_c + the mean of alpha_s over those
     seeds. Cells that ran the same seeds get their plain means; a cell with 2 seeds beside cells with 6
     is moved by how seeds 3..6 ran in the cells that have them, so that every cell is compared on the
-    same seeds. Cells whose seeds do not connect them to the rest keep their plain means. By hand: a
-    two-way layout of a few dozen runs, one least-squares solve."""
+    same seeds. Where the seeds do not connect every cell to the rest (no seed in common, never the case
+    for seeds 1..n), all keep their plain means. By hand: a two-way layout of a few dozen runs, one
+    least-squares solve."""
     cells = [c for c, by_seed in samples.items() if by_seed]
     seeds = sorted({s for c in cells for s in samples[c]})
     plain = {c: statistics.fmean(samples[c].values()) for c in cells}
     if len(cells) < 2 or all(len(samples[c]) == len(seeds) for c in cells):
         return plain
-    rows = [(i, len(cells) + seeds.index(s), y) for i, c in enumerate(cells) for s, y in samples[c].items()]
+    column = {s: len(cells) + j for j, s in enumerate(seeds)}  # the design's columns: cells, then seeds
+    rows = [(i, column[s], y) for i, c in enumerate(cells) for s, y in samples[c].items()]
     design = np.zeros((len(rows), len(cells) + len(seeds)))  # (runs, cells + seeds)
     for r, (i, j, _) in enumerate(rows):
         design[r, i] = design[r, j] = 1.0
