@@ -461,6 +461,11 @@ class _Cell:
         return [t.val_loss for t in self.completed]  # type: ignore[misc]
 
     @property
+    def by_seed(self) -> dict[int, float]:
+        """Final val loss of each completed confirmation run, by seed: what pairs cells."""
+        return {t.seed: t.val_loss for t in self.completed}  # type: ignore[misc]
+
+    @property
     def mean(self) -> float | None:
         return statistics.fmean(self.samples) if self.samples else None
 
@@ -677,7 +682,7 @@ def _verdicts(
     if comparisons is None:
         comparisons = sum(1 for c in cells if not is_ref_cell(c))
     level = verdict_level(looks, comparisons)
-    ref_by_seed = {t.seed: t.val_loss for t in ref.completed}
+    ref_by_seed = ref.by_seed
     verdicts: list[Verdict | None] = []
     intervals: list[tuple[float, float] | None] = []
     for c in cells:
@@ -693,7 +698,7 @@ def _verdicts(
             ended = [t.status for t in c.trials]
             verdict = "degraded" if ended and all(s == "diverged" for s in ended) else "undecided"
         else:
-            paired = paired_diff_ci({t.seed: t.val_loss for t in c.completed}, ref_by_seed, 1.0 + tol, level)  # type: ignore[misc]
+            paired = paired_diff_ci(c.by_seed, ref_by_seed, 1.0 + tol, level)
             if paired is None:
                 verdict = "undecided"
             else:
@@ -846,12 +851,7 @@ def build_report(
     # the point estimate compares every stable cell on the same seeds (cells given more runs by adaptive
     # confirmation are the answer's two and their references)
     means = seed_adjusted_means(
-        {
-            (c.optimizer, c.batch_size): {t.seed: t.val_loss for t in c.completed}  # type: ignore[misc]
-            for row in cells.values()
-            for c in row
-            if c.unstable_reason is None
-        }
+        {(c.optimizer, c.batch_size): c.by_seed for row in cells.values() for c in row if c.unstable_reason is None}
     )
 
     optimizers: dict[str, OptimizerReport] = {}
