@@ -402,11 +402,21 @@ def sample_runs(sweep: SweepData) -> dict[tuple[str, int], list[TrialRun]]:
     return out
 
 
+def reference_loss(report: Report, optimizer: str) -> float | None:
+    """The optimizer's "self" reference loss (nats/token) that its verdicts compare with: the reference
+    cell's fitted value (never above its mean: `sweeps.analysis`), or its mean where the cell has none
+    (an unstable reference, a report written before the reference was fitted). None without one."""
+    o = report.optimizers[optimizer]
+    first = next((c for c in o.cells if c.batch_size == report.reference_batch_size), None)
+    fitted = first.val_loss_fitted.self if first is not None else None
+    return fitted if fitted is not None else o.reference_val_loss.self
+
+
 def target_loss(report: Report, optimizer: str) -> float | None:
-    """(1 + tolerance) x the optimizer's "self" reference loss (nats/token): the loss a cell must reach
-    to be degradation-free against itself, and the target of the steps-to-reference. None without a
-    reference."""
-    ref = report.optimizers[optimizer].reference_val_loss.self
+    """(1 + tolerance) x the optimizer's "self" reference loss (`reference_loss`): the loss a cell must
+    reach to be degradation-free against itself, and the target of the steps-to-reference. None without
+    a reference."""
+    ref = reference_loss(report, optimizer)
     return (1.0 + report.tolerance) * ref if ref is not None else None
 
 
@@ -433,7 +443,8 @@ class ScalingPoint:
 @dataclass(frozen=True)
 class ToleranceBand:
     """[reference, (1 + tol) x reference]: cells whose fitted mean (the means fitted non-decreasing in batch
-    size, the report's `val_loss_fitted`) lies at or below `upper` are degradation-free.
+    size, the report's `val_loss_fitted`) lies at or below `upper` are degradation-free; the reference is
+    the reference cell's fitted value (never above its mean: `sweeps.analysis`).
     One per optimizer (its own loss at the reference batch size); the baseline's band is the
     reference of every optimizer's "baseline" verdict."""
 
@@ -484,7 +495,7 @@ def scaling_points(sweep: SweepData) -> ScalingTable:
                     degradation_free_baseline=c.degradation_free.baseline,
                 )
             )
-        ref, upper = o.reference_val_loss.self, target_loss(r, opt)
+        ref, upper = reference_loss(r, opt), target_loss(r, opt)
         if ref is not None and upper is not None:
             bands.append(ToleranceBand(opt, r.reference_batch_size, ref, upper, opt == r.baseline))
         for which in ("self", "baseline"):

@@ -69,7 +69,12 @@ non-decreasing function of batch size (`monotone_fit`: isotonic regression weigh
 samples; `val_loss_fitted`), the assumption the bracket states too: at equal tokens a larger batch
 trains no better (McCandlish et al. 2018). A cell made high by seed noise is pooled with its larger
 neighbours instead of ending the walk alone; on the benchmark's cliffs family this raised answer =
-truth from 0.86 to 0.88 (200 problems). Cell B is degradation-free against reference R when it is
+truth from 0.86 to 0.88 (200 problems). The reference's value R is fitted the same way: the first value
+of the monotone fit of its optimizer's stable cells, reference included (the smallest weighted mean of
+a leading run of cells, never above the reference's own mean; the reference cell's `val_loss_fitted`),
+so that a reference made high by seed noise does not loosen every threshold; the plain mean when the
+reference cell is unstable. On the cliffs and bowls families (200 problems each) this raised answer =
+truth from 0.898 to 0.904 and from 0.919 to 0.925. Cell B is degradation-free against reference R when it is
 stable and fitted(B) <= (1 + tolerance) x R. The stable reference cell itself is degradation-free
 against its own reference by definition (for "self" always, for "baseline" only for the baseline
 optimizer); an unstable one is not. `degradation_free` holds the per-cell verdict (null without a
@@ -119,8 +124,8 @@ number of seeds is one look. The Welch noise checks below are kept as they were 
 `noise_rule`).
 
 Steps/tokens to reference. From the curve (tokens, val loss) of the cell's first confirmation run
-(the lowest seed), the first point (by tokens) whose val loss <= (1 + tol) x the "self" reference
-gives `tokens_to_reference`;
+(the lowest seed), the first point (by tokens) whose val loss <= (1 + tol) x the "self" reference's
+value (the reference cell's `val_loss_fitted`; its mean when that cell is unstable) gives `tokens_to_reference`;
 `steps_to_reference` = tokens // (batch_size x seq_len). Null if never reached, with no curve, or
 without a self reference. The curve should include the final evaluation.
 
@@ -570,6 +575,24 @@ def seed_adjusted_means(samples: dict[K, dict[int, float]]) -> dict[K, float]:
     return {c: float(coef[i]) + shift for i, c in enumerate(cells)}
 
 
+def _reference_value(row: Sequence[_Cell], means: dict[tuple[str, int], float]) -> float | None:
+    """The reference's value for the point estimate: the seed-adjusted mean of the optimizer's first cell,
+    fitted non-decreasing together with its larger stable cells (`monotone_fit`, weighted by samples; the
+    fit's first value). At the first position the fit is the smallest weighted mean of a leading run of
+    cells, so it never exceeds the cell's own mean: a reference that seed noise made high, with larger
+    batch sizes reading lower, is pooled with them instead of loosening every threshold of the walk.
+    None when the first cell has no mean or is unstable (its plain mean is used then)."""
+    first = row[0] if row else None
+    if first is None or first.mean is None or first.unstable_reason is not None:
+        return None
+    stable = [c for c in row if c.mean is not None and c.unstable_reason is None]
+    fit = monotone_fit(
+        [means.get((c.optimizer, c.batch_size), c.mean) for c in stable],  # type: ignore[misc]
+        [len(c.samples) for c in stable],
+    )
+    return fit[0]
+
+
 def _judge(
     cells: list[_Cell],
     ref: _Cell | None,
@@ -577,15 +600,17 @@ def _judge(
     is_ref_cell: Any,
     level: float,
     means: dict[tuple[str, int], float],
+    ref_value: float | None,
 ) -> tuple[list[bool | None], int | None, bool | None, list[NoiseCheck], list[float | None]]:
     """Per-cell verdicts, the answer, within_noise, the noise checks and the fitted means against one
     reference. `means`: the stable cells' means on the same seeds (`seed_adjusted_means`); a cell
-    without one (unstable) has its plain mean."""
+    without one (unstable) has its plain mean. `ref_value`: the reference's value (`_reference_value`);
+    None: the reference cell's mean."""
 
     def mean_of(c: _Cell) -> float | None:
         return means.get((c.optimizer, c.batch_size), c.mean)
 
-    ref_mean = mean_of(ref) if ref is not None else None
+    ref_mean = ref_value if ref_value is not None else mean_of(ref) if ref is not None else None
     if ref_mean is None:
         return [None] * len(cells), None, None, [], [None] * len(cells)
     threshold = (1.0 + tol) * ref_mean
@@ -605,6 +630,9 @@ def _judge(
             verdicts.append(True)
         else:
             verdicts.append(value <= threshold)  # type: ignore[operator]
+    for i, c in enumerate(cells):
+        if is_ref_cell(c) and c.mean is not None and c.unstable_reason is None:
+            fitted[i] = ref_mean  # the reference's value the thresholds are taken from
 
     answer_idx: int | None = None
     for i, v in enumerate(verdicts):
@@ -622,7 +650,7 @@ def _judge(
         if c.mean is None or is_ref_cell(c) or c.unstable_reason is not None:
             continue
         ci = welch_diff_ci95(c.samples, ref.samples, 1.0 + tol, level)  # type: ignore[union-attr]
-        d = c.mean - threshold
+        d = c.mean - (1.0 + tol) * mean_of(ref)  # type: ignore[arg-type,operator]  # not the fitted reference
         if ci is None:
             checks.append(NoiseCheck(batch_size=c.batch_size, diff_mean=d, diff_ci95=None, straddles_zero=None))
         else:
@@ -854,6 +882,8 @@ def build_report(
         {(c.optimizer, c.batch_size): c.by_seed for row in cells.values() for c in row if c.unstable_reason is None}
     )
 
+    ref_values = {o: _reference_value(row, means) for o, row in cells.items()}
+
     optimizers: dict[str, OptimizerReport] = {}
     for o in inputs.optimizers:
         row = cells[o]
@@ -866,13 +896,18 @@ def build_report(
         def is_base_ref(c: _Cell) -> bool:
             return c.optimizer == inputs.baseline and c.batch_size == ref_b
 
-        v_self, ans_self, noise_self, checks_self, fit_self = _judge(row, self_ref, tol, is_self_ref, level, means)
-        v_base, ans_base, noise_base, checks_base, fit_base = _judge(row, baseline_ref, tol, is_base_ref, level, means)
+        v_self, ans_self, noise_self, checks_self, fit_self = _judge(
+            row, self_ref, tol, is_self_ref, level, means, ref_values[o]
+        )
+        v_base, ans_base, noise_base, checks_base, fit_base = _judge(
+            row, baseline_ref, tol, is_base_ref, level, means, ref_values[inputs.baseline]
+        )
         verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
+        self_value = ref_values[o] if ref_values[o] is not None else self_ref.mean  # what _judge compares with
         verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
         cell_reports = []
         for i, c in enumerate(row):
-            to_ref_steps, tokens = _to_reference(c, self_ref.mean, tol, inputs.seq_len)
+            to_ref_steps, tokens = _to_reference(c, self_value, tol, inputs.seq_len)
             if c.samples:
                 mean, lo, hi, avail = mean_ci95(c.samples)
                 ci: tuple[float | None, float | None] = (lo, hi)

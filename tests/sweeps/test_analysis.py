@@ -190,7 +190,8 @@ def test_degradation_at_the_third_batch_size():
     assert answer(report, "merit")["self"] == 32
     assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, True, False, False]
     fitted = [c["val_loss_fitted"]["self"] for c in merit["cells"]]
-    assert fitted == [None, pytest.approx(3.02), pytest.approx(3.05), pytest.approx(3.05)]  # reference: None
+    # the reference's fitted value: its optimizer's first fitted value, 3.00 (no larger size reads lower)
+    assert fitted == [pytest.approx(3.0), pytest.approx(3.02), pytest.approx(3.05), pytest.approx(3.05)]
     assert merit["reference_val_loss"]["self"] == 3.0
     # boundary cells: 32 (answer) and 64 (first failure); both intervals are points (sd 0):
     # 3.02 - 3.03 = -0.01 and 3.10 - 3.03 = 0.07, neither straddles 0
@@ -212,6 +213,24 @@ def test_one_noisy_cell_is_pooled_with_its_neighbour_instead_of_ending_the_walk(
     assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, True, True, False]
     # the means stay the cells' own
     assert [c["val_loss_mean"] for c in merit["cells"]] == [pytest.approx(v) for v in (3.00, 3.04, 3.01, 3.10)]
+
+
+def test_a_reference_that_noise_made_high_is_pooled_with_the_sizes_above_it():
+    # merit reads 3.04 at its reference 16 and 3.00 at 32: a monotone curve cannot fall, so the reference's
+    # value is their pooled mean 3.02 (equal seeds), the threshold 1.01 x 3.02 = 3.0502, and 64 at 3.06 is
+    # degraded. Against its plain mean (threshold 1.01 x 3.04 = 3.0704) 64 passed: answer 64, not 32.
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.04, 3.00, 3.06, 3.10]}), inputs=INPUTS)
+    merit = report.optimizers["merit"]
+    assert answer(report, "merit") == {"self": 32, "baseline": 32}
+    assert merit.cells[0].val_loss_fitted.self == pytest.approx(3.02)
+    assert [c.degradation_free.self for c in merit.cells] == [True, True, False, False]
+    assert merit.reference_val_loss.self == pytest.approx(3.04)  # the reported mean stays the cell's own
+    # against the baseline: adamw's flat 3.00 is its own fitted value, and merit's 16 is judged as any cell
+    assert report.optimizers["adamw"].cells[0].val_loss_fitted.baseline == pytest.approx(3.0)
+    assert [c.val_loss_fitted.baseline for c in merit.cells] == [pytest.approx(v) for v in (3.02, 3.02, 3.06, 3.10)]
+    # a reference that reads low is not raised: 3.00 then 3.04 keep 3.00
+    low = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.04, 3.06, 3.10]}), inputs=INPUTS)
+    assert low.optimizers["merit"].cells[0].val_loss_fitted.self == pytest.approx(3.0)
 
 
 def test_the_monotone_fit_weighs_cells_by_their_samples():
@@ -533,7 +552,9 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
     everything diverged; a search of the batch axis; a retreat. The model writes the same keys, in the same
     order, with the same values (floats to round-off: a newer scipy may move the last digit). Changed since,
     by intent: 6 `val_loss_fitted` values of the list and search cases, where adaptive seeds gave cells
-    different seeds and the point estimate now compares them on the same ones (`seed_adjusted_means`)."""
+    different seeds and the point estimate now compares them on the same ones (`seed_adjusted_means`); the
+    reference cells' `val_loss_fitted`, null before, now the reference's fitted value (11 values, no answer
+    moved)."""
     data = json.loads((Path(__file__).parent / "data" / "report_baseline.json").read_text())[case]
     report = build_report(data["results"], inputs=AnalysisInput(**data["inputs"]), steps=data["steps"])
     assert isinstance(report, Report)
