@@ -581,10 +581,10 @@ def _reference_value(row: Sequence[_Cell], means: dict[tuple[str, int], float]) 
     fit's first value). At the first position the fit is the smallest weighted mean of a leading run of
     cells, so it never exceeds the cell's own mean: a reference that seed noise made high, with larger
     batch sizes reading lower, is pooled with them instead of loosening every threshold of the walk.
-    None when the first cell has no mean or is unstable (its plain mean is used then)."""
+    An unstable first cell's plain mean; None without a mean."""
     first = row[0] if row else None
     if first is None or first.mean is None or first.unstable_reason is not None:
-        return None
+        return first.mean if first is not None else None
     stable = [c for c in row if c.mean is not None and c.unstable_reason is None]
     fit = monotone_fit(
         [means.get((c.optimizer, c.batch_size), c.mean) for c in stable],  # type: ignore[misc]
@@ -600,18 +600,16 @@ def _judge(
     is_ref_cell: Any,
     level: float,
     means: dict[tuple[str, int], float],
-    ref_value: float | None,
+    ref_mean: float | None,
 ) -> tuple[list[bool | None], int | None, bool | None, list[NoiseCheck], list[float | None]]:
     """Per-cell verdicts, the answer, within_noise, the noise checks and the fitted means against one
     reference. `means`: the stable cells' means on the same seeds (`seed_adjusted_means`); a cell
-    without one (unstable) has its plain mean. `ref_value`: the reference's value (`_reference_value`);
-    None: the reference cell's mean."""
+    without one (unstable) has its plain mean. `ref_mean`: the reference's value (`_reference_value`)."""
 
     def mean_of(c: _Cell) -> float | None:
         return means.get((c.optimizer, c.batch_size), c.mean)
 
-    ref_mean = ref_value if ref_value is not None else mean_of(ref) if ref is not None else None
-    if ref_mean is None:
+    if ref is None or ref_mean is None:
         return [None] * len(cells), None, None, [], [None] * len(cells)
     threshold = (1.0 + tol) * ref_mean
     # the stable cells with a mean other than the reference cell, fitted non-decreasing in batch size
@@ -903,11 +901,10 @@ def build_report(
             row, baseline_ref, tol, is_base_ref, level, means, ref_values[inputs.baseline]
         )
         verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
-        self_value = ref_values[o] if ref_values[o] is not None else self_ref.mean  # what _judge compares with
         verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
         cell_reports = []
         for i, c in enumerate(row):
-            to_ref_steps, tokens = _to_reference(c, self_value, tol, inputs.seq_len)
+            to_ref_steps, tokens = _to_reference(c, ref_values[o], tol, inputs.seq_len)
             if c.samples:
                 mean, lo, hi, avail = mean_ci95(c.samples)
                 ci: tuple[float | None, float | None] = (lo, hi)
