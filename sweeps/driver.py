@@ -22,11 +22,11 @@ from sweeps.search import (
     CellSearcher,
     collect_results,
     make_scheduler,
-    run_trial,
 )
 from sweeps.spec import SweepSpec
 from sweeps.status import SweepStatus
 from sweeps.stores import close_running_trials, open_storage, recorded_results
+from sweeps.trial import run_trial
 
 log = logging.getLogger(__name__)
 

@@ -992,38 +992,3 @@ class PerCellASHA(DriverOnly, FIFOScheduler):
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
         self.on_trial_remove(tune_controller, trial)
-
-
-def run_trial(config: dict[str, Any]) -> None:
-    """Tune function trainable: one trial, on the light path (1 worker) or through Ray Train."""
-    from worker.config import TrainConfig
-
-    cfg = TrainConfig.model_validate(config["train"])
-    if cfg.num_workers == 1:
-        from ray import tune
-
-        from worker.loop import train
-        from worker.session import TuneSession
-
-        try:
-            train(cfg, TuneSession())  # its last report carries the final status
-        except Exception as exc:
-            # training itself failed (a bad optimizer keyword, out of memory...): a result, not a crash,
-            # so Tune's restarts are kept for the infrastructure
-            log.exception("trial failed in training")
-            tune.report({"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500], METRIC: math.nan})
-        return
-    from ray import tune
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    from worker.launch import torch_trainer
-
-    context = tune.get_context()
-    trainer = torch_trainer(
-        cfg,
-        name=f"{config['sweep_id']}-{context.get_trial_id()}",
-        storage_path=context.get_trial_dir(),
-        max_failures=1,
-        callbacks=[TuneReportCallback()],
-    )
-    trainer.fit()

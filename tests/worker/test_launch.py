@@ -1,5 +1,5 @@
 """worker.launch.torch_trainer: the one `TorchTrainer` builder, and both of its callers (`run_training`'s
-multi-worker path, a sweep's multi-worker trial in `sweeps.search.run_trial`). Nothing is fitted and no Ray
+multi-worker path, a sweep's multi-worker trial in `sweeps.trial.run_trial`). Nothing is fitted and no Ray
 cluster starts: building a trainer only records its configuration, and the callers get a fake builder."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_a_multi_worker_sweep_trial_builds_its_trainer_with_the_builder(monkeypa
     import ray.tune.integration.ray_train
 
     import worker.launch
-    from sweeps.search import run_trial
+    from sweeps.trial import run_trial
 
     fake = FakeBuilder()
     monkeypatch.setattr(worker.launch, "torch_trainer", fake)
