@@ -99,6 +99,7 @@ def run_sweep(
         sweep_id=sweep_id,
         spec=spec,
         cancelling=lambda: searcher.cancelling,
+        outage_s=runtime.mlflow_outage_s,
         results=recorded_results([c.study for c in searcher.cells]),  # every stored cell is open by now
     )
     if on_experiment:

@@ -3,7 +3,11 @@ the layout `sweeps/layout.py` owns (experiment per sweep, cell runs, trial runs 
 summary run with spec.yaml, report.json, cells.csv and figures/).
 
 All MLflow calls run on one background thread fed by a queue: the Tune event loop only enqueues, so
-recording never delays scheduling. `close()` drains the queue.
+recording never delays scheduling. `close()` drains the queue. A write that does not go through because
+MLflow is away (unreachable, or answering 5xx after the client's own retries) is retried in order, every
+few seconds, for as long as the outage lasts up to `outage_s` (`OutageRetries`); each write is
+idempotent, so a retry after a partial success records nothing twice. A write MLflow refuses (4xx) is
+logged and dropped at once: sending it again cannot help.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.experiment import Trial
@@ -78,6 +83,74 @@ def flatten(prefix: str, value: Any) -> dict[str, str]:
     return {prefix: json.dumps(value) if isinstance(value, (list, tuple)) else str(value)}
 
 
+def _mlflow_away(exc: Exception) -> bool:
+    """Whether a failed write may go through later: MLflow unreachable or failing on its side (5xx, or a
+    connection error, which the client reports as INTERNAL_ERROR), not a write it refused (4xx)."""
+    if isinstance(exc, MlflowException):
+        return exc.get_http_status_code() >= 500
+    return isinstance(exc, OSError)
+
+
+class OutageRetries:
+    """Runs the recorder's writes one at a time, retrying one that failed because MLflow is away
+    (`_mlflow_away`) after `first_s`, then twice as long each time up to `max_s`, until it goes through
+    or MLflow has been away for `outage_s` in all. Past that, writes are dropped (counted, logged)
+    without a try except one every `max_s`, a probe: the first that goes through ends the outage."""
+
+    def __init__(
+        self,
+        outage_s: float,
+        *,
+        first_s: float = 0.5,
+        max_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not (outage_s > 0 and 0 < first_s <= max_s):
+            raise ValueError(f"need outage_s > 0 and 0 < first_s <= max_s, got {outage_s=}, {first_s=}, {max_s=}")
+        self.outage_s, self.first_s, self.max_s = outage_s, first_s, max_s
+        self._clock, self._sleep = clock, sleep
+        self.away_since: float | None = None  # when the current outage began (clock seconds)
+        self._next_probe = -math.inf
+        self.dropped = 0  # writes given up: refused by MLflow, or past the outage's limit
+
+    def run(self, write: Callable[[], None]) -> bool:
+        """Run `write` until it goes through (True) or is given up (False, logged)."""
+        pause = self.first_s
+        while True:
+            now = self._clock()
+            if self._given_up(now) and now < self._next_probe:
+                self.dropped += 1
+                log.error("MLflow away for %.0f s, past mlflow_outage_s: a write is dropped", now - self.away_since)  # type: ignore[operator]
+                return False
+            try:
+                write()
+            except Exception as exc:
+                if not _mlflow_away(exc):
+                    self.dropped += 1
+                    log.exception("MLflow refused a write: dropped")
+                    return False
+                now = self._clock()
+                if self.away_since is None:
+                    self.away_since = now
+                if self._given_up(now):
+                    self._next_probe = now + self.max_s
+                    self.dropped += 1
+                    log.error("MLflow away for %.0f s, past mlflow_outage_s: a write is dropped", now - self.away_since)
+                    return False
+                log.warning("MLflow away (%s): the write is retried in %.1f s", exc, pause)
+                self._sleep(pause)
+                pause = min(2 * pause, self.max_s)
+                continue
+            if self.away_since is not None:
+                log.warning("MLflow back after %.0f s: recording goes on", self._clock() - self.away_since)
+            self.away_since = None
+            return True
+
+    def _given_up(self, now: float) -> bool:
+        return self.away_since is not None and now - self.away_since >= self.outage_s
+
+
 class SweepRecorder(DriverOnly, Callback):
     """Tune callback that mirrors trials into MLflow, plus the cell and summary runs."""
 
@@ -89,10 +162,12 @@ class SweepRecorder(DriverOnly, Callback):
         sweep_id: str,
         spec: SweepSpec,
         cancelling: Callable[[], bool] = lambda: False,
+        outage_s: float = 3600.0,
         results: Mapping[str, Recorded] | None = None,
     ) -> None:
         """`results`: what Optuna holds of ended trials (`sweeps.stores.recorded_results`), for the runs an
-        earlier driver of the sweep left RUNNING."""
+        earlier driver of the sweep left RUNNING. `outage_s`: how long a write waits for MLflow to come
+        back (`OutageRetries`)."""
         ensure_store(tracking_uri)
         self._cancelling = cancelling  # trials cut short by a cancel are "cancelled", not "pruned"
         self.client = MlflowClient(tracking_uri)
@@ -124,6 +199,8 @@ class SweepRecorder(DriverOnly, Callback):
                 )
                 self._cells[cell_key(opt, bs)] = run.info.run_id
         close_running_runs(self.client, self.experiment_id, results)
+        self._started: set[str] = set()  # trials started and not ended (the Tune thread's own view)
+        self.retries = OutageRetries(outage_s)
         self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="mlflow-recorder", daemon=True)
         self._thread.start()
@@ -132,7 +209,10 @@ class SweepRecorder(DriverOnly, Callback):
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         c = trial.config
-        self._queue.put(lambda: self._start_trial(trial.trial_id, c))
+        # decided here, not by the writer: a write retried after an outage must not read as a restart
+        restart = trial.trial_id in self._started
+        self._started.add(trial.trial_id)
+        self._queue.put(lambda: self._start_trial(trial.trial_id, c, restart=restart))
 
     def on_trial_result(
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
@@ -148,11 +228,13 @@ class SweepRecorder(DriverOnly, Callback):
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         status = trial_status(trial.last_result, error=False, cancelling=self._cancelling())
+        self._started.discard(trial.trial_id)
         self._queue.put(lambda: self._end_trial(trial.trial_id, status))
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         # Tune's restarts are spent: the infrastructure lost it (search.trial_status), it is run again
         status = trial_status(trial.last_result, error=True)
+        self._started.discard(trial.trial_id)
         self._queue.put(lambda: self._end_trial(trial.trial_id, status))
 
     # ---- driver-side calls -----------------------------------------------------------------------
@@ -229,20 +311,28 @@ class SweepRecorder(DriverOnly, Callback):
     # ---- the writer thread ---------------------------------------------------------------------
 
     def _drain(self) -> None:
+        # every write is retried while MLflow is away; a failed write never takes the sweep down
         while (job := self._queue.get()) is not None:
-            try:
-                job()
-            except Exception:  # a failed write must not take the sweep down; it is logged
-                log.exception("MLflow write failed")
+            self.retries.run(job)
 
-    def _start_trial(self, trial_id: str, c: dict[str, Any]) -> None:
-        if trial_id in self._trials:
+    # Each write below is idempotent: run again after a partial success (an outage between two calls), it
+    # makes no second run and counts no second restart.
+
+    def _start_trial(self, trial_id: str, c: dict[str, Any], *, restart: bool) -> None:
+        if restart:
             # Tune restarted the trial after its worker died: one run per trial, with its restarts counted
-            run_id = self._trials[trial_id]
-            restarts = int(self.client.get_run(run_id).data.tags.get(Tag.restarts, "0")) + 1
-            self.client.set_tag(run_id, Tag.restarts, str(restarts))
+            if (run_id := self._trials.get(trial_id)) is not None:  # None: its first start was dropped
+                restarts = int(self.client.get_run(run_id).data.tags.get(Tag.restarts, "0")) + 1
+                self.client.set_tag(run_id, Tag.restarts, str(restarts))
             return
         train = c["train"]
+        if trial_id not in self._trials:
+            self._trials[trial_id] = self._create_trial_run(trial_id, c)
+        params = flatten("", {k: v for k, v in train.items() if k not in ("optimizer",)})
+        params |= flatten("optimizer", train["optimizer"])
+        self.client.log_batch(self._trials[trial_id], params=[Param(k, v[:6000]) for k, v in params.items()])
+
+    def _create_trial_run(self, trial_id: str, c: dict[str, Any]) -> str:
         run = self.client.create_run(
             self.experiment_id,
             run_name=run_name(
@@ -267,10 +357,7 @@ class SweepRecorder(DriverOnly, Callback):
                 chosen=c.get("chosen", "listed"),
             ),  # fmt: skip
         )
-        self._trials[trial_id] = run.info.run_id
-        params = flatten("", {k: v for k, v in train.items() if k not in ("optimizer",)})
-        params |= flatten("optimizer", train["optimizer"])
-        self.client.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
+        return run.info.run_id
 
     def _cell_run(self, c: dict[str, Any]) -> str:
         """The run id of a trial's cell; a search's cell run is made with its first trial, tagged with why
@@ -297,11 +384,12 @@ class SweepRecorder(DriverOnly, Callback):
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def _end_trial(self, trial_id: str, status: str) -> None:
-        run_id = self._trials.pop(trial_id, None)
+        run_id = self._trials.get(trial_id)
         if run_id is None:
             return
         self.client.set_tag(run_id, Tag.status, str(status))
         self.client.set_terminated(run_id, MLFLOW_STATUS[status])
+        del self._trials[trial_id]  # last: a retry after a partial end ends the run again
 
 
 def _node_id() -> str:

@@ -21,6 +21,7 @@ class SweepRuntime:
     # URI pyarrow understands, e.g. s3://bucket/prefix?endpoint_override=host:port&scheme=http
     storage_uri: str | None = None
     log_format: str = "text"  # the drivers' log lines: "text" or "json" (sweeps/logs.py)
+    mlflow_outage_s: float = 3600.0  # seconds the recorder retries a write MLflow did not take (sweeps/record.py)
 
     @classmethod
     def at(
@@ -32,6 +33,7 @@ class SweepRuntime:
         ray_address: str | None = None,
         storage_uri: str | None = None,
         log_format: str = "text",
+        mlflow_outage_s: float = 3600.0,
     ) -> SweepRuntime:
         """The stores of `data_dir`, each defaulting to SQLite (and a local artifact folder) inside it."""
         root = Path(data_dir).expanduser().resolve()
@@ -43,6 +45,7 @@ class SweepRuntime:
             ray_address=ray_address,
             storage_uri=storage_uri,
             log_format=log_format,
+            mlflow_outage_s=mlflow_outage_s,
         )
 
     @classmethod

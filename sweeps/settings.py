@@ -39,6 +39,10 @@ class SweepSettings(WorkerSettings):
     storage_uri: str | None = None
     """everything Ray Tune/Train write (trial results, checkpoints): None = <data dir>/ray_results; on a multi-node
     cluster a path every node mounts or a URI every node reaches, e.g. s3://bucket/prefix (pyarrow's URIs)"""
+    mlflow_outage_s: float = Field(default=3600.0, gt=0)
+    """seconds a sweep's recorder keeps retrying an MLflow write that did not go through (the server unreachable or
+    answering 5xx), on top of the MLflow client's own retries, before it drops the write (logged); training never
+    waits for it, the end of a sweep does"""
     log_format: LogFormat = "text"
     """log lines as "text" or "json" (one object a line, with the sweep id and trial: sweeps/logs.py), in the
     service and in every sweep driver"""
@@ -57,4 +61,5 @@ class SweepSettings(WorkerSettings):
             ray_address=self.ray_address,
             storage_uri=self.storage_uri,
             log_format=self.log_format,
+            mlflow_outage_s=self.mlflow_outage_s,
         )

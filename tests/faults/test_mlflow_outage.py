@@ -3,9 +3,10 @@
 `sweeps serve` on its own Ray head with MLflow as a tracking server (`mlflow server`, SQLite backend,
 served artifacts). The test stops the server (its process group, by pid) once trials are running,
 keeps it down for 20 s and starts it again on the same port. The driver's writes wait and retry
-meanwhile (the MLflow client retries with backoff; the recorder writes from its own thread, so
-training goes on): the sweep succeeds, every trial's curve is complete in MLflow, and the summary
-run holds the report.
+meanwhile (the recorder's own retries, `sweeps.record.OutageRetries`: the MLflow client's are turned
+off here, so that an outage longer than they last is what the test shows; the recorder writes from its
+own thread, so training goes on): the sweep succeeds, every trial's curve is complete in MLflow, and
+the summary run holds the report.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
 def test_a_20_s_mlflow_outage_mid_sweep_loses_nothing(
     serve: Callable[..., tuple[ServiceProcess, Path]], mlflow_server: MlflowServer
 ) -> None:
-    svc, data_dir = serve(MLFLOW_TRACKING_URI=mlflow_server.url)
+    svc, data_dir = serve(MLFLOW_TRACKING_URI=mlflow_server.url, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0")
     client = httpx.Client(base_url=svc.url, headers=AUTH, timeout=30)
     created = client.post("/sweeps", content=SPEC, headers={"Content-Type": "application/yaml"})
     assert created.status_code == 201, created.text

@@ -1,0 +1,119 @@
+"""The recorder waits out an MLflow outage instead of dropping what it had to write.
+
+The retry rule exactly, on a fake clock (`OutageRetries`), and each write run twice records nothing
+twice (a retry after a partial success). A real sweep through a real `mlflow server` that is down for
+20 s, with the MLflow client's own retries turned off so that the recorder's must carry the outage, is
+tests/faults/test_mlflow_outage.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from harness import tiny_spec
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from sweeps import layout
+from sweeps.layout import Tag
+from sweeps.record import OutageRetries, SweepRecorder
+from sweeps.spec import SweepSpec
+
+SWEEP = "outage"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+def failing(times: int, exc: Exception, calls: list[float], clock: FakeClock):
+    def write() -> None:
+        calls.append(clock.now)
+        if len(calls) <= times:
+            raise exc
+
+    return write
+
+
+AWAY = MlflowException("API request to http://mlflow/api/2.0/mlflow/runs/create failed with exception ...")
+
+
+def test_a_write_is_retried_with_doubling_pauses_until_mlflow_is_back() -> None:
+    clock, calls = FakeClock(), []
+    retries = OutageRetries(60, first_s=0.5, max_s=2.0, clock=clock, sleep=clock.sleep)
+    assert retries.run(failing(4, AWAY, calls, clock)) is True
+    assert clock.slept == [0.5, 1.0, 2.0, 2.0]  # doubling, capped at max_s
+    assert len(calls) == 5 and retries.dropped == 0 and retries.away_since is None
+
+
+def test_a_write_mlflow_refuses_is_dropped_at_once() -> None:
+    clock, calls = FakeClock(), []
+    retries = OutageRetries(60, clock=clock, sleep=clock.sleep)
+    refused = MlflowException.invalid_parameter_value("Invalid value for param")  # a 400
+    assert retries.run(failing(1, refused, calls, clock)) is False
+    assert len(calls) == 1 and clock.slept == [] and retries.dropped == 1
+
+
+def test_past_outage_s_writes_are_dropped_with_a_probe_every_max_s_and_the_first_success_ends_it() -> None:
+    clock, calls = FakeClock(), []
+    retries = OutageRetries(10, first_s=1, max_s=4, clock=clock, sleep=clock.sleep)
+    assert retries.run(failing(99, AWAY, calls, clock)) is False  # tried at 0, 1, 3, 7, 11 s: 11 >= 10
+    assert [t - 100 for t in calls] == [0, 1, 3, 7, 11] and retries.dropped == 1
+    later: list[float] = []
+    assert retries.run(failing(99, AWAY, later, clock)) is False  # within max_s of the last try: not tried
+    assert later == [] and retries.dropped == 2
+    clock.now += 4
+    assert retries.run(failing(0, AWAY, later, clock)) is True  # the probe goes through: the outage is over
+    assert len(later) == 1 and retries.away_since is None
+    assert retries.run(failing(1, AWAY, later, clock)) is True  # and a new failure is retried again
+    assert retries.dropped == 2
+
+
+def test_outage_retries_validate_their_config() -> None:
+    with pytest.raises(ValueError, match=r"outage_s=0"):
+        OutageRetries(0)
+    with pytest.raises(ValueError, match=r"first_s=5.*max_s=1"):
+        OutageRetries(10, first_s=5, max_s=1)
+
+
+def trial(trial_id: str, lr: float, *, status: str | None = None) -> Any:
+    """What the recorder reads of a Ray Tune trial: its id, config and last result."""
+    config = {
+        "train": {"optimizer": {"name": "adamw", "lr": lr}, "batch_size": 4, "seed": 0},
+        "optimizer": "adamw", "batch_size": 4, "lr": lr, "seed": 0, "role": "search", "cell": "adamw-bs4",
+    }  # fmt: skip
+    return SimpleNamespace(trial_id=trial_id, config=config, last_result={"status": status} if status else {})
+
+
+def recorder_at(uri: str, **kw: Any) -> SweepRecorder:
+    spec = SweepSpec.from_mapping(tiny_spec(SWEEP, batch_sizes=[4]))
+    return SweepRecorder(tracking_uri=uri, artifact_root=None, sweep_id=SWEEP, spec=spec, **kw)
+
+
+def test_each_write_run_twice_records_nothing_twice(tmp_path: Path) -> None:
+    """What a retry after a partial success does (the outage fell between two calls of one write)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    recorder = recorder_at(uri)
+    t = trial("t1", 1e-3, status="completed")
+    recorder._start_trial("t1", t.config, restart=False)
+    recorder._start_trial("t1", t.config, restart=False)
+    recorder._end_trial("t1", "completed")
+    recorder._end_trial("t1", "completed")
+    recorder.close()
+    runs = layout.trial_runs(MlflowClient(uri), recorder.experiment_id)
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.data.params["optimizer.lr"] == "0.001" and run.info.status == "FINISHED"
+    assert Tag.restarts not in run.data.tags
