@@ -31,6 +31,7 @@ def main(address: str) -> None:
                 "single": single.history,
                 "ddp": ddp.history,
                 "ddp_final": ddp.final,
+                "statuses": [single.status, ddp.status],
                 "worker_nodes": sorted({a.node_id for a in workers}),
             }
         )

@@ -165,4 +165,5 @@ def test_a_ddp_trial_spans_both_worker_nodes_and_matches_one_worker(multinode: M
     workers = {n.node_id for n in multinode.worker_nodes()}
     # the DDP workers' nodes: both worker nodes (and the single-worker run's, one of them), never the head
     assert set(out["worker_nodes"]) == workers and multinode.head_id not in out["worker_nodes"]
+    assert out["statuses"] == ["completed", "completed"]
     assert_ddp_matches_one_worker(out["single"], out["ddp"], out["ddp_final"])

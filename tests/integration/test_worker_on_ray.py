@@ -1,5 +1,8 @@
-"""One training run on a real local Ray cluster: the light path, DDP through Ray Train, and a worker
-that dies mid-run and resumes from its Ray Train checkpoint."""
+"""One training run through Ray Train on a real local Ray cluster: a DDP worker that dies mid-run and
+resumes from its Ray Train checkpoint, ending where an unbroken single-worker run ends. That DDP on two
+workers matches one worker is shown across two nodes, the stronger case, by
+tests/cluster/test_service_on_cluster.py::test_a_ddp_trial_spans_both_worker_nodes_and_matches_one_worker
+(it ran here on one node as well, the same assertions, 43 s of the suite)."""
 
 from __future__ import annotations
 
@@ -9,20 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import TINY_DDP_CONFIG, assert_ddp_matches_one_worker
+from harness import TINY_DDP_CONFIG
 
 from worker.launch import run_training
 
 pytestmark = pytest.mark.ray
 
 CFG = TINY_DDP_CONFIG
-
-
-def test_ddp_on_two_workers_matches_one_worker(ray_session: str) -> None:
-    single = run_training(CFG)
-    ddp = run_training(CFG.model_copy(update={"num_workers": 2}))
-    assert single.status == ddp.status == "completed"
-    assert_ddp_matches_one_worker(single.history, ddp.history, ddp.final)
 
 
 def _crash_once_loop(config: dict[str, Any]) -> dict[str, Any]:
