@@ -585,7 +585,9 @@ def seed_adjusted_means(samples: dict[K, dict[int, float]]) -> dict[K, float]:
     tenths of a percent, as much as the margins most answers rest on. Where the runs are too few to tell a
     spike from the noise (fewer than 3 residual degrees of freedom) it is least squares, which gives cells
     that ran the same seeds their plain means. Where the seeds do not connect every cell to the rest (no
-    seed in common, never the case for seeds 1..n), all keep their plain means. By hand: iteratively
+    seed in common, never the case for seeds 1..n), all keep their plain means. Where Huber's minimum is not
+    unique (a seed whose few runs all lie beyond the threshold, as many above as below), the one the
+    reweighting converges to is taken: deterministic, and as good by Huber's criterion. By hand: iteratively
     reweighted least squares on the two-way layout's own normal equations (a seeds x seeds solve), where
     scipy's general `least_squares` on the (runs x cells + seeds) design made the benchmark 1.7x slower."""
     cells = [c for c, by_seed in samples.items() if by_seed]

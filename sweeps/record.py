@@ -120,8 +120,7 @@ class OutageRetries:
         while True:
             now = self._clock()
             if self._given_up(now) and now < self._next_probe:
-                self.dropped += 1
-                log.error("MLflow away for %.0f s, past mlflow_outage_s: a write is dropped", now - self.away_since)  # type: ignore[operator]
+                self.dropped += 1  # logged with the next probe's failure: one line per probe, not per write
                 return False
             try:
                 write()
@@ -136,7 +135,11 @@ class OutageRetries:
                 if self._given_up(now):
                     self._next_probe = now + self.max_s
                     self.dropped += 1
-                    log.error("MLflow away for %.0f s, past mlflow_outage_s: a write is dropped", now - self.away_since)
+                    log.error(
+                        "MLflow away for %.0f s, past mlflow_outage_s: %d writes dropped so far",
+                        now - self.away_since,
+                        self.dropped,
+                    )
                     return False
                 log.warning("MLflow away (%s): the write is retried in %.1f s", exc, pause)
                 self._sleep(pause)
