@@ -6,8 +6,9 @@ All MLflow calls run on one background thread fed by a queue: the Tune event loo
 recording never delays scheduling. `close()` drains the queue. A write that does not go through because
 MLflow is away (unreachable, or answering 5xx after the client's own retries) is retried in order, every
 few seconds, for as long as the outage lasts up to `outage_s` (`OutageRetries`); each write is
-idempotent, so a retry after a partial success records nothing twice. A write MLflow refuses (4xx) is
-logged and dropped at once: sending it again cannot help.
+idempotent, so a retry after a partial success records nothing twice. A write MLflow refuses (4xx),
+or one that fails while MLflow answers a read, is logged and dropped at once: sending it again cannot
+help, and it would hold up every write behind it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from sweeps.analysis import CellReport, Report, report_to_json
 from sweeps.detached import DriverOnly
 from sweeps.layout import MLFLOW_STATUS, Role, Tag
 from sweeps.plan import cell_key, run_name
+from sweeps.runtime import MLFLOW_OUTAGE_S
 from sweeps.search import trial_status
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialStatus
@@ -93,23 +95,28 @@ def _mlflow_away(exc: Exception) -> bool:
 
 class OutageRetries:
     """Runs the recorder's writes one at a time, retrying one that failed because MLflow is away
-    (`_mlflow_away`) after `first_s`, then twice as long each time up to `max_s`, until it goes through
-    or MLflow has been away for `outage_s` in all. Past that, writes are dropped (counted, logged)
-    without a try except one every `max_s`, a probe: the first that goes through ends the outage."""
+    (`_mlflow_away`, and `probe`, a read of MLflow, fails too) after `first_s`, then twice as long each
+    time up to `max_s`, until it goes through or MLflow has been away for `outage_s` in all. Past that,
+    writes are dropped untried (counted, logged) except one every `max_s`: the first that goes through
+    ends the outage. A write that failed while `probe` succeeds is dropped at once: MLflow
+    answers, so the write itself is what fails (a 500 it gives every time), and retrying it would hold up
+    every write behind it."""
 
     def __init__(
         self,
         outage_s: float,
         *,
+        probe: Callable[[], object] | None = None,
         first_s: float = 0.5,
         max_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """Without a `probe`, every failure `_mlflow_away` names is taken as an outage."""
         if not (outage_s > 0 and 0 < first_s <= max_s):
             raise ValueError(f"need outage_s > 0 and 0 < first_s <= max_s, got {outage_s=}, {first_s=}, {max_s=}")
         self.outage_s, self.first_s, self.max_s = outage_s, first_s, max_s
-        self._clock, self._sleep = clock, sleep
+        self._probe, self._clock, self._sleep = probe, clock, sleep
         self.away_since: float | None = None  # when the current outage began (clock seconds)
         self._next_probe = -math.inf
         self.dropped = 0  # writes given up: refused by MLflow, or past the outage's limit
@@ -120,14 +127,15 @@ class OutageRetries:
         while True:
             now = self._clock()
             if self._given_up(now) and now < self._next_probe:
-                self.dropped += 1  # logged with the next probe's failure: one line per probe, not per write
+                self.dropped += 1  # logged with the next tried write's failure: a line per max_s, not per write
                 return False
             try:
                 write()
             except Exception as exc:
-                if not _mlflow_away(exc):
+                if not (_mlflow_away(exc) and not self._answers()):
                     self.dropped += 1
-                    log.exception("MLflow refused a write: dropped")
+                    self.away_since = None  # MLflow answers: no outage
+                    log.exception("an MLflow write failed while MLflow answers (retrying cannot help): dropped")
                     return False
                 now = self._clock()
                 if self.away_since is None:
@@ -150,6 +158,15 @@ class OutageRetries:
             self.away_since = None
             return True
 
+    def _answers(self) -> bool:
+        if self._probe is None:
+            return False
+        try:
+            self._probe()
+        except Exception:
+            return False
+        return True
+
     def _given_up(self, now: float) -> bool:
         return self.away_since is not None and now - self.away_since >= self.outage_s
 
@@ -165,7 +182,7 @@ class SweepRecorder(DriverOnly, Callback):
         sweep_id: str,
         spec: SweepSpec,
         cancelling: Callable[[], bool] = lambda: False,
-        outage_s: float = 3600.0,
+        outage_s: float = MLFLOW_OUTAGE_S,
         results: Mapping[str, Recorded] | None = None,
     ) -> None:
         """`results`: what Optuna holds of ended trials (`sweeps.stores.recorded_results`), for the runs an
@@ -203,7 +220,7 @@ class SweepRecorder(DriverOnly, Callback):
                 self._cells[cell_key(opt, bs)] = run.info.run_id
         close_running_runs(self.client, self.experiment_id, results)
         self._started: set[str] = set()  # trials started and not ended (the Tune thread's own view)
-        self.retries = OutageRetries(outage_s)
+        self.retries = OutageRetries(outage_s, probe=lambda: self.client.get_experiment(self.experiment_id))
         self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="mlflow-recorder", daemon=True)
         self._thread.start()

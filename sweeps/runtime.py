@@ -9,6 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+# seconds a sweep's recorder retries a write MLflow did not take before it drops it (sweeps/record.py)
+MLFLOW_OUTAGE_S = 3600.0
+
 
 @dataclass(frozen=True, kw_only=True)
 class SweepRuntime:
@@ -21,7 +24,7 @@ class SweepRuntime:
     # URI pyarrow understands, e.g. s3://bucket/prefix?endpoint_override=host:port&scheme=http
     storage_uri: str | None = None
     log_format: str = "text"  # the drivers' log lines: "text" or "json" (sweeps/logs.py)
-    mlflow_outage_s: float = 3600.0  # seconds the recorder retries a write MLflow did not take (sweeps/record.py)
+    mlflow_outage_s: float = MLFLOW_OUTAGE_S
 
     @classmethod
     def at(
@@ -33,7 +36,7 @@ class SweepRuntime:
         ray_address: str | None = None,
         storage_uri: str | None = None,
         log_format: str = "text",
-        mlflow_outage_s: float = 3600.0,
+        mlflow_outage_s: float = MLFLOW_OUTAGE_S,
     ) -> SweepRuntime:
         """The stores of `data_dir`, each defaulting to SQLite (and a local artifact folder) inside it."""
         root = Path(data_dir).expanduser().resolve()

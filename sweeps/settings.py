@@ -13,7 +13,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from sweeps.logs import LogFormat
-from sweeps.runtime import SweepRuntime
+from sweeps.runtime import MLFLOW_OUTAGE_S, SweepRuntime
 from worker.settings import WorkerSettings
 
 
@@ -39,7 +39,7 @@ class SweepSettings(WorkerSettings):
     storage_uri: str | None = None
     """everything Ray Tune/Train write (trial results, checkpoints): None = <data dir>/ray_results; on a multi-node
     cluster a path every node mounts or a URI every node reaches, e.g. s3://bucket/prefix (pyarrow's URIs)"""
-    mlflow_outage_s: float = Field(default=3600.0, gt=0)
+    mlflow_outage_s: float = Field(default=MLFLOW_OUTAGE_S, gt=0)
     """seconds a sweep's recorder keeps retrying an MLflow write that did not go through (the server unreachable or
     answering 5xx), on top of the MLflow client's own retries, before it drops the write (logged); training never
     waits for it, the end of a sweep does"""

@@ -66,6 +66,27 @@ def test_a_write_mlflow_refuses_is_dropped_at_once() -> None:
     assert len(calls) == 1 and clock.slept == [] and retries.dropped == 1
 
 
+def test_a_write_that_fails_while_mlflow_answers_is_dropped_at_once() -> None:
+    """A 500 that MLflow gives every time for this write: retried while a read of MLflow (the probe) fails
+    too, dropped as soon as the probe answers, so that it does not hold up every write behind it."""
+    clock, calls, up = FakeClock(), [], [False]
+
+    def probe() -> None:
+        if not up[0]:
+            raise AWAY
+
+    def write() -> None:
+        calls.append(clock.now)
+        if len(calls) == 2:
+            up[0] = True  # MLflow is back, and this write still fails
+        raise AWAY
+
+    retries = OutageRetries(60, probe=probe, first_s=1, max_s=4, clock=clock, sleep=clock.sleep)
+    assert retries.run(write) is False
+    assert [t - 100 for t in calls] == [0, 1] and clock.slept == [1]
+    assert retries.dropped == 1 and retries.away_since is None
+
+
 def test_past_outage_s_writes_are_dropped_with_a_probe_every_max_s_and_the_first_success_ends_it() -> None:
     clock, calls = FakeClock(), []
     retries = OutageRetries(10, first_s=1, max_s=4, clock=clock, sleep=clock.sleep)
