@@ -19,12 +19,12 @@ log = logging.getLogger(__name__)
 
 def run_trial(config: dict[str, Any]) -> None:
     """Tune function trainable: one trial, on the light path (1 worker) or through Ray Train."""
+    from ray import tune
+
     from worker.config import TrainConfig
 
     cfg = TrainConfig.model_validate(config["train"])
     if cfg.num_workers == 1:
-        from ray import tune
-
         from worker.loop import train
         from worker.session import TuneSession
 
@@ -36,7 +36,6 @@ def run_trial(config: dict[str, Any]) -> None:
             log.exception("trial failed in training")
             tune.report({"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500], VAL_LOSS: math.nan})
         return
-    from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from worker.launch import torch_trainer
