@@ -24,9 +24,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
@@ -43,6 +43,8 @@ from sweeps.spec import SweepSpec
 from sweeps.status import TrialStatus
 from sweeps.stores import Recorded, close_running_runs
 from worker.session import NODE_ID
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +95,20 @@ def _mlflow_away(exc: Exception) -> bool:
     return isinstance(exc, OSError)
 
 
+class MlflowAway(RuntimeError):
+    """MLflow has been away for longer than the outage limit (`OutageRetries.outage_s`)."""
+
+
 class OutageRetries:
-    """Runs the recorder's writes one at a time, retrying one that failed because MLflow is away
+    """Runs the recorder's MLflow calls one at a time, retrying one that failed because MLflow is away
     (`_mlflow_away`, and `probe`, a read of MLflow, fails too) after `first_s`, then twice as long each
-    time up to `max_s`, until it goes through or MLflow has been away for `outage_s` in all. Past that,
-    writes are dropped untried (counted, logged) except one every `max_s`: the first that goes through
-    ends the outage. A write that failed while `probe` succeeds is dropped at once: MLflow
-    answers, so the write itself is what fails (a 500 it gives every time), and retrying it would hold up
-    every write behind it."""
+    time up to `max_s`, until it goes through or MLflow has been away for `outage_s` in all. A call that
+    failed while `probe` succeeds is not retried: MLflow answers, so the call itself is what fails (a 500
+    it gives every time), and retrying it would hold up every call behind it.
+
+    `run` is for the writes of running trials: one given up is dropped (counted, logged), and past the
+    limit they are dropped untried except one every `max_s`: the first that goes through ends the outage.
+    `call` is for what the sweep cannot end without (its summary): it raises where `run` drops."""
 
     def __init__(
         self,
@@ -119,44 +127,52 @@ class OutageRetries:
         self._probe, self._clock, self._sleep = probe, clock, sleep
         self.away_since: float | None = None  # when the current outage began (clock seconds)
         self._next_probe = -math.inf
-        self.dropped = 0  # writes given up: refused by MLflow, or past the outage's limit
+        self.dropped = 0  # writes given up by `run`: refused by MLflow, or past the outage's limit
 
     def run(self, write: Callable[[], None]) -> bool:
         """Run `write` until it goes through (True) or is given up (False, logged)."""
+        now = self._clock()
+        if self._given_up(now) and now < self._next_probe:
+            self.dropped += 1  # logged with the next tried write's failure: a line per max_s, not per write
+            return False
+        try:
+            self.call(write)
+        except MlflowAway as away:
+            self.dropped += 1
+            log.error("%s: %d writes dropped so far", away, self.dropped)
+            return False
+        except Exception:
+            self.dropped += 1
+            log.exception("an MLflow write failed while MLflow answers (retrying cannot help): dropped")
+            return False
+        return True
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """`fn`'s value once it goes through. Raises its error where retrying cannot help (MLflow refused
+        it, or answers while it fails), and `MlflowAway` once MLflow has been away for `outage_s` (past
+        that, one try)."""
         pause = self.first_s
         while True:
-            now = self._clock()
-            if self._given_up(now) and now < self._next_probe:
-                self.dropped += 1  # logged with the next tried write's failure: a line per max_s, not per write
-                return False
             try:
-                write()
+                value = fn()
             except Exception as exc:
                 if not (_mlflow_away(exc) and not self._answers()):
-                    self.dropped += 1
                     self.away_since = None  # MLflow answers: no outage
-                    log.exception("an MLflow write failed while MLflow answers (retrying cannot help): dropped")
-                    return False
+                    raise
                 now = self._clock()
                 if self.away_since is None:
                     self.away_since = now
                 if self._given_up(now):
                     self._next_probe = now + self.max_s
-                    self.dropped += 1
-                    log.error(
-                        "MLflow away for %.0f s, past mlflow_outage_s: %d writes dropped so far",
-                        now - self.away_since,
-                        self.dropped,
-                    )
-                    return False
-                log.warning("MLflow away (%s): the write is retried in %.1f s", exc, pause)
+                    raise MlflowAway(f"MLflow away for {now - self.away_since:.0f} s, past mlflow_outage_s") from exc
+                log.warning("MLflow away (%s): the call is retried in %.1f s", exc, pause)
                 self._sleep(pause)
                 pause = min(2 * pause, self.max_s)
                 continue
             if self.away_since is not None:
                 log.warning("MLflow back after %.0f s: recording goes on", self._clock() - self.away_since)
             self.away_since = None
-            return True
+            return value
 
     def _answers(self) -> bool:
         if self._probe is None:
@@ -266,12 +282,16 @@ class SweepRecorder(DriverOnly, Callback):
     def trial_run_ids(self) -> dict[str, str]:
         """Tune trial id -> MLflow run id of every trial run of the sweep (after every write is done)."""
         self.close()
-        runs = layout.trial_runs(self.client, self.experiment_id)
+        runs = self.retries.call(lambda: layout.trial_runs(self.client, self.experiment_id))
         return {r.data.tags[Tag.tune_trial_id]: r.info.run_id for r in runs if Tag.tune_trial_id in r.data.tags}
 
     def write_summary(self, report: Report, *, status: str) -> str:
-        """Cell runs get their answer; one summary run holds spec, report and tables. Returns its id."""
+        """Cell runs get their answer; one summary run holds spec, report and tables. Returns its id.
+
+        Each call waits out an MLflow outage (`OutageRetries.call`) and may run twice (a retry, or a
+        relaunched driver after one past the limit): it records nothing twice that a reader would see."""
         self.close()
+        mlflow = self.retries.call
         for name, opt in report.optimizers.items():
             for cell in opt.cells:
                 run_id = self._cells.get(cell_key(name, cell.batch_size))
@@ -282,35 +302,44 @@ class SweepRecorder(DriverOnly, Callback):
                 if cell.val_loss_mean is not None:  # then its interval is two numbers
                     metrics["val_loss_ci95_low"], metrics["val_loss_ci95_high"] = cell.val_loss_ci95
                 now = int(time.time() * 1000)
-                curve = self._confirmation_curve(cell)
-                self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()] + curve)
-                self.client.set_terminated(run_id, "FINISHED")
-        existing = layout.summary_run(self.client, self.experiment_id)
-        if existing is not None:
-            run_id = existing.info.run_id
-        else:
-            run_id = self.client.create_run(
+                curve = mlflow(lambda cell=cell: self._confirmation_curve(cell))
+                answer = [Metric(k, float(v), now, 0) for k, v in metrics.items()] + curve
+                mlflow(lambda run_id=run_id, answer=answer: self.client.log_batch(run_id, metrics=answer))
+                mlflow(lambda run_id=run_id: self.client.set_terminated(run_id, "FINISHED"))
+
+        def summary_run() -> Run:  # found, not created again, where an earlier try created it
+            found = layout.summary_run(self.client, self.experiment_id)
+            return found or self.client.create_run(
                 self.experiment_id, run_name=layout.SUMMARY_RUN_NAME, tags=layout.summary_tags(self.sweep_id)
-            ).info.run_id
+            )
+
+        summary = mlflow(summary_run)
+        run_id = summary.info.run_id
         params = flatten("", {k: v for k, v in self.spec.model_dump(mode="json").items() if k != "optimizers"})
         params["optimizers"] = ",".join(self.spec.optimizer_names)
-        self.client.log_batch(
-            run_id,
-            params=[Param(k, v[:6000]) for k, v in params.items()] if existing is None else [],
-            tags=[RunTag(Tag.status, str(status)), RunTag(Tag.driver_node_id, _node_id())],
-            metrics=[
-                Metric(f"largest_degradation_free_bs/{name}/{ref}", float(bs), int(time.time() * 1000), 0)
-                for name, opt in report.optimizers.items()
-                for ref, bs in opt.largest_degradation_free_batch_size.model_dump().items()
-                if bs is not None
-            ],
+        # params once (MLflow refuses to change one): an earlier try may have created the run and failed
+        # before logging them
+        new_params = [] if summary.data.params else [Param(k, v[:6000]) for k, v in params.items()]
+        now = int(time.time() * 1000)
+        mlflow(
+            lambda: self.client.log_batch(
+                run_id,
+                params=new_params,
+                tags=[RunTag(Tag.status, str(status)), RunTag(Tag.driver_node_id, _node_id())],
+                metrics=[
+                    Metric(f"largest_degradation_free_bs/{name}/{ref}", float(bs), now, 0)
+                    for name, opt in report.optimizers.items()
+                    for ref, bs in opt.largest_degradation_free_batch_size.model_dump().items()
+                    if bs is not None
+                ],
+            )
         )
         with tempfile.TemporaryDirectory() as d:
             (Path(d) / layout.SPEC_FILE).write_text(self.spec.to_yaml())
             (Path(d) / layout.REPORT_FILE).write_text(report_to_json(report))
             (Path(d) / layout.CELLS_FILE).write_text(cells_csv(report))
-            self.client.log_artifacts(run_id, d)
-        self.client.set_terminated(run_id, "FINISHED")
+            mlflow(lambda: self.client.log_artifacts(run_id, d))
+        mlflow(lambda: self.client.set_terminated(run_id, "FINISHED"))
         return run_id
 
     def _confirmation_curve(self, cell: CellReport) -> list[Metric]:

@@ -18,8 +18,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sweeps import layout
+from sweeps.analysis import AnalysisInput, TrialResult, build_report
 from sweeps.layout import Tag
-from sweeps.record import OutageRetries, SweepRecorder
+from sweeps.record import MlflowAway, OutageRetries, SweepRecorder
 from sweeps.spec import SweepSpec
 
 SWEEP = "outage"
@@ -102,6 +103,23 @@ def test_past_outage_s_writes_are_dropped_with_a_probe_every_max_s_and_the_first
     assert retries.dropped == 2
 
 
+def test_call_returns_the_value_once_mlflow_is_back_and_raises_past_the_limit() -> None:
+    clock, calls = FakeClock(), []
+    retries = OutageRetries(10, first_s=1, max_s=4, clock=clock, sleep=clock.sleep)
+
+    def read() -> str:
+        failing(2, AWAY, calls, clock)()
+        return "runs"
+
+    assert retries.call(read) == "runs" and clock.slept == [1, 2] and retries.away_since is None
+    with pytest.raises(MlflowAway, match=r"away for 11 s"):  # tried at 0, 1, 3, 7, 11 s: 11 >= 10
+        retries.call(failing(99, AWAY, [], clock))
+    assert retries.dropped == 0  # `call` drops nothing: its caller decides
+    refused = MlflowException.invalid_parameter_value("Invalid value for param")
+    with pytest.raises(MlflowException, match="Invalid value"):  # a refusal is raised at once
+        retries.call(failing(1, refused, [], clock))
+
+
 def test_outage_retries_validate_their_config() -> None:
     with pytest.raises(ValueError, match=r"outage_s=0"):
         OutageRetries(0)
@@ -138,3 +156,55 @@ def test_each_write_run_twice_records_nothing_twice(tmp_path: Path) -> None:
     run = runs[0]
     assert run.data.params["optimizer.lr"] == "0.001" and run.info.status == "FINISHED"
     assert Tag.restarts not in run.data.tags
+
+
+class Flaky:
+    """An MlflowClient whose every call fails once with a connection error before it goes through;
+    create_run fails after the run was created (the answer lost on the way back)."""
+
+    def __init__(self, client: MlflowClient) -> None:
+        self.client, self.failed = client, set()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            first = name not in self.failed
+            self.failed.add(name)
+            if first and name != "create_run":
+                raise ConnectionError(f"{name}: connection refused")
+            value = method(*args, **kwargs)
+            if first:
+                raise ConnectionError(f"{name}: connection reset")
+            return value
+
+        return call
+
+
+def test_the_summary_is_written_once_through_an_outage_and_again_by_a_relaunched_driver(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    recorder = recorder_at(uri)
+    recorder.close()
+    clock = FakeClock()
+    recorder.retries = OutageRetries(60, clock=clock, sleep=clock.sleep)
+    recorder.client = Flaky(recorder.client)  # type: ignore[assignment]
+    spec = recorder.spec
+    results = [
+        TrialResult("adamw", 4, 1e-3, seed, "seed" if seed else "search", "completed", 3.0 + seed / 100, 4096, 256)
+        for seed in range(spec.seeds_min + 1)
+    ]
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+
+    first = recorder.write_summary(report, status="succeeded")
+    assert clock.slept, "the outage was waited out"
+    again = recorder_at(uri).write_summary(report, status="succeeded")  # a relaunched driver writes it again
+
+    client = MlflowClient(uri)
+    summaries = layout.runs_of(client, recorder.experiment_id, layout.Role.summary)
+    assert [r.info.run_id for r in summaries] == [first] == [again]
+    run = client.get_run(first)
+    assert run.data.params["optimizers"] == "adamw" and run.data.tags[Tag.status] == "succeeded"
+    assert run.info.status == "FINISHED"
+    assert {a.path for a in client.list_artifacts(first)} >= {layout.REPORT_FILE, layout.SPEC_FILE}
+    (cell,) = layout.runs_of(client, recorder.experiment_id, layout.Role.cell)
+    assert cell.data.metrics["val_loss_mean"] == pytest.approx(report.optimizers["adamw"].cells[0].val_loss_mean)
