@@ -134,6 +134,12 @@ class Cell:
     # `best()` of the memo's trials, dropped with each new read (the line-search fit behind it is most of a
     # `suggest`); a 1-tuple, since the best may be None
     _best_memo: tuple[optuna.trial.FrozenTrial | None] | None = field(default=None, repr=False)
+    # `next_lr()` of the memo's trials, dropped with each new read like `_best_memo`, and valid for the search
+    # trials running when it was made (the plan's fit behind it is most of what is left of a `suggest`)
+    _next_memo: tuple[tuple[str, ...], tuple[str, float | None]] | None = field(default=None, repr=False)
+    _trials_memo: dict[tuple[str, tuple[TrialState, ...]], list[optuna.trial.FrozenTrial]] = field(
+        default_factory=dict, repr=False
+    )  # `trials()` of the memo's trials, by (role, states)
 
     @property
     def key(self) -> str:
@@ -144,7 +150,8 @@ class Cell:
         if not self._memo_on:
             return self.study.get_trials(deepcopy=False)
         if self._memo is None:
-            self._memo, self._best_memo = self.study.get_trials(deepcopy=False), None
+            self._memo, self._best_memo, self._next_memo = self.study.get_trials(deepcopy=False), None, None
+            self._trials_memo = {}
         return self._memo
 
     def changed(self) -> None:
@@ -152,13 +159,20 @@ class Cell:
         self._memo = None
 
     def trials(self, role: str, states: tuple[TrialState, ...] = FINISHED_STATES) -> list[optuna.trial.FrozenTrial]:
-        return [
+        """The study's trials of `role` in `states`, but not the ones to run again (a new list each call)."""
+        every = self.all_trials()
+        if self._memo_on and (role, states) in self._trials_memo:
+            return list(self._trials_memo[role, states])
+        found = [
             t
-            for t in self.all_trials()
+            for t in every
             if t.state in states
             and t.user_attrs.get("role") == role
             and t.user_attrs.get("status") not in RERUN_STATUSES
         ]
+        if self._memo_on:
+            self._trials_memo[role, states] = found
+        return list(found)
 
     def search_finished(self) -> int:
         return len(self.trials("search"))
@@ -279,6 +293,17 @@ class Cell:
         searching = [v for v in self.running.values() if not isinstance(v, Rerun)]
         if any(v.user_attrs.get("design") for v in searching):
             return ("wait", None)
+        if self._memo_on:
+            self.all_trials()  # the memo read, if not yet (a new read drops the answer of the last)
+            running = tuple(k for k, v in self.running.items() if not isinstance(v, Rerun))
+            if self._next_memo is not None and self._next_memo[0] == running:
+                return self._next_memo[1]
+            answer = self._next_lr(searching)
+            self._next_memo = (running, answer)
+            return answer
+        return self._next_lr(searching)
+
+    def _next_lr(self, searching: list[optuna.trial.Trial]) -> tuple[str, float | None]:
         finished = self.trials("search")
         done = [
             (float(t.params["lr"]), float(t.value))
