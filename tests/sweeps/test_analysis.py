@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import random
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from sweeps.analysis import (
     mean_ci95,
     read_report,
     report_to_json,
+    sample_variance,
     t_quantile,
     validate_report,
     welch_diff_ci95,
@@ -116,6 +119,18 @@ def test_t_quantile_known_values():
     assert t_quantile(0.5, 7.3) == 0.0
     # non-integer df (Welch) lies between its integer neighbours: t decreases with df
     assert t_quantile(0.975, 4) < t_quantile(0.975, 3.5) < t_quantile(0.975, 3)
+
+
+def test_sample_variance_exact_and_as_statistics_computes_it():
+    # [1, 2, 3, 4]: mean 2.5, squared deviations 2.25 + 0.25 + 0.25 + 2.25 = 5, / (n - 1) = 5 / 3
+    assert sample_variance([1.0, 2.0, 3.0, 4.0]) == 5 / 3
+    assert sample_variance([0.1, 0.1, 0.1]) == 0.0  # all equal: exactly 0, whatever the rounding of the mean
+    rng = random.Random(0)
+    for n in (2, 3, 7, 40):  # losses of the size a sweep sees, to round-off of the exact value
+        xs = [3.2 + rng.gauss(0, 0.01) for _ in range(n)]
+        assert sample_variance(xs) == pytest.approx(statistics.variance(xs), rel=1e-9)
+    with pytest.raises(ValueError, match="at least 2 samples, got 1"):
+        sample_variance([3.0])
 
 
 def test_mean_ci95_n3_exact():
