@@ -246,7 +246,8 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
 
     # ---- a sweep submitted elsewhere (the API) shows up by itself; cancel it from its page
     longer = tiny(
-        "ui-second", token_budget=65536, lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 4},
+        "ui-second", token_budget=65536, eval_every_tokens=8192,  # 8 evaluations a trial, not 32
+        lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 4},
         resources={"max_concurrent_trials": 1}, pruning={"enabled": False},
     )  # fmt: skip
     resp = httpx.post(f"{stack.url}/sweeps", json=longer, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
@@ -477,7 +478,8 @@ def test_a_link_of_another_account_switches_nobody_until_confirmed_and_sign_out_
         # bob's running sweep, followed by an event stream of this (cookie) session; then sign out
         resp = httpx.post(
             f"{stack.url}/sweeps",
-            json=tiny("ui-stream", token_budget=65536, lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 4},
+            json=tiny("ui-stream", token_budget=65536, eval_every_tokens=8192,
+                      lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 4},
                       resources={"max_concurrent_trials": 1}, pruning={"enabled": False}),
             headers=bob, timeout=30,
         )  # fmt: skip
