@@ -35,9 +35,9 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.distributions import FloatDistribution
@@ -72,6 +72,7 @@ from sweeps.status import RERUN_STATUSES, TrialStatus
 from sweeps.stores import close_running_trials, rerun_design_point
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 METRIC, MODE, TIME_ATTR = VAL_LOSS, "min", "tokens"
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -131,15 +132,9 @@ class Cell:
     # one `suggest` reads each cell's trials from the storage once, not a dozen times; `changed()` drops it.
     _memo_on: bool = field(default=False, repr=False)
     _memo: list[optuna.trial.FrozenTrial] | None = field(default=None, repr=False)
-    # `best()` of the memo's trials, dropped with each new read (the line-search fit behind it is most of a
-    # `suggest`); a 1-tuple, since the best may be None
-    _best_memo: tuple[optuna.trial.FrozenTrial | None] | None = field(default=None, repr=False)
-    # `next_lr()` of the memo's trials, dropped with each new read like `_best_memo`, and valid for the search
-    # trials running when it was made (the plan's fit behind it is most of what is left of a `suggest`)
-    _next_memo: tuple[tuple[str, ...], tuple[str, float | None]] | None = field(default=None, repr=False)
-    _trials_memo: dict[tuple[str, tuple[TrialState, ...]], list[optuna.trial.FrozenTrial]] = field(
-        default_factory=dict, repr=False
-    )  # `trials()` of the memo's trials, by (role, states)
+    # What `trials()`, `best()` and `next_lr()` worked out from the memo's trials, by call; dropped with each
+    # new read (the line-search fits behind `best()` and `next_lr()` are most of a `suggest`)
+    _derived: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     @property
     def key(self) -> str:
@@ -150,9 +145,17 @@ class Cell:
         if not self._memo_on:
             return self.study.get_trials(deepcopy=False)
         if self._memo is None:
-            self._memo, self._best_memo, self._next_memo = self.study.get_trials(deepcopy=False), None, None
-            self._trials_memo = {}
+            self._memo, self._derived = self.study.get_trials(deepcopy=False), {}
         return self._memo
+
+    def _once(self, key: tuple[Any, ...], compute: Callable[[], R]) -> R:
+        """`compute()` once per read of the study within `reading_once` (each time outside it)."""
+        if not self._memo_on:
+            return compute()
+        self.all_trials()  # the memo read, if not yet: a new read drops what was worked out from the last
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]  # type: ignore[no-any-return]
 
     def changed(self) -> None:
         """The driver wrote to the study (enqueue, ask, tell): the next read goes to the storage."""
@@ -160,18 +163,16 @@ class Cell:
 
     def trials(self, role: str, states: tuple[TrialState, ...] = FINISHED_STATES) -> list[optuna.trial.FrozenTrial]:
         """The study's trials of `role` in `states`, but not the ones to run again (a new list each call)."""
-        every = self.all_trials()
-        if self._memo_on and (role, states) in self._trials_memo:
-            return list(self._trials_memo[role, states])
-        found = [
-            t
-            for t in every
-            if t.state in states
-            and t.user_attrs.get("role") == role
-            and t.user_attrs.get("status") not in RERUN_STATUSES
-        ]
-        if self._memo_on:
-            self._trials_memo[role, states] = found
+        found = self._once(
+            ("trials", role, states),
+            lambda: [
+                t
+                for t in self.all_trials()
+                if t.state in states
+                and t.user_attrs.get("role") == role
+                and t.user_attrs.get("status") not in RERUN_STATUSES
+            ],
+        )
         return list(found)
 
     def search_finished(self) -> int:
@@ -183,15 +184,12 @@ class Cell:
     def best(self) -> optuna.trial.FrozenTrial | None:
         """The search trial whose lr gets the confirmation runs, by the analysis's own rule (`pick_stable`:
         the best, or the best below an lr at which a confirmation run diverged)."""
-        if self._memo_on:
-            self.all_trials()  # the memo read, if not yet (a new read drops the best of the last)
-            if self._best_memo is not None:
-                return self._best_memo[0]
-        diverged = [float(t.params["lr"]) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"]
-        best = pick_stable(self.trials("search", (TrialState.COMPLETE,)), _score, diverged)
-        if self._memo_on:
-            self._best_memo = (best,)
-        return best
+
+        def best() -> optuna.trial.FrozenTrial | None:
+            diverged = [float(t.params["lr"]) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"]
+            return pick_stable(self.trials("search", (TrialState.COMPLETE,)), _score, diverged)
+
+        return self._once(("best",), best)
 
     def best_lr(self) -> float | None:
         best = self.best()
@@ -293,15 +291,8 @@ class Cell:
         searching = [v for v in self.running.values() if not isinstance(v, Rerun)]
         if any(v.user_attrs.get("design") for v in searching):
             return ("wait", None)
-        if self._memo_on:
-            self.all_trials()  # the memo read, if not yet (a new read drops the answer of the last)
-            running = tuple(k for k, v in self.running.items() if not isinstance(v, Rerun))
-            if self._next_memo is not None and self._next_memo[0] == running:
-                return self._next_memo[1]
-            answer = self._next_lr(searching)
-            self._next_memo = (running, answer)
-            return answer
-        return self._next_lr(searching)
+        running = tuple(k for k, v in self.running.items() if not isinstance(v, Rerun))
+        return self._once(("next_lr", running), lambda: self._next_lr(searching))
 
     def _next_lr(self, searching: list[optuna.trial.Trial]) -> tuple[str, float | None]:
         finished = self.trials("search")
