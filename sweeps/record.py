@@ -6,9 +6,9 @@ All MLflow calls run on one background thread fed by a queue: the Tune event loo
 recording never delays scheduling. `close()` drains the queue. A write that does not go through because
 MLflow is away (unreachable, or answering 5xx after the client's own retries) is retried in order, every
 few seconds, for as long as the outage lasts up to `outage_s` (`OutageRetries`); each write is
-idempotent, so a retry after a partial success records nothing twice. A write MLflow refuses (4xx),
-or one that fails while MLflow answers a read, is logged and dropped at once: sending it again cannot
-help, and it would hold up every write behind it.
+idempotent, so a retry after a partial success records nothing twice. A write MLflow refuses (4xx) is
+logged and dropped at once, one that fails while MLflow answers a read after 3 tries: sending it again
+cannot help, and it would hold up every write behind it.
 """
 
 from __future__ import annotations
@@ -95,6 +95,9 @@ def _mlflow_away(exc: Exception) -> bool:
     return isinstance(exc, OSError)
 
 
+TRIES_WHILE_ANSWERING = 3  # of a call that fails while a read of MLflow goes through (OutageRetries.call)
+
+
 class MlflowAway(RuntimeError):
     """MLflow has been away for longer than the outage limit (`OutageRetries.outage_s`)."""
 
@@ -103,8 +106,9 @@ class OutageRetries:
     """Runs the recorder's MLflow calls one at a time, retrying one that failed because MLflow is away
     (`_mlflow_away`, and `probe`, a read of MLflow, fails too) after `first_s`, then twice as long each
     time up to `max_s`, until it goes through or MLflow has been away for `outage_s` in all. A call that
-    failed while `probe` succeeds is not retried: MLflow answers, so the call itself is what fails (a 500
-    it gives every time), and retrying it would hold up every call behind it.
+    failed while `probe` succeeds is tried `TRIES_WHILE_ANSWERING` times in all, then given up: MLflow
+    answers, so the call itself is what fails (a 500 it gives every time), and retrying it for the whole
+    outage limit would hold up every call behind it.
 
     `run` is for the writes of running trials: one given up is dropped (counted, logged), and past the
     limit they are dropped untried except one every `max_s`: the first that goes through ends the outage.
@@ -143,22 +147,33 @@ class OutageRetries:
             return False
         except Exception:
             self.dropped += 1
-            log.exception("an MLflow write failed while MLflow answers (retrying cannot help): dropped")
+            log.exception("an MLflow write MLflow refused, or that failed while it answers: dropped")
             return False
         return True
 
     def call(self, fn: Callable[[], T]) -> T:
         """`fn`'s value once it goes through. Raises its error where retrying cannot help (MLflow refused
-        it, or answers while it fails), and `MlflowAway` once MLflow has been away for `outage_s` (past
-        that, one try)."""
-        pause = self.first_s
+        it, or answered while it failed `TRIES_WHILE_ANSWERING` times), and `MlflowAway` once MLflow has
+        been away for `outage_s` (past that, one try)."""
+        pause, answered = self.first_s, 0
         while True:
             try:
                 value = fn()
             except Exception as exc:
-                if not (_mlflow_away(exc) and not self._answers()):
-                    self.away_since = None  # MLflow answers: no outage
+                if not _mlflow_away(exc):
+                    self.away_since = None  # refused: MLflow answers, no outage
                     raise
+                if self._answers():
+                    # a server coming back answers a read before every worker of it takes writes: a few
+                    # tries, not one, before the call itself is taken to be what fails
+                    answered += 1
+                    if answered >= TRIES_WHILE_ANSWERING:
+                        self.away_since = None
+                        raise
+                    log.warning("an MLflow call failed while MLflow answers (%s): tried again in %.1f s", exc, pause)
+                    self._sleep(pause)
+                    pause = min(2 * pause, self.max_s)
+                    continue
                 now = self._clock()
                 if self.away_since is None:
                     self.away_since = now
