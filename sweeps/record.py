@@ -170,17 +170,17 @@ class OutageRetries:
                     if answered >= TRIES_WHILE_ANSWERING:
                         self.away_since = None
                         raise
-                    log.warning("an MLflow call failed while MLflow answers (%s): tried again in %.1f s", exc, pause)
-                    self._sleep(pause)
-                    pause = min(2 * pause, self.max_s)
-                    continue
-                now = self._clock()
-                if self.away_since is None:
-                    self.away_since = now
-                if self._given_up(now):
-                    self._next_probe = now + self.max_s
-                    raise MlflowAway(f"MLflow away for {now - self.away_since:.0f} s, past mlflow_outage_s") from exc
-                log.warning("MLflow away (%s): the call is retried in %.1f s", exc, pause)
+                    why = "failed while MLflow answers"
+                else:
+                    now = self._clock()
+                    if self.away_since is None:
+                        self.away_since = now
+                    if self._given_up(now):
+                        self._next_probe = now + self.max_s
+                        away = now - self.away_since
+                        raise MlflowAway(f"MLflow away for {away:.0f} s, past mlflow_outage_s") from exc
+                    why = "MLflow away"
+                log.warning("%s (%s): the call is retried in %.1f s", why, exc, pause)
                 self._sleep(pause)
                 pause = min(2 * pause, self.max_s)
                 continue

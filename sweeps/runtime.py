@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-# seconds a sweep's recorder retries a write MLflow did not take before it drops it (sweeps/record.py)
+# seconds a sweep's recorder retries an MLflow call that did not go through before it gives it up (sweeps/record.py)
 MLFLOW_OUTAGE_S = 3600.0
 
 
