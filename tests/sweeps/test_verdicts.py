@@ -70,6 +70,11 @@ def test_seed_adjusted_means_exact_values() -> None:
     # seeds that do not connect the cells (a: 1, 2; b: 3, 4): nothing to adjust by, the plain means
     apart = {"a": {1: 3.0, 2: 3.2}, "b": {3: 3.1, 4: 3.5}, "c": {1: 3.0, 2: 3.0}}
     assert seed_adjusted_means(apart) == pytest.approx({"a": 3.1, "b": 3.3, "c": 3.0}, abs=1e-12)
+    # a chain: a and c share no seed, but b shares one with each (a: 1, 2; b: 2, 3; c: 3, 4), which links
+    # all three: the fit still recovers every mu_c, on seeds 1..4
+    chain = {"a": (1, 2), "b": (2, 3), "c": (3, 4)}
+    linked = {c: {s: mu[c] + alpha[s] for s in seeds} for c, seeds in chain.items()}
+    assert seed_adjusted_means(linked) == pytest.approx({"a": 3.175, "b": 3.275, "c": 3.375}, abs=1e-12)
 
 
 def test_one_run_on_a_loss_spike_barely_moves_its_cells_adjusted_mean() -> None:
