@@ -496,11 +496,20 @@ def test_a_link_of_another_account_switches_nobody_until_confirmed_and_sign_out_
                 window.__events = 0; window.__es.addEventListener('progress', () => window.__events++); }}"""
         )
         wait_js(streaming, "window.__events > 0 && window.__es.readyState === 1", 60)
+        # the list open in another tab too: it polls for new sweeps every 5 s
+        listing = watch.attach(context.new_page())
+        listing.goto(f"{stack.url}/", wait_until="load")
+        listing.evaluate("window.__sameDocument = true")
         page.goto(f"{stack.url}/", wait_until="load")
         page.click("#sign-out")
         page.wait_for_selector("#sign-in")
         # the stream ends within a second or two of the sign-out, and reconnecting is refused (401): closed
         wait_js(streaming, "window.__es.readyState === 2", 30)
+        # the other list's next poll is refused, once, and that tab shows the sign-in form by itself; the
+        # tab that signed out stopped its own poll first, so it met no 401 (what is left is checked below)
+        wait_js(listing, "window.__sameDocument === undefined && document.getElementById('sign-in') !== null", 30)
+        watch.expected(401, f"{stack.url}/sweeps?limit=1")
+        # the event streams of both tabs (the list follows bob's running sweep too) ended the same way
         stream = [e for e in watch.errors if f"/sweeps/{sweep_id}/events" in e or "EventSource" in e]
         assert any(e.startswith("HTTP 401") for e in stream), watch.errors  # this step's point, not an error
         watch.errors = [e for e in watch.errors if e not in stream]

@@ -112,16 +112,34 @@ function follow(sweeps) {
 }
 
 // The list: a sweep submitted elsewhere (the CLI, another tab) shows up without a reload by hand.
+// Signing out here stops the poll first, one in flight included (a poll the server answered after the
+// sign-out would be a 401); signed out in another tab, the next poll's 401 reloads the page, which
+// then shows the sign-in form.
 function watchForNewSweeps() {
   const table = document.getElementById("sweeps");
   const newest = table ? table.dataset.newest : "";
   if (table && newest === "") return; // an older page of the list
-  setInterval(async () => {
-    const resp = await fetch("/sweeps?limit=1", { headers: { Accept: "application/json" } });
+  const stop = new AbortController();
+  const timer = setInterval(async () => {
+    let resp;
+    try {
+      resp = await fetch("/sweeps?limit=1", { headers: { Accept: "application/json" }, signal: stop.signal });
+    } catch {
+      return; // aborted by the sign-out, or the service is restarting: the next poll tries again
+    }
+    if (resp.status === 401) {
+      clearInterval(timer);
+      location.reload();
+      return;
+    }
     if (!resp.ok) return;
     const first = (await resp.json()).items[0];
     if (first && first.id !== newest) location.reload();
   }, 5000);
+  document.getElementById("sign-out")?.form.addEventListener("submit", () => {
+    clearInterval(timer);
+    stop.abort();
+  });
 }
 
 function cancelButton() {
