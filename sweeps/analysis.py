@@ -576,10 +576,11 @@ def _seeds_connect(ran: np.ndarray) -> bool:
     `ran` (1 where the cell ran the seed) as a bipartite graph is connected. Then mu and alpha of the
     two-way fit are unique up to one shared constant. By hand: scipy's `connected_components` takes
     0.5 ms a call on graphs this small, this search 0.09 ms, once per report."""
-    reached = ran[:, 0] > 0
+    linked = ran > 0  # (cells, seeds)
+    reached = linked[:, 0]
     while True:
-        seeds = (ran[reached] > 0).any(axis=0)  # the seeds the reached cells ran
-        grown = (ran[:, seeds] > 0).any(axis=1)  # the cells that ran one of them
+        seeds = linked[reached].any(axis=0)  # the seeds the reached cells ran
+        grown = linked[:, seeds].any(axis=1)  # the cells that ran one of them
         if grown.sum() == reached.sum():
             return bool(grown.all())
         reached = grown
