@@ -28,7 +28,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from sweeps.spec import SweepSpec, total_trials
+from sweeps.spec import SweepSpec, cell_search_trials, total_trials
 from worker.config import TrainConfig
 from worker.hardware import (
     DEFAULT_GPU,
@@ -191,8 +191,12 @@ def price(spec: SweepSpec, config: PriceConfig | None = None) -> SweepCost:
     opt = spec.optimizers[0].name  # evaluations do not depend on the optimizer
     evals_at = {b: evaluations_per_trial(spec.train_config(opt, b, spec.lr.min, seed=0)) for b in spec.lattice}
     if spec.batch_search is None:
+        reference = spec.lattice[0]  # its cells may search REFERENCE_EXTRA_TRIALS more (cell_search_trials)
         evaluations = {
-            k: sum(evals_at[b] * total_trials(n_opt, 1, search, s) for b in spec.lattice) for k, s in seeds.items()
+            k: sum(
+                evals_at[b] * n_opt * (cell_search_trials(search, reference=b == reference) + s) for b in spec.lattice
+            )
+            for k, s in seeds.items()
         }
     else:  # which sizes a search tests is not known: the fewest evaluations of any, and the most
         evaluations = {

@@ -60,6 +60,7 @@ from sweeps.detached import DriverOnly
 from sweeps.layout import VAL_LOSS
 from sweeps.logs import log_context
 from sweeps.plan import (
+    REFERENCE_NARROW,
     cell_key,
     cell_order,
     coarse_lrs,
@@ -67,7 +68,7 @@ from sweeps.plan import (
     study_name,
     warm_start_lrs,
 )
-from sweeps.spec import SweepSpec
+from sweeps.spec import SweepSpec, cell_search_trials
 from sweeps.status import RERUN_STATUSES, TrialStatus
 from sweeps.stores import close_running_trials, rerun_design_point
 
@@ -303,7 +304,8 @@ class Cell:
         ]
         diverged = [float(t.params["lr"]) for t in finished if t.user_attrs.get("status") == TrialStatus.diverged]
         tried = [float(t.params["lr"]) for t in finished] + [float(v.params["lr"]) for v in searching]
-        kind, lr = next_search_lr(done, diverged, tried, lr_min=self.lr_min, lr_max=self.lr_max)
+        narrow = REFERENCE_NARROW if self.previous is None else None  # the coarse start's cell: no warm start
+        kind, lr = next_search_lr(done, diverged, tried, lr_min=self.lr_min, lr_max=self.lr_max, narrow=narrow)
         if kind == "converged" and searching:
             return ("explore", None)  # TPE's trials still running could move the optimum
         return kind, lr
@@ -431,7 +433,7 @@ class CellSearcher(DriverOnly, Searcher):
             opt,
             bs,
             study,
-            spec.lr.trials_per_batch_size,
+            cell_search_trials(spec.lr.trials_per_batch_size, reference=bs == spec.lattice[0]),
             spec.seeds_min,
             *spec.lr.bounds,
             previous=next((c for c in reversed(same) if c.batch_size < bs), None),

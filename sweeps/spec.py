@@ -96,11 +96,26 @@ MAX_SEEDS = 32  # confirmation runs per cell
 MAX_WARMUP_CHOICES = 4  # other warm-ups a cell tries at its best lr (schedule.warmup_search)
 
 
+# An optimizer's smallest batch size, the reference its other sizes are judged against, searches from the
+# coarse start (no smaller size's best lr to warm-start from) and refines its best lr to a narrow bracket
+# (sweeps.plan.REFERENCE_NARROW): it may run this many search trials more than the others.
+REFERENCE_EXTRA_TRIALS = 1
+
+
+def cell_search_trials(trials_per_batch_size: int, *, reference: bool) -> int:
+    """Search trials one cell runs at most: `trials_per_batch_size`, and REFERENCE_EXTRA_TRIALS more at an
+    optimizer's smallest batch size."""
+    return trials_per_batch_size + (REFERENCE_EXTRA_TRIALS if reference else 0)
+
+
 def total_trials(n_optimizers: int, n_batch_sizes: int, trials_per_batch_size: int, seeds: int) -> int:
     """The most trials a sweep runs: every cell (optimizer x batch size) runs its lr search (up to
-    `trials_per_batch_size` trials: it may converge early), then `seeds` confirmation runs at the
-    best lr. The one formula: the spec's cap and the dry run use it."""
-    return n_optimizers * n_batch_sizes * (trials_per_batch_size + seeds)
+    `cell_search_trials`: it may converge early), then `seeds` confirmation runs at the best lr. The one
+    formula: the spec's cap and the dry run use it."""
+    if n_batch_sizes <= 0:
+        return 0
+    per_optimizer = n_batch_sizes * (trials_per_batch_size + seeds) + REFERENCE_EXTRA_TRIALS
+    return n_optimizers * per_optimizer
 
 
 def token_unit(batch_sizes: list[int], seq_len: int) -> int:
@@ -152,7 +167,7 @@ class OptimizerSpec(OptimizerFields):
 
 
 class AdaptiveSeeds(_Strict):
-    """`seeds: {min: 2, max: 10, step: 2}` (the default): `min` confirmation runs in every cell; then,
+    """`seeds: {min: 2, max: 9, step: 2}` (the default): `min` confirmation runs in every cell; then,
     while batch sizes inside the answer's bracket are undecided, `step` more at those the answer rests
     on (the answer and the next size tested) and their reference only, up to `max`. Every verdict is
     judged at 1 - 0.05 / (looks x comparisons) (Bonferroni over the planned looks and the batch sizes
@@ -389,9 +404,11 @@ class SweepSpec(_Strict):
     # lr); they alone give the cell's mean, interval and verdicts: 1 gives a mean without an interval. Or
     # {min, max, step}: more runs where the answer is undecided (AdaptiveSeeds), the default: with a
     # fixed 2, few verdicts are decided (benchmarks/search_efficiency.py, bowls: right 0.86 of the time,
-    # 0.92 with up to 10, at 0.31 and 0.49 of a 12-lr x 2-seed grid's tokens; cliffs 0.82 and 0.90 at
-    # 0.29 and 0.43; up to 6: 0.91 and 0.88 at 0.41 and 0.37)
-    seeds: int | AdaptiveSeeds = Field(default_factory=lambda: AdaptiveSeeds(min=2, max=10, step=2))
+    # 0.92 with up to 9, at 0.31 and 0.48-0.49 of a 12-lr x 2-seed grid's tokens; cliffs 0.82 and
+    # 0.91-0.93 at 0.29 and 0.43; up to 6: 0.91 and 0.88 at 0.41 and 0.37). Up to 9, not 10: with the
+    # reference's refined lr (sweeps.plan.REFERENCE_NARROW) as accurate, and bowls 0.49 of the tokens, not 0.50
+    # (docs/researchers.md)
+    seeds: int | AdaptiveSeeds = Field(default_factory=lambda: AdaptiveSeeds(min=2, max=9, step=2))
     degradation: DegradationSpec
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pruning: PruningSpec = Field(default_factory=PruningSpec)

@@ -121,8 +121,9 @@ def test_a_trial_survives_losing_its_node_and_a_new_node_is_used(
     worker_ids = {n.node_id for n in multinode.worker_nodes()} | {killed["node"]}
     assert killed["node"] != multinode.head_id and killed["node"] in worker_ids
 
-    # MLflow: one run per trial (the search trial and its confirmation run); the search trial was
-    # restarted once, on the other node, and its curve goes on from its checkpoint (no token count twice)
+    # MLflow: one run per trial (the two search trials of the reference size, 1 + its one more, and the
+    # confirmation run); the first search trial was restarted once, on the other node, and its curve goes
+    # on from its checkpoint (no token count twice)
     db = data / "mlflow.db"
     runs = mlflow_rows(
         db,
@@ -130,9 +131,10 @@ def test_a_trial_survives_losing_its_node_and_a_new_node_is_used(
         Tag.role.value,
     )
     trial_runs = [r for r in runs if r[1] in (Role.search, Role.seed)]
-    assert sorted(r[1] for r in trial_runs) == ["search", "seed"], runs
-    search_run = next(r[0] for r in trial_runs if r[1] == "search")
-    tags = dict(mlflow_rows(db, "SELECT key, value FROM tags WHERE run_uuid = ?", search_run))
+    assert sorted(r[1] for r in trial_runs) == ["search", "search", "seed"], runs
+    tags_of = {r[0]: dict(mlflow_rows(db, "SELECT key, value FROM tags WHERE run_uuid = ?", r[0])) for r in trial_runs}
+    (search_run,) = [run for run, t in tags_of.items() if t.get(Tag.restarts, "0") != "0"]  # the one restarted
+    tags = tags_of[search_run]
     assert tags[Tag.restarts] == "1" and tags[Tag.status] == "completed"
     nodes = tags[Tag.node_ids].split(",")
     assert nodes[0] == killed["node"] and len(nodes) == 2 and nodes[1] != killed["node"]
@@ -159,13 +161,15 @@ def test_a_trial_survives_losing_its_node_and_a_new_node_is_used(
     trials = searcher.cells[0].study.get_trials(deepcopy=False)
     assert [(t.user_attrs["role"], t.state) for t in trials] == [
         ("search", TrialState.COMPLETE),
+        ("search", TrialState.COMPLETE),
         ("seed", TrialState.COMPLETE),
     ]
-    search = trials[0]
+    search = trials[0]  # the first, the one that lost its node (one trial at a time)
+    assert tags[Tag.optuna_number] == str(search.number)
     unbroken = train(spec.train_config("adamw", 8, search.params["lr"], 0), LocalSession())
     assert search.value == pytest.approx(unbroken["val_loss"], abs=1e-6)
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["optimizers"]["adamw"]["cells"][0]["trial_status"]["completed"] == 2
+    assert report["optimizers"]["adamw"]["cells"][0]["trial_status"]["completed"] == 3
 
     # S3 held the trial results and checkpoints; a finished trial's checkpoints are deleted
     keys = s3.keys("node-loss/")

@@ -58,7 +58,8 @@ def close_reloading(page: Page) -> None:
 
 
 def tiny(name: str, **overrides: Any) -> dict[str, Any]:
-    """gpt2-nano, 2 batch sizes, 1 search trial and 1 confirmation run each: 4 trials of 8192 tokens."""
+    """gpt2-nano, 2 batch sizes, 1 search trial (2 at the reference, the smaller) and 1 confirmation run
+    each: 5 trials of 8192 tokens."""
     small = {"token_budget": 8192, "eval_every_tokens": 2048, "eval_tokens": 4096}
     return tiny_spec(name, **(small | {"lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 1}} | overrides))
 
@@ -222,7 +223,7 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
     page.fill("#spec", yaml.safe_dump(tiny("ui-first")))
     page.click("#check")
     page.wait_for_selector("#message")
-    assert "Valid: 2 cells, 4 trials" in page.inner_text("#message")
+    assert "Valid: 2 cells, 5 trials" in page.inner_text("#message")  # + the reference's one more search
     page.click("#submit")
     page.wait_for_url(re.compile(r".*/sweeps/ui-first-[0-9a-f]{8}/dashboard$"))
     first = page.url.rsplit("/", 2)[1]

@@ -38,15 +38,20 @@ def assert_recorded_once(
     optuna_url: str, tracking_uri: str, sweep_id: str, *, cells: int, search: int, seeds: int
 ) -> list[Any]:
     """Optuna and MLflow hold every planned trial of the sweep exactly once and agree on them, and
-    nothing is left RUNNING in either. Returns the MLflow runs of the kept trials."""
+    nothing is left RUNNING in either: `search` trials per cell (`trials_per_batch_size`; an optimizer's
+    smallest batch size runs `cell_search_trials` of it, one more), `seeds` confirmation runs. Returns the
+    MLflow runs of the kept trials."""
     import optuna
     from mlflow.tracking import MlflowClient
 
+    from sweeps.spec import cell_search_trials
     from sweeps.status import RERUN_STATUSES
 
     storage = optuna.storages.RDBStorage(optuna_url)
     names = [n for n in optuna.get_all_study_names(storage) if n.startswith(f"{sweep_id}/")]
     assert len(names) == cells
+    smallest = min(int(n.rsplit("/bs", 1)[1]) for n in names)  # study names end in <optimizer>/bs<size>
+    planned = 0
     optuna_trials: Counter[tuple[str, str, int]] = Counter()
     for name in names:
         study = optuna.load_study(study_name=name, storage=storage)
@@ -54,7 +59,9 @@ def assert_recorded_once(
         assert states["RUNNING"] == 0 and states["WAITING"] == 0, (name, states)
         kept = [t for t in study.trials if t.user_attrs.get("status") not in RERUN_STATUSES]
         roles = Counter(t.user_attrs["role"] for t in kept)
-        assert roles == {"search": search, "seed": seeds}, (name, roles)
+        searched = cell_search_trials(search, reference=int(name.rsplit("/bs", 1)[1]) == smallest)
+        assert roles == {"search": searched, "seed": seeds}, (name, roles)
+        planned += searched + seeds
         for t in kept:
             optuna_trials[(name.split("/", 1)[1], t.user_attrs["role"], int(t.user_attrs["seed"]))] += 1
 
@@ -64,7 +71,7 @@ def assert_recorded_once(
     assert [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []
     trial_runs = [r for r in runs if r.data.tags.get("batchsweep.role") in ("search", "seed")]
     kept_runs = [r for r in trial_runs if r.data.tags.get("batchsweep.status") not in RERUN_STATUSES]
-    assert len(kept_runs) == cells * (search + seeds), describe_runs(trial_runs)
+    assert len(kept_runs) == planned, describe_runs(trial_runs)
     # one MLflow run per kept Optuna trial, each Tune trial once (a restarted trial keeps its run)
     assert len({r.data.tags["batchsweep.tune_trial_id"] for r in kept_runs}) == len(kept_runs)
     mlflow_trials = Counter(

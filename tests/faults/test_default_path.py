@@ -36,10 +36,11 @@ from harness import ServiceProcess
 
 from service.cluster.processes import alive, cmdline, descendants
 from service.cluster.ray_head import LocalRayHead
+from sweeps.spec import REFERENCE_EXTRA_TRIALS, cell_search_trials
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-# 2 optimizers x 2 batch sizes x (3 search + 2 confirmation runs) = 20 trials of 24,576 tokens (3-12 s
+# 2 optimizers x 2 batch sizes x (3 search + 2 confirmation runs) + 2 = 22 trials of 24,576 tokens (3-12 s
 # each, 2 at a time): the faults land after 2 and 5 finished trials, and half of the sweep is left to run
 # after the last one
 SPEC = """
@@ -57,7 +58,8 @@ degradation: {tolerance: 0.05, baseline: adamw}
 resources: {max_concurrent_trials: 2}
 pruning: {enabled: false}
 """
-PLANNED_SEARCH, PLANNED_SEEDS, CELLS = 3, 2, 4
+PLANNED_SEARCH, PLANNED_SEEDS, CELLS = 3, 2, 4  # and one more search trial at batch size 4, the reference
+PLANNED_TRIALS = CELLS * (PLANNED_SEARCH + PLANNED_SEEDS) + 2 * REFERENCE_EXTRA_TRIALS  # 22
 
 
 class Churn:
@@ -184,7 +186,7 @@ def test_default_path_survives_restarts_and_killed_processes(serve: Callable[...
     assert elapsed >= 60, f"the sweep ran {elapsed:.0f} s; this test needs minutes, not seconds"
     assert head.running() == first and alive(first.pid), "the head must outlive every thread and restart"
     s = sweep()
-    assert s["progress"]["trials_done"] == s["progress"]["trials_total"] == CELLS * (PLANNED_SEARCH + PLANNED_SEEDS)
+    assert s["progress"]["trials_done"] == s["progress"]["trials_total"] == PLANNED_TRIALS
     assert all(c["running"] == 0 for c in s["progress"]["cells"]), "a final sweep shows no running trials"
 
     # the report: every cell has exactly its planned trials
@@ -192,7 +194,8 @@ def test_default_path_survives_restarts_and_killed_processes(serve: Callable[...
     cells = [c for opt in report["optimizers"].values() for c in opt["cells"]]
     assert len(cells) == CELLS
     for c in cells:
-        assert c["trials"] == PLANNED_SEARCH + PLANNED_SEEDS, c
+        reference = c["batch_size"] == 4
+        assert c["trials"] == cell_search_trials(PLANNED_SEARCH, reference=reference) + PLANNED_SEEDS, c
         assert sum(c["trial_status"].values()) == c["trials"], c
         # training never fails in this spec: a "failed" trial would be a killed worker counted as a result
         assert c["trial_status"]["failed"] == 0, c

@@ -42,7 +42,7 @@ def test_submit_list_status_cancel(cli: Any, spec_file: Path, fake_server: Threa
     wait_until(lambda: sweep_id in fake_server.launcher.drivers, 10)
 
     listed = cli("list")
-    assert listed.exit_code == 0 and sweep_id in listed.output and "0/6" in listed.output
+    assert listed.exit_code == 0 and sweep_id in listed.output and "0/7" in listed.output
     shown = cli("status", sweep_id)
     assert shown.exit_code == 0 and "adamw/bs8" in shown.output and "running" in shown.output
 
@@ -59,7 +59,7 @@ def test_dry_run_and_invalid_spec(cli: Any, tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text(__import__("json").dumps(tiny_spec()))
     out = cli("submit", "--dry-run", str(good))
-    assert out.exit_code == 0 and "6 trials" in out.output
+    assert out.exit_code == 0 and "7 trials" in out.output
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(tiny_spec(token_budget=10)))
     out = cli("submit", str(bad))

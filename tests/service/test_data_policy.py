@@ -92,7 +92,7 @@ def test_limits_and_cache_dir_are_refused_by_field() -> None:
     with pytest.raises(ApiError) as info:
         validate_spec(tiny_spec(), Settings(max_trials=3))
     assert [d["field"] for d in info.value.details] == ["total_trials"]
-    assert info.value.details[0]["value"] == 6
+    assert info.value.details[0]["value"] == 7  # 2 x (2 search + 1 seed) + the reference's one more
 
 
 def test_parse_body_json_yaml_and_media_types() -> None:

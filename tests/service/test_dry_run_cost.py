@@ -37,8 +37,9 @@ def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLa
     resp = client.post("/sweeps?dry_run=true", json=spec, headers=auth())  # the evaluation defaults
     assert resp.status_code == 200, resp.text
     cost = resp.json()["cost"]
-    # tiny_spec: gpt2-nano (L=2, d=64), seq_len 32, vocab 4096, batch sizes [4, 8], 2 search + 1 seed
-    assert cost["trials"] == {"min": 6, "max": 6}
+    # tiny_spec: gpt2-nano (L=2, d=64), seq_len 32, vocab 4096, batch sizes [4, 8], 2 search + 1 seed, and
+    # one more search trial at batch size 4 (the reference)
+    assert cost["trials"] == {"min": 7, "max": 7}
     assert cost["trained_tokens"] == 23 * 256 == 5888  # 6000 rounded down to lcm(4, 8) x 32
     assert cost["tokens_per_trial"] == cost["trained_tokens"]  # its first name, the same value
     n = 2 * (12 * 64**2 + 13 * 64) + 4096 * 64 + 2 * 64  # without the position embeddings
@@ -46,9 +47,9 @@ def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLa
     fpt = 6 * n + 12 * 2 * 32 * 64
     assert cost["training_flops_per_token"] == fpt == 2_222_592
     # evaluations every 588 tokens (a tenth of the budget): batch 4 every 5 of 46 steps = 10, batch 8
-    # every 2 of 23 = 12; 3 trials each; each scores 32,768 tokens (eval_tokens' default)
-    assert cost["evaluations"] == {"min": 66, "max": 66}
-    total = 6 * 5888 * fpt + 66 * 32768 * (2 * n + 4 * 2 * 32 * 64)
+    # every 2 of 23 = 12; 4 trials at batch 4 and 3 at batch 8; each scores 32,768 tokens (eval_tokens' default)
+    assert cost["evaluations"] == {"min": 76, "max": 76} == {"min": 4 * 10 + 3 * 12, "max": 76}
+    total = 7 * 5888 * fpt + 76 * 32768 * (2 * n + 4 * 2 * 32 * 64)
     assert cost["total_flops"] == {"min": total, "max": total}
     assert cost["gpu"] == "H100-SXM" and cost["mfu"] == 0.4
     assert cost["gpu_hours"]["max"] == pytest.approx(total / (0.4 * 989e12) / 3600, rel=1e-12)
@@ -141,7 +142,7 @@ def test_a_search_of_the_batch_axis_is_priced_as_a_range(
     parsed = SweepSpec.from_mapping(spec)
     fewest, most = parsed.sizes_per_optimizer
     assert (fewest, most) == (1, 8) and parsed.lattice == [4, 6, 8, 12, 16, 24, 32, 48, 64]
-    assert cost["trials"] == {"min": fewest * (2 + 2), "max": most * (2 + 4)}
+    assert cost["trials"] == {"min": fewest * (2 + 2) + 1, "max": most * (2 + 4) + 1}  # + the reference's one
     assert cost["trained_tokens"] == cost["tokens_per_trial"] == parsed.trained_tokens
     assert cost["training_tokens"] == {k: v * parsed.trained_tokens for k, v in cost["trials"].items()}
     assert any("a search of the batch axis" in n and "1 to 8 of the 9 lattice sizes" in n for n in cost["notes"])
@@ -179,7 +180,7 @@ def test_submit_dry_run_prints_the_cost(cli: Callable[..., Any], tmp_path: Path,
     out = cli("submit", "--dry-run", "--gpu", "A100", "--mfu", "0.5", str(path))
     assert out.exit_code == 0, out.output
     expected = price(SweepSpec.load(path), PriceConfig(gpu="A100", mfu=0.5))
-    assert "6 trials" in out.output and "A100: 312 TFLOP/s" in out.output and "MFU 0.5" in out.output
+    assert "7 trials" in out.output and "A100: 312 TFLOP/s" in out.output and "MFU 0.5" in out.output
     assert f"{expected.gpu_hours.max:.3g}" in out.output and "GPU-hours" in out.output
     assert "5.89K" in out.output  # tokens per trial
     assert fake_server.launcher.started == []
@@ -198,7 +199,7 @@ def test_price_works_offline_and_agrees_with_the_dry_run(monkeypatch: pytest.Mon
     out = runner.invoke(app, ["price", str(path)], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
     assert f"{expected.gpu_hours.max:,.0f}" in out.output and "(upper bound)" in out.output
-    assert "162 (108 of them lr search)" in out.output and "47.9B" in out.output
+    assert "165 (111 of them lr search)" in out.output and "47.9B" in out.output
     as_json = runner.invoke(app, ["price", str(path), "--gpu", "h200", "--json"])
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.output) == price(SweepSpec.load(path), PriceConfig(gpu="H200")).model_dump(mode="json")

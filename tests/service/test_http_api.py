@@ -172,7 +172,8 @@ def test_dry_run_validates_and_stores_nothing(client: TestClient, launcher: Fake
     resp = client.post("/sweeps?dry_run=true", json=tiny_spec(), headers=auth())
     assert resp.status_code == 200
     body = resp.json()
-    assert (body["valid"], body["total_trials"], body["cells"]) == (True, 6, 2)  # 2 cells x (2 search + 1 confirmation)
+    # 2 cells x (2 search + 1 confirmation), and one more search trial at the reference (batch size 4)
+    assert (body["valid"], body["total_trials"], body["cells"]) == (True, 7, 2)
     assert body["spec"]["schedule"] == {
         "warmup_fraction": 0.05,
         "warmup_tokens": None,
@@ -226,7 +227,9 @@ def test_detail_has_progress_times_and_mlflow_link(make_settings: Any, launcher:
         sweep_id = submit(client)
         queued = client.get(f"/sweeps/{sweep_id}", headers=auth()).json()
         # before the driver reports, the totals come from the spec
-        assert queued["progress"]["trials_total"] == 6 and queued["progress"]["cells_total"] == 2
+        assert queued["progress"]["trials_total"] == 7 and queued["progress"]["cells_total"] == 2
+        # planned before the driver reports: the reference cell searches one lr more
+        assert {c["batch_size"]: c["search_total"] for c in queued["progress"]["cells"]} == {4: 3, 8: 2}
         assert [c["cell"] for c in queued["progress"]["cells"]] == ["adamw/bs4", "adamw/bs8"]
         assert queued["mlflow_url"] is None
         wait_until(lambda: sweep_id in launcher.drivers, 10)
@@ -710,5 +713,5 @@ def test_a_bad_warmup_search_is_refused_by_field_and_value(client: TestClient, l
     assert launcher.started == []
     good = tiny_spec(schedule={"warmup_fraction": 0.05, "warmup_search": [0.2]})
     resp = client.post("/sweeps?dry_run=true", json=good, headers=auth())
-    # 2 cells x (2 search + 1 other warm-up + 1 confirmation)
-    assert resp.status_code == 200 and resp.json()["total_trials"] == 8, resp.text
+    # 2 cells x (2 search + 1 other warm-up + 1 confirmation), + 1 search trial at the reference
+    assert resp.status_code == 200 and resp.json()["total_trials"] == 9, resp.text

@@ -26,7 +26,7 @@ FINAL = ("succeeded", "failed", "cancelled")
 
 
 def longer_spec(name: str) -> dict[str, Any]:
-    """A sweep that runs long enough to be interrupted: 8 unpruned trials of 16k tokens, one at a time,
+    """A sweep that runs long enough to be interrupted: 9 unpruned search trials of 16k tokens, one at a time,
     evaluated 4 times each (tiny_spec's 10 would score 2.5x the tokens each trial trains)."""
     return tiny_spec(
         name,
@@ -136,7 +136,8 @@ def test_live_health_and_refusals(live: ServiceProcess, alice: httpx.Client) -> 
     assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "seeds"
 
     r = alice.post("/sweeps", params={"dry_run": "true"}, json=tiny_spec())
-    assert r.status_code == 200 and r.json()["total_trials"] == 6  # 2 cells x (2 search + 1 confirmation)
+    # 2 cells x (2 search + 1 confirmation), and one more search trial at the reference, batch size 4
+    assert r.status_code == 200 and r.json()["total_trials"] == 7
     assert alice.get("/sweeps").json()["total"] == 0  # a dry run stores nothing
 
 
@@ -179,8 +180,8 @@ def test_live_submit_watch_to_success_and_report(live: ServiceProcess, alice: ht
     running = [s for k, s in events if k == "progress" and s["status"] == "running" and s["progress"]["trials_done"]]
     assert running and all(s["experiment_id"] == final["experiment_id"] for s in running), running
     p = final["progress"]
-    # 2 cells x (2 search trials + 1 confirmation run)
-    assert p["trials_done"] == p["trials_total"] == 6 and p["cells_done"] == 2
+    # 2 cells x (2 search trials + 1 confirmation run) + the reference's one more search trial
+    assert p["trials_done"] == p["trials_total"] == 7 and p["cells_done"] == 2
     assert all(c["search_best_val_loss"] is not None and c["search_best_val_loss"] > 0 for c in p["cells"])
     assert all(c["confirmed_val_loss_mean"] is not None and c["seeds_done"] == 1 for c in p["cells"])
     assert final["started_at"] and final["finished_at"] and final["experiment_id"]

@@ -231,7 +231,7 @@ def test_check_then_submit_then_the_sweeps_page(client: TestClient, launcher: Fa
     csrf = sign_in(client)
     text = yaml.safe_dump(tiny_spec("from-page"))
     ok = client.post("/submit", data={"spec": text, "action": "check", "csrf_token": csrf})
-    assert ok.status_code == 200 and "Valid: 2 cells, 6 trials" in ok.text
+    assert ok.status_code == 200 and "Valid: 2 cells, 7 trials" in ok.text
     key = re.search(r'name="idempotency_key" value="([^"]+)"', ok.text).group(1)  # type: ignore[union-attr]
     form = {"spec": text, "action": "submit", "csrf_token": csrf, "idempotency_key": key}
     resp = client.post("/submit", data=form, follow_redirects=False)

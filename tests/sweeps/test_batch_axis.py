@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from sweeps.batch_axis import Decision, lattice, mantissa_count, plan_for_reference, search_bounds
 from sweeps.plan import warm_start_lrs
-from sweeps.spec import SweepSpec, format_validation_error
+from sweeps.spec import REFERENCE_EXTRA_TRIALS, SweepSpec, format_validation_error
 
 
 def test_lattice_is_granule_times_mantissas_times_powers_of_two() -> None:
@@ -156,7 +156,9 @@ def test_a_search_spec_has_a_lattice_equal_tokens_and_a_trial_cap() -> None:
     assert spec.trained_tokens % unit == 0 and spec.trained_tokens > spec.token_budget - unit
     fewest, most = spec.sizes_per_optimizer
     assert (fewest, most) == search_bounds(tuple(spec.lattice), 2.0, 1.5)
-    assert spec.total_trials == len(spec.optimizers) * most * (spec.lr.trials_per_batch_size + spec.seeds_max)
+    # every size at seeds_max, and one more search trial at each optimizer's reference (the lattice's first)
+    per_optimizer = most * (spec.lr.trials_per_batch_size + spec.seeds_max) + REFERENCE_EXTRA_TRIALS
+    assert spec.total_trials == len(spec.optimizers) * per_optimizer
     for b in spec.lattice:  # every lattice size trains the same tokens in whole steps
         cfg = spec.train_config(spec.optimizer_names[0], b, spec.lr.min, 0)
         assert cfg.total_steps * cfg.tokens_per_step == spec.trained_tokens

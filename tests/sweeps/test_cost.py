@@ -44,17 +44,19 @@ def spec(**overrides: Any) -> SweepSpec:
 
 def test_the_price_of_a_small_spec_by_hand() -> None:
     cost = price(spec())
-    # trials: 2 optimizers x 2 batch sizes x (3 search + 2 confirmation)
-    assert (cost.trials.min, cost.trials.max, cost.search_trials) == (20, 20, 12)
+    # trials: 2 optimizers x (2 batch sizes x (3 search + 2 confirmation) + 1 search trial more at the
+    # reference, batch size 4)
+    assert (cost.trials.min, cost.trials.max, cost.search_trials) == (22, 22, 14)
     # token_budget 3000 rounded down to a multiple of lcm(4, 8) x 32 = 256: 11 x 256
     assert cost.trained_tokens == cost.tokens_per_trial == 2816
-    assert cost.training_tokens.max == 20 * 2816 == 56_320
-    assert cost.prunable_training_tokens == 12 * 2816 and cost.pruning
+    assert cost.training_tokens.max == 22 * 2816 == 61_952
+    assert cost.prunable_training_tokens == 14 * 2816 and cost.pruning
     # evaluations: batch 4 = 128 tokens/step, 22 steps, every round(1024/128) = 8 steps: after 8, 16, 22;
-    # batch 8 = 256 tokens/step, 11 steps, every 4: after 4, 8, 11. 3 each, x 2 optimizers x 5 trials
-    assert cost.evaluations.max == 2 * 5 * (3 + 3) == 60
+    # batch 8 = 256 tokens/step, 11 steps, every 4: after 4, 8, 11. 3 each, x 2 optimizers x 6 trials at
+    # batch 4 (the reference's one more) and 5 at batch 8
+    assert cost.evaluations.max == 2 * (6 * 3 + 5 * 3) == 66
     assert cost.tokens_per_evaluation == 4 * 32  # eval_tokens 100 in whole windows: ceil(100 / 32) = 4
-    assert cost.evaluation_tokens.max == 60 * 128 == 7680
+    assert cost.evaluation_tokens.max == 66 * 128 == 8448
     # parameters: per layer 12 d^2 + 13 d, token and position embeddings, final LayerNorm
     per_layer = 12 * 64**2 + 13 * 64
     assert per_layer == 49_984
@@ -63,23 +65,24 @@ def test_the_price_of_a_small_spec_by_hand() -> None:
     # 6N + 12 L T d and 2N + 4 L T d
     assert cost.training_flops_per_token == 6 * 132_864 + 12 * 2 * 32 * 64 == 846_336
     assert cost.evaluation_flops_per_token == 2 * 132_864 + 4 * 2 * 32 * 64 == 282_112
-    assert cost.training_flops.max == 56_320 * 846_336 == 47_665_643_520
-    assert cost.evaluation_flops.max == 7680 * 282_112 == 2_166_620_160
-    assert cost.total_flops.max == 49_832_263_680
+    assert cost.training_flops.max == 61_952 * 846_336 == 52_432_207_872
+    assert cost.evaluation_flops.max == 8448 * 282_112 == 2_383_282_176
+    assert cost.total_flops.max == 54_815_490_048
     assert (cost.gpu, cost.mfu, cost.peak_flops, cost.peak_from) == ("H100-SXM", 0.4, H100, "table")
-    assert cost.gpu_hours.max == pytest.approx(49_832_263_680 / (0.4 * H100) / 3600, rel=1e-12)
+    assert cost.gpu_hours.max == pytest.approx(54_815_490_048 / (0.4 * H100) / 3600, rel=1e-12)
     assert cost.gpu_hours.min == cost.gpu_hours.max
     assert any("upper bound" in n for n in cost.notes)
 
 
 def test_adaptive_seeds_give_a_range() -> None:
     cost = price(spec(seeds={"min": 2, "max": 4, "step": 2}))
-    assert (cost.trials.min, cost.trials.max) == (2 * 2 * (3 + 2), 2 * 2 * (3 + 4))  # 20, 28
+    assert (cost.trials.min, cost.trials.max) == (2 * (2 * (3 + 2) + 1), 2 * (2 * (3 + 4) + 1))  # 22, 30
     assert cost.trials.max == spec(seeds={"min": 2, "max": 4, "step": 2}).total_trials  # the spec's own count
-    assert (cost.evaluations.min, cost.evaluations.max) == (60, 2 * 7 * 6)
-    assert (cost.training_tokens.min, cost.training_tokens.max) == (20 * 2816, 28 * 2816)
+    # 3 evaluations a trial at either batch size: 2 optimizers x (8 + 7) trials at most
+    assert (cost.evaluations.min, cost.evaluations.max) == (66, 2 * 3 * (8 + 7))
+    assert (cost.training_tokens.min, cost.training_tokens.max) == (22 * 2816, 30 * 2816)
     assert cost.gpu_hours.max / cost.gpu_hours.min == pytest.approx(
-        (28 * 2816 * 846_336 + 84 * 128 * 282_112) / (20 * 2816 * 846_336 + 60 * 128 * 282_112)
+        (30 * 2816 * 846_336 + 90 * 128 * 282_112) / (22 * 2816 * 846_336 + 66 * 128 * 282_112)
     )
     assert any("adaptive seeds" in n for n in cost.notes)
 

@@ -56,7 +56,7 @@ def test_the_papers_medium_protocol_costs_thousands_of_h100_hours() -> None:
     assert (spec.model.preset, spec.model.seq_len, spec.data.vocab_size) == ("gpt2-medium", T, V)
     assert (spec.optimizer_names, spec.batch_sizes) == (["adamw", "lamb", "merit"], batch_sizes)
     assert (spec.lr.trials_per_batch_size, spec.seeds) == (search, seeds)
-    trials = optimizers * len(batch_sizes) * (search + seeds)
+    trials = optimizers * (len(batch_sizes) * (search + seeds) + 1)  # and one more search trial at batch 480
     unit = math.lcm(*batch_sizes) * T  # every batch size trains the same whole number of steps
     tokens = 48_000_000_000 // unit * unit
     n = L * (12 * d * d + 13 * d) + V * d + 2 * d  # N of 6N: all but the position embeddings
@@ -66,7 +66,8 @@ def test_the_papers_medium_protocol_costs_thousands_of_h100_hours() -> None:
     for b in batch_sizes:
         steps = tokens // (b * T)
         every = round(1_000_000_000 / (b * T))  # eval_every_tokens in steps
-        evals += optimizers * (search + seeds) * math.ceil(steps / every)
+        reference = 1 if b == batch_sizes[0] else 0  # the reference's one more search trial
+        evals += optimizers * (search + reference + seeds) * math.ceil(steps / every)
     eval_flops = evals * per_eval * (2 * n + 4 * L * T * d)
     expected_hours = (train_flops + eval_flops) / (0.4 * 989e12) / 3600
 

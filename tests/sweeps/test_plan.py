@@ -4,6 +4,7 @@ import pytest
 
 from sweeps.plan import (
     BRACKET_STEP,
+    REFERENCE_NARROW,
     VERTEX_MIN_GAP,
     cell_key,
     cell_order,
@@ -80,6 +81,34 @@ def test_the_line_search_steps_to_the_vertex_when_the_best_is_bracketed() -> Non
     # and where that midpoint is on a tried lr too, the bracket is narrow: converged
     tight = [p[0] for p in done] + [other, math.sqrt(1e-3 * other)]
     assert next_search_lr(done, [], tight, lr_min=1e-4, lr_max=3e-2) == ("converged", None)
+
+
+def test_a_reference_search_converges_only_with_a_tried_lr_near_its_best_on_both_sides() -> None:
+    lo, hi = 1e-4, 3e-2
+    # the coarse start's lrs (~1.9 apart in ln lr), then the vertex step that landed next to the middle one
+    coarse = coarse_lrs(lo, hi)
+    step = coarse[1] * math.exp(0.1)
+    done = [(lr, bowl(lr, centre=coarse[1])) for lr in [*coarse, step]]
+    tried = [p[0] for p in done]
+    # without `narrow` that is converged (the next vertex lands within VERTEX_MIN_GAP of the best lr)
+    assert next_search_lr(done, [], tried, lr_min=lo, lr_max=hi) == ("converged", None)
+    # with it: the nearest tried lr above the best (coarse[1]) is 0.1 away, the one below ~1.9: a step down
+    kind, lr = next_search_lr(done, [], tried, lr_min=lo, lr_max=hi, narrow=REFERENCE_NARROW)
+    assert kind == "step" and lr == pytest.approx(coarse[1] * math.exp(-BRACKET_STEP), rel=1e-12)
+    # that step tried, both sides have a tried lr within REFERENCE_NARROW: converged
+    done.append((lr, bowl(lr, centre=coarse[1])))
+    assert next_search_lr(done, [], [*tried, lr], lr_min=lo, lr_max=hi, narrow=REFERENCE_NARROW) == ("converged", None)
+    # neither side near (the vertex of the coarse start is its middle lr): upwards first
+    far = [(lr, bowl(lr, centre=coarse[1])) for lr in coarse]
+    kind, lr = next_search_lr(far, [], coarse, lr_min=lo, lr_max=hi, narrow=REFERENCE_NARROW)
+    assert kind == "step" and lr == pytest.approx(coarse[1] * math.exp(BRACKET_STEP), rel=1e-12)
+    # the best at the top of the range: nothing can be tried above it, so the step goes below
+    at_top = [(hi, 3.4), (hi * math.exp(-1.9), 3.5)]
+    assert next_search_lr(at_top, [], [p[0] for p in at_top], lr_min=lo, lr_max=hi) == ("converged", None)
+    assert next_search_lr(at_top, [], [p[0] for p in at_top], lr_min=lo, lr_max=hi, narrow=REFERENCE_NARROW) == (
+        "step",
+        pytest.approx(hi * math.exp(-BRACKET_STEP), rel=1e-12),
+    )
 
 
 def test_the_line_search_steps_out_or_halves_the_gap_below_a_divergence() -> None:

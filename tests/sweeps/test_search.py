@@ -13,6 +13,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
+from sweeps.plan import BRACKET_STEP
 from sweeps.search import CellSearcher
 from sweeps.spec import SweepSpec
 from sweeps.stores import open_storage
@@ -54,6 +55,11 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     assert s.suggest("t4") is None  # a first result is not the final best
     s.on_trial_complete("t2", done(3.5))
     s.on_trial_complete("t3", done(None, status="diverged", tokens=1024))
+    # bs4, the reference, searches one lr more (it has no warm start): a step from the coarse start's best
+    extra = s.suggest("t3b")
+    assert (extra["cell"], extra["role"], extra["seed"]) == ("adamw/bs4", "search", 0)
+    assert s.suggest("t4") is None  # its result moves the search: nothing else to run meanwhile
+    s.on_trial_complete("t3b", done(3.55))
     study4 = s.cells[0].study
     best_lr = study4.trials[1].params["lr"]  # t2's, the final best of bs4
     # bs4's search is over: its confirmation runs (seeds 1 and 2, never the search seed 0) use that lr
@@ -96,7 +102,8 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     s.on_trial_complete("t10", done(3.76))
     assert s.suggest("t11") == Searcher.FINISHED
     progress = s.progress()
-    assert progress["trials_done"] == progress["trials_total"] == 10  # 2 cells x (3 search + 2 confirmations)
+    # 2 cells x (3 search + 2 confirmations), and the reference's one more search trial
+    assert progress["trials_done"] == progress["trials_total"] == 11
     assert progress["cells_done"] == 2
 
 
@@ -130,7 +137,9 @@ def test_a_suggest_reads_each_cells_trials_from_the_storage_once(
     s.on_trial_complete("t0", done(4.0))
     s.on_trial_complete("t1", done(3.5))
     s.on_trial_complete("t2", done(3.7))
-    assert s.suggest("t4")["role"] == "seed"
+    # (with the three results read, bs4 steps on: the reference searches one lr more; without them it waits)
+    step = s.suggest("t4")
+    assert step["role"] == "search" and step["cell"] == "adamw/bs4"
     assert all(not c._memo_on and c._memo is None for c in s.cells)
 
 
@@ -172,6 +181,9 @@ def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: o
     for i in (1, 2, 3):  # t1 and the smaller-lr one of the others tie exactly at 3.5
         s.on_trial_complete(f"t{i}", done(3.5 if i != 3 else 4.0))
     tied = sorted(lrs[:2])
+    extra = s.suggest("t3b")  # the reference's one more search trial (no warm start): worse than the tie
+    assert extra["role"] == "search" and all(abs(math.log(extra["lr"] / lr)) > 0.1 for lr in lrs)
+    s.on_trial_complete("t3b", done(4.0))
     confirm = s.suggest("t4")
     # the search sends the confirmation runs to the smaller lr of the tie, not to the first trial's
     assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(tied[0])
@@ -194,7 +206,7 @@ def test_a_resumed_sweep_runs_its_lost_design_point_again_and_repeats_no_finishe
     assert resumed.suggest("r3") is None  # the line search waits for its design points
     resumed.on_trial_complete("r1", done(3.9))
     resumed.on_trial_complete("r2", done(3.8))
-    # three completed lrs: the search is over (3 trials a cell) and no finished lr was run twice
+    # three completed lrs, and no finished lr was run twice
     finished = [t.params["lr"] for t in resumed.cells[0].trials("search")]
     assert len(finished) == len({round(math.log(lr), 9) for lr in finished}) == 3
 
@@ -215,11 +227,17 @@ def test_a_line_search_step_follows_its_bracket_and_converges_early(storage: opt
     step = s.suggest("t4")  # the parabola's vertex: an exact bowl puts it at the optimum
     assert step["role"] == "search" and step["lr"] == pytest.approx(optimum) and step["prunable"] is False
     s.on_trial_complete("t4", done(loss(step["lr"])))
-    # the next vertex lands on a tried lr: converged after 4 of 6 trials, confirmation runs follow
-    confirm = s.suggest("t5")
+    # the next vertex lands on a tried lr, but this is the reference (no warm start): converged only with a
+    # tried lr within REFERENCE_NARROW of the best on both sides; the coarse lr above is 1.24 away, so one
+    # step of BRACKET_STEP up first
+    up = s.suggest("t5")
+    assert up["role"] == "search" and up["lr"] == pytest.approx(optimum * math.exp(BRACKET_STEP))
+    s.on_trial_complete("t5", done(loss(up["lr"])))
+    # converged after 5 of its 7 trials (6 + the reference's one more), confirmation runs follow
+    confirm = s.suggest("t6")
     assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(optimum)
     cell = s.progress()["cells"][0]
-    assert cell["search_done"] == cell["search_total"] == 4
+    assert cell["search_done"] == cell["search_total"] == 5
 
 
 def test_resume_counts_finished_trials_and_replaces_interrupted_ones(storage: optuna.storages.BaseStorage) -> None:
@@ -287,7 +305,8 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
     storage: optuna.storages.BaseStorage,
 ) -> None:
     spec = SweepSpec.from_yaml(SPEC.replace("seeds: 2", "seeds: {min: 2, max: 4, step: 2}"))
-    assert (spec.seeds_min, spec.seeds_max, spec.noise_looks, spec.total_trials) == (2, 4, 2, 14)
+    # 2 cells x (3 search + 4 confirmation runs), and one more search trial at the reference
+    assert (spec.seeds_min, spec.seeds_max, spec.noise_looks, spec.total_trials) == (2, 4, 2, 15)
     s = CellSearcher(spec, "unit", storage)
     asked = drive(s, {"adamw/bs4": [3.60, 3.50, 3.52, 3.53], "adamw/bs16": [3.55, 3.72, 3.57, 3.58]})
     # first look, 2 runs each: the paired differences by seed (3.55 - 1.05 x 3.60, 3.72 - 1.05 x 3.50)
@@ -295,7 +314,7 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
     # interval is about [-3.6, 3.4]: undecided, so bs16 and its reference get 2 more runs (seeds 3, 4)
     seeds = [(c, seed) for c, role, seed in asked if role == "seed"]
     assert sorted(seeds) == [(c, k) for c in ("adamw/bs16", "adamw/bs4") for k in (1, 2, 3, 4)]
-    assert s.progress()["trials_total"] == 14 == len(asked)
+    assert s.progress()["trials_total"] == 15 == len(asked)
 
 
 def test_adaptive_confirmation_stops_where_the_pairing_already_decides(storage: optuna.storages.BaseStorage) -> None:
@@ -307,9 +326,10 @@ def test_adaptive_confirmation_stops_where_the_pairing_already_decides(storage: 
 
 
 def drive(s: CellSearcher, confirm: dict[str, list[float]]) -> list[tuple[str, str, int]]:
-    """Run `s` to its end, sequentially: three search trials a cell (the same losses every time), then
-    the confirmation runs' losses of `confirm`, in the order asked; (cell, role, seed) of each trial."""
-    losses = {"adamw/bs4": [4.0, 3.5, 3.9], "adamw/bs16": [4.1, 3.6, 3.95]}
+    """Run `s` to its end, sequentially: three search trials a cell and the reference's one more (the same
+    losses every time), then the confirmation runs' losses of `confirm`, in the order asked; (cell, role,
+    seed) of each trial."""
+    losses = {"adamw/bs4": [4.0, 3.5, 3.9, 3.7], "adamw/bs16": [4.1, 3.6, 3.95]}
     runs = {cell: iter(values) for cell, values in confirm.items()}
     asked = []
     for i in range(40):

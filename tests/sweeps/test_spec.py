@@ -16,9 +16,12 @@ from pydantic import ValidationError
 import sweeps
 from sweeps.spec import (
     DEFAULT_MAX_TRIALS,
+    REFERENCE_EXTRA_TRIALS,
     SpecLoadError,
     SweepSpec,
+    cell_search_trials,
     format_validation_error,
+    total_trials,
 )
 from worker.config import OptimizerConfig, TrainConfig, split_batch
 from worker.names import OPTIMIZER_NAMES
@@ -86,8 +89,9 @@ def test_demo_example_loads():
     assert spec.lr.min == 1e-4 and spec.lr.max == 3e-2 and spec.lr.trials_per_batch_size == 3
     assert spec.seeds == 2 and spec.degradation.tolerance == 0.02
     assert spec.resources.max_concurrent_trials == 2 and spec.pruning.enabled is True
-    # 2 optimizers x 4 batch sizes x (3 search + 2 confirmation runs) = 40
-    assert spec.total_trials == 40
+    # 2 optimizers x 4 batch sizes x (3 search + 2 confirmation runs), and one more search trial at each
+    # optimizer's reference (batch size 8) = 42
+    assert spec.total_trials == 42
 
 
 def test_yaml_and_json_text_and_files_load_the_same_spec(tmp_path):
@@ -214,20 +218,22 @@ def test_baseline_must_be_among_the_optimizers():
 
 
 def test_trial_cap_from_the_validation_context():
-    # BASE: 2 optimizers x 4 batch sizes x (6 search + 3 confirmation runs) = 72 trials
-    assert SweepSpec.model_validate(BASE).total_trials == 72
-    err = only(refusal(BASE, max_trials=71), "total_trials")
-    assert "total trials 72" in err["message"] and "max_trials=71" in err["message"] and err["value"] == 72
-    assert SweepSpec.model_validate(BASE, context={"max_trials": 72}).total_trials == 72
+    # BASE: 2 optimizers x (4 batch sizes x (6 search + 3 confirmation runs) + 1 search trial more at the
+    # reference) = 74 trials
+    assert SweepSpec.model_validate(BASE).total_trials == 74
+    err = only(refusal(BASE, max_trials=73), "total_trials")
+    assert "total trials 74" in err["message"] and "max_trials=73" in err["message"] and err["value"] == 74
+    assert SweepSpec.model_validate(BASE, context={"max_trials": 74}).total_trials == 74
 
 
 def test_default_trial_cap():
-    # 1 optimizer x 1 batch size x (DEFAULT_MAX_TRIALS - 1 + 2) = DEFAULT_MAX_TRIALS + 1 trials
+    # 1 optimizer x 1 batch size x (DEFAULT_MAX_TRIALS - 2 + 2), + 1 search trial at the reference (that
+    # size) = DEFAULT_MAX_TRIALS + 1 trials
     data = spec_data(
         optimizers=[{"name": "adamw"}],
         batch_sizes=[16],
         seeds=2,
-        lr={"min": 1e-4, "max": 1e-2, "trials_per_batch_size": DEFAULT_MAX_TRIALS - 1},
+        lr={"min": 1e-4, "max": 1e-2, "trials_per_batch_size": DEFAULT_MAX_TRIALS - 2},
     )
     assert DEFAULT_MAX_TRIALS == 1000
     err = only(refusal(data), "total_trials")
@@ -298,8 +304,10 @@ def test_total_trials_and_cells():
     spec = SweepSpec.model_validate(
         spec_data(optimizers=[{"name": "merit"}, {"name": "adamw"}, {"name": "lion"}], batch_sizes=[16, 64], seeds=2)
     )
-    # 3 optimizers x 2 batch sizes x (6 search + 2 confirmation runs)
-    assert spec.total_trials == 48
+    # 3 optimizers x (2 batch sizes x (6 search + 2 confirmation runs) + 1 search trial more at batch size 16)
+    assert spec.total_trials == 51
+    assert total_trials(3, 2, 6, 2) == 51 and total_trials(3, 0, 6, 2) == 0
+    assert [cell_search_trials(6, reference=r) for r in (True, False)] == [6 + REFERENCE_EXTRA_TRIALS, 6]
     # optimizer order as given, batch sizes ascending
     assert spec.cells() == [("merit", 16), ("merit", 64), ("adamw", 16), ("adamw", 64), ("lion", 16), ("lion", 64)]
 

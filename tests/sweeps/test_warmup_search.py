@@ -17,7 +17,7 @@ from harness import tiny_spec
 from ray.tune.search import Searcher
 
 from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_warmup, validate_report
-from sweeps.plan import run_name
+from sweeps.plan import BRACKET_STEP, run_name
 from sweeps.search import CellSearcher
 from sweeps.simulate import Run, simulate
 from sweeps.spec import SpecError, SweepSpec
@@ -97,7 +97,8 @@ def test_a_batch_size_degraded_only_by_its_warmup_is_fine_once_warmup_is_searche
         if t.role == "seed":
             assert t.warmup == best[(t.optimizer, t.batch_size)]["warmup"]
     # the warm-up runs are the spec's counted trials: the cap and the price include them
-    assert searched.trials <= searched_spec.total_trials == 2 * 4 * (6 + 1 + 2)
+    # (and one more search trial at each optimizer's reference)
+    assert searched.trials <= searched_spec.total_trials == 2 * (4 * (6 + 1 + 2) + 1)
 
 
 def test_the_spec_states_warmup_search_in_the_unit_of_its_warmup() -> None:
@@ -190,6 +191,10 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
     assert s.suggest("t3") is None  # nothing at the best lr before the lr search has ended
     for i, loss in enumerate([3.2, 3.0, 3.4]):
         s.on_trial_complete(f"t{i}", done(loss))
+    # bs 4, the reference, searches one lr more than trials_per_batch_size (it has no warm start)
+    step = s.suggest("t3b")
+    assert (step["role"], step["warmup"]) == ("search", 0.05)
+    s.on_trial_complete("t3b", done(3.1))
     best_lr = search[1]["lr"]
     w1 = s.suggest("w1")
     assert (w1["role"], w1["seed"], w1["warmup"], w1["lr"]) == ("warmup", 0, 0.2, best_lr)
@@ -211,7 +216,7 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
     resumed.on_trial_complete("s2", done(2.96))
     assert resumed.cells[0].finished() and resumed.cells[0].confirmed() == [2.95, 2.96]
     progress = resumed.progress()
-    assert progress["trials_done"] == progress["trials_total"] == 3 + 2 + 2
+    assert progress["trials_done"] == progress["trials_total"] == (3 + 1) + 2 + 2  # search, warm-ups, seeds
     report = resumed.report()
     cell = report["optimizers"]["adamw"]["cells"][0]
     assert (cell["warmup"], cell["val_losses"]) == (0.2, [2.95, 2.96])
@@ -240,10 +245,11 @@ def test_the_price_counts_the_warmup_runs_and_none_of_them_as_prunable() -> None
     from sweeps.cost import price
 
     plain, searched = price(spec_of()), price(spec_of(warmup_search=[LONG, 512]))
-    assert (plain.trials.max, searched.trials.max) == (2 * 4 * (6 + 2), 2 * 4 * (6 + 2 + 2))
-    assert searched.search_trials == 2 * 4 * (6 + 2) and plain.search_trials == 2 * 4 * 6
-    assert searched.prunable_training_tokens == plain.prunable_training_tokens == 2 * 4 * 6 * BUDGET
-    assert searched.training_tokens.max == 2 * 4 * 10 * BUDGET
+    # 2 optimizers x (4 batch sizes x (6 search [+ 2 warm-up] + 2 seeds) + the reference's one more search)
+    assert (plain.trials.max, searched.trials.max) == (2 * (4 * (6 + 2) + 1), 2 * (4 * (6 + 2 + 2) + 1))
+    assert searched.search_trials == 2 * (4 * (6 + 2) + 1) and plain.search_trials == 2 * (4 * 6 + 1)
+    assert searched.prunable_training_tokens == plain.prunable_training_tokens == 2 * (4 * 6 + 1) * BUDGET
+    assert searched.training_tokens.max == 2 * (4 * 10 + 1) * BUDGET
 
 
 def test_the_cli_and_the_dashboard_say_which_warmup_each_cell_used(
@@ -327,6 +333,16 @@ def test_a_retreat_after_a_diverged_confirmation_tries_the_warmups_again_only_wi
             s.suggest(f"t{i}")
         for i, loss in enumerate([3.1, 3.0, 3.1]):
             s.on_trial_complete(f"t{i}", done(loss))
+        # the reference (its only batch size) narrows its bracket: a step up, then one down, both worse
+        steps = [s.suggest("n0")]
+        s.on_trial_complete("n0", done(3.02))
+        steps.append(s.suggest("n1"))
+        s.on_trial_complete("n1", done(3.02))
+        middle = s.cells[0].best_lr()
+        assert [(c["role"], c["lr"]) for c in steps] == [
+            ("search", pytest.approx(middle * math.exp(BRACKET_STEP))),
+            ("search", pytest.approx(middle * math.exp(-BRACKET_STEP))),
+        ]
         warm = s.suggest("w")
         assert (warm["role"], warm["warmup"]) == ("warmup", 0.2)
         s.on_trial_complete("w", done(2.9))
@@ -339,15 +355,16 @@ def test_a_retreat_after_a_diverged_confirmation_tries_the_warmups_again_only_wi
             s.on_trial_complete(f"r{len(runs) - 1}", done(3.05))
         return s, warm["lr"], runs
 
-    # 3 search trials of 5 ran: of the 2 left, one tries the other warm-up at the lower lr, one confirms
-    s, high, runs = sweep(5)
+    # 5 search trials of 7 (6 + the reference's one more) ran: of the 2 left, one tries the other warm-up
+    # at the lower lr, one confirms
+    s, high, runs = sweep(6)
     cell = s.cells[0]
     assert cell.best_lr() < high and [(r["role"], r["lr"]) for r in runs] == [
         ("warmup", cell.best_lr()),
         ("seed", cell.best_lr()),
     ]
-    assert len(cell.all_trials()) == 5 + 1 + 1  # the cell's budget: search, the other warm-up, seeds
-    # 3 of 4 ran: the one left goes to the confirmation run, at the spec's own warm-up
-    s, high, runs = sweep(4)
+    assert len(cell.all_trials()) == 7 + 1 + 1  # the cell's budget: search, the other warm-up, seeds
+    # 5 of 6 ran: the one left goes to the confirmation run, at the spec's own warm-up
+    s, high, runs = sweep(5)
     assert [(r["role"], r["warmup"]) for r in runs] == [("seed", 0.05)]
-    assert s.cells[0].confirmed() == [3.05] and len(s.cells[0].all_trials()) == 4 + 1 + 1
+    assert s.cells[0].confirmed() == [3.05] and len(s.cells[0].all_trials()) == 6 + 1 + 1
