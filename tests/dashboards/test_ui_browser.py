@@ -240,7 +240,7 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
         tab,
         f"""window.__sameDocument === true &&
             document.querySelector('{row} [data-status-text]').textContent === 'running' &&
-            /^[1-9]\\d*\\/4 trials$/.test(document.querySelector('{row} [data-trials]').textContent)""",
+            /^[1-9]\\d*\\/5 trials$/.test(document.querySelector('{row} [data-trials]').textContent)""",
         timeout_s=300,
     )
     shots(tab, "03-list-live")
