@@ -104,7 +104,7 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
         for bs in (4, 8):
             study = optuna.load_study(study_name=study_name(outcome.sweep_id, opt, bs), storage=storage)
             finished = [t for t in study.trials if t.state != TrialState.RUNNING]
-            assert len(finished) == 4
+            assert len(finished) == (5 if bs == 4 else 4)  # the reference searches one lr more
             # pruning compares trials at equal tokens: a pruned trial stopped before the budget
             for t in finished:
                 if t.state == TrialState.PRUNED:
