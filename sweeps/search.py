@@ -429,14 +429,16 @@ class CellSearcher(DriverOnly, Searcher):
                 study.set_user_attr(key, value)
         close_running_trials(study)  # left behind by an interrupted driver: replaced, not resumed
         same = sorted((c for c in self.cells if c.optimizer == opt), key=lambda c: c.batch_size)
+        previous = next((c for c in reversed(same) if c.batch_size < bs), None)
         cell = Cell(
             opt,
             bs,
             study,
-            cell_search_trials(spec.lr.trials_per_batch_size, reference=bs == spec.lattice[0]),
+            # the reference (no smaller size, so no warm start: `_next_lr` narrows its search) searches more
+            cell_search_trials(spec.lr.trials_per_batch_size, reference=previous is None),
             spec.seeds_min,
             *spec.lr.bounds,
-            previous=next((c for c in reversed(same) if c.batch_size < bs), None),
+            previous=previous,
             following=next((c for c in same if c.batch_size > bs), None),
             warmups=tuple(spec.schedule.warmup_choices),
             chosen=attrs.get("chosen", chosen),

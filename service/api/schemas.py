@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.store.database import SweepRow
 from sweeps.cost import SweepCost
 from sweeps.plan import cell_key
-from sweeps.spec import REFERENCE_EXTRA_TRIALS, total_trials
+from sweeps.spec import cell_search_trials, total_trials
 from sweeps.status import SweepStatus
 
 Status = SweepStatus
@@ -71,7 +71,7 @@ class Progress(_Out):
                 cell=cell_key(o, b),
                 optimizer=o,
                 batch_size=b,
-                search_total=search + (REFERENCE_EXTRA_TRIALS if b == min(batch_sizes) else 0),
+                search_total=cell_search_trials(search, reference=b == min(batch_sizes)),
                 seeds_total=seeds,
             )
             for o in optimizers
