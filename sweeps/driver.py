@@ -176,8 +176,12 @@ def run_sweep(
     if not all(c.finished() for c in searcher.cells) or searcher.grow():
         tuner.fit()
     cancelled = searcher.cancelling
-    # a trial that Tune stopped (a cancel) before it reported anything, or never started, is still RUNNING
-    # in Optuna (the soak found one): closed as after a lost driver, no result, run again on resume
+    # a trial that Tune stopped (a cancel) without telling the searcher is still RUNNING in Optuna (the
+    # soak found one): one Tune started has an MLflow run, which the recorder ends `cancelled`, and ends so
+    # in Optuna too, with its tune trial id; one never started is closed as after a lost driver (no run).
+    # Either is run again on resume.
+    if ended := searcher.end_cancelled(recorder.started_trials()):
+        log.info("%d trial(s) stopped by the cancel without a last result: recorded as cancelled", ended)
     for cell in searcher.cells:
         if close_running_trials(cell.study):
             cell.changed()

@@ -290,6 +290,10 @@ class SweepRecorder(DriverOnly, Callback):
 
     # ---- driver-side calls -----------------------------------------------------------------------
 
+    def started_trials(self) -> frozenset[str]:
+        """Tune trial ids started and not yet ended (each has an open MLflow run, or will have one)."""
+        return frozenset(self._started)
+
     def mark_cancelled(self) -> None:
         """Trials still open when a sweep is cancelled end as KILLED (they re-run on resume)."""
         self._queue.put(lambda: [self._end_trial(t, TrialStatus.cancelled) for t in list(self._trials)])

@@ -35,7 +35,7 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -716,6 +716,18 @@ class CellSearcher(DriverOnly, Searcher):
                 cell.study.tell(trial, state=TrialState.FAIL)
                 if status in RERUN_STATUSES:
                     rerun_design_point(cell.study, trial)
+
+    def end_cancelled(self, started: Collection[str]) -> int:
+        """After a cancelled `fit`: the trials Tune started (`started`, the recorder's view) but stopped
+        without passing them to `on_trial_complete` end as that would have ended them (`cancelled`,
+        with their tune trial id), so Optuna's record matches the MLflow run the recorder closes. Those
+        suggested but never started keep no id and no run (`close_running_trials`). Returns how many."""
+        if not self.cancelling:
+            return 0
+        ended = [t for t in list(self._by_trial) if t in started]
+        for trial_id in ended:
+            self.on_trial_complete(trial_id, None)
+        return len(ended)
 
     def save(self, checkpoint_path: str) -> None:
         """Nothing to save: the state lives in the Optuna storage."""

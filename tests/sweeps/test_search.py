@@ -268,6 +268,27 @@ def test_cancelled_trials_are_run_again_on_resume(storage: optuna.storages.BaseS
     assert CellSearcher(spec, "unit", storage).cells[0].search_finished() == 0
 
 
+def test_a_cancel_that_tune_did_not_pass_on_ends_started_trials_with_their_id(
+    storage: optuna.storages.BaseStorage,
+) -> None:
+    spec = SweepSpec.from_yaml(SPEC)
+    s = CellSearcher(spec, "unit", storage)
+    s.suggest("t1")
+    s.suggest("t2")
+    assert s.end_cancelled({"t1", "t2"}) == 0  # not cancelling: nothing to end
+    s.cancelling = True
+    # Tune stopped both without on_trial_complete; only t1 had started (it has an MLflow run)
+    assert s.end_cancelled({"t1", "other"}) == 1
+    by_id = {t.user_attrs.get("tune_trial_id"): t for t in s.cells[0].study.trials}
+    assert by_id["t1"].state == TrialState.FAIL and by_id["t1"].user_attrs["status"] == "cancelled"
+    assert "t2" not in by_id  # never started: no id, closed by close_running_trials as after a lost driver
+    # t2 is still RUNNING; t1's coarse lr is asked again (one more WAITING trial, beside the third coarse lr)
+    trials = s.cells[0].study.trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING, TrialState.WAITING]
+    assert trials[-1].system_attrs["fixed_params"]["lr"] == by_id["t1"].params["lr"]  # an enqueued trial's lr
+    assert s.end_cancelled({"t1"}) == 0  # ended once
+
+
 def test_a_changed_spec_cannot_reuse_a_sweep_id(storage: optuna.storages.BaseStorage) -> None:
     CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
     changed = SweepSpec.from_yaml(SPEC.replace("token_budget: 4096", "token_budget: 8192"))
