@@ -35,11 +35,26 @@ def pathological_json(size: int) -> str:
     return PATHOLOGICAL_JSON + '\\"' * ((size - len(PATHOLOGICAL_JSON)) // 2)
 
 
+PROBE_ANSWERS = 5  # answers of /healthz under load before a probe's slowest answer means something
+
+
+class Probe:
+    """The /healthz answers measured while the load ran: how many, and the slowest (s)."""
+
+    def __init__(self) -> None:
+        self.worst, self.answers = 0.0, 0
+
+    def slowest(self) -> float:
+        return self.worst
+
+    def answered(self) -> int:
+        return self.answers
+
+
 @contextmanager
-def healthz_probe(url: str) -> Iterator[Callable[[], float]]:
-    """GET /healthz in a loop from a client of its own; yields a function giving the slowest answer so far."""
-    worst = [0.0]
-    answered = [0]
+def healthz_probe(url: str) -> Iterator[Probe]:
+    """GET /healthz in a loop from a client of its own, counted from the end of a short warm-up."""
+    measured = Probe()
     stop = threading.Event()
 
     def probe() -> None:
@@ -47,20 +62,29 @@ def healthz_probe(url: str) -> Iterator[Callable[[], float]]:
             while not stop.is_set():
                 started = time.perf_counter()
                 assert http.get("/healthz").status_code in (200, 503)
-                worst[0] = max(worst[0], time.perf_counter() - started)
-                answered[0] += 1
+                measured.worst = max(measured.worst, time.perf_counter() - started)
+                measured.answers += 1
                 time.sleep(0.01)
 
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()
     try:
         time.sleep(0.2)  # a few answers before the load: the first request warms the client
-        worst[0] = 0.0
-        yield lambda: worst[0]
+        measured.worst, measured.answers = 0.0, 0
+        yield measured
     finally:
         stop.set()
         thread.join(timeout=30)
-    assert answered[0] >= 5, "the probe barely ran"
+    assert measured.answers >= PROBE_ANSWERS, f"the probe barely ran: {measured.answers} answers"
+
+
+def load_until_probed(probe: Probe, load: Callable[[], object], rounds: int = 20) -> None:
+    """`load` once, and again while the probe has answered fewer than PROBE_ANSWERS times beside it: a
+    load that ends fast on a busy machine still gets measured (CI: 4 answers beside one round, 12-05)."""
+    for _ in range(rounds):
+        load()
+        if probe.answered() >= PROBE_ANSWERS:
+            return
 
 
 def test_a_pathological_json_body_at_the_limit_is_refused_fast_and_healthz_keeps_answering(
@@ -71,7 +95,8 @@ def test_a_pathological_json_body_at_the_limit_is_refused_fast_and_healthz_keeps
     assert settings_.max_body_bytes - 2 <= len(body) <= settings_.max_body_bytes
     with ThreadServer(settings_, launcher) as server, httpx.Client(base_url=server.url, timeout=60) as http:
         http.get("/healthz")
-        with healthz_probe(server.url) as slowest:
+
+        def load() -> None:
             for path in ("/sweeps", "/sweeps?dry_run=true") * 3:
                 started = time.perf_counter()
                 resp = http.post(path, content=body, headers=auth() | {"Content-Type": "application/json"})
@@ -79,7 +104,10 @@ def test_a_pathological_json_body_at_the_limit_is_refused_fast_and_healthz_keeps
                 assert resp.status_code == 422 and "nested deeper than" in resp.text, resp.text[:300]
                 # the freeze took minutes; ~10 ms when idle, 0.1 s seen with the suite's other worker busy
                 assert elapsed < 0.5, f"{path}: {elapsed:.3f} s"
-            assert slowest() < 0.2, f"/healthz took {slowest():.3f} s"
+
+        with healthz_probe(server.url) as probe:
+            load_until_probed(probe, load)
+            assert probe.slowest() < 0.2, f"/healthz took {probe.slowest():.3f} s"
         assert launcher.started == []
 
 
@@ -94,14 +122,18 @@ def test_the_submit_pages_check_is_bounded_after_the_dry_run_limit_said_no(
     with ThreadServer(settings_, launcher) as server, httpx.Client(base_url=server.url, timeout=60) as http:
         first = http.post("/submit", data={"spec": "name: x\n", "action": "check"}, headers=auth())
         assert first.status_code == 422  # the one dry run of the bucket
-        with healthz_probe(server.url) as slowest:
+
+        def load() -> None:
             for text in (deep, wide, deep, wide):
                 started = time.perf_counter()
                 resp = http.post("/submit", data={"spec": text, "action": "check"}, headers=auth())
                 elapsed = time.perf_counter() - started
                 assert resp.status_code == 429 and "dry runs" in resp.text, resp.text[:300]
                 assert elapsed < 0.25, f"{elapsed:.3f} s"  # the page echoes the text back: a 256 KiB render
-            assert slowest() < 0.2, f"/healthz took {slowest():.3f} s"
+
+        with healthz_probe(server.url) as probe:
+            load_until_probed(probe, load)
+            assert probe.slowest() < 0.2, f"/healthz took {probe.slowest():.3f} s"
 
 
 def test_a_deep_document_on_the_submit_page_is_a_4xx_naming_the_depth(
@@ -177,9 +209,17 @@ def test_a_finished_sweeps_dashboard_is_rendered_once_however_many_ask(
             time.sleep(0.02)
         launcher.finish(sweep_id)
         assert wait_for_final(http, sweep_id)
-        with healthz_probe(server.url) as slowest, ThreadPoolExecutor(max_workers=40) as pool:
-            answers = list(pool.map(lambda _: http.get(f"/sweeps/{sweep_id}/dashboard", headers=auth()), range(40)))
-            assert slowest() < 1.0, f"/healthz took {slowest():.3f} s"  # rendering 40 times: ~10 s
+        answers: list[httpx.Response] = []
+        with healthz_probe(server.url) as probe, ThreadPoolExecutor(max_workers=40) as pool:
+            # the first round waits on the one render; later ones (only if the probe needs more answers) are served
+            # from what it cached
+            load_until_probed(
+                probe,
+                lambda: answers.extend(
+                    pool.map(lambda _: http.get(f"/sweeps/{sweep_id}/dashboard", headers=auth()), range(40))
+                ),
+            )
+            assert probe.slowest() < 1.0, f"/healthz took {probe.slowest():.3f} s"  # rendering 40 times: ~10 s
         assert {r.status_code for r in answers} == {200}
         assert {r.text.split("dashboard of ")[1][: len(sweep_id)] for r in answers} == {sweep_id}
         assert renders == [sweep_id]
