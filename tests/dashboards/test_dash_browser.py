@@ -181,7 +181,7 @@ def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Browser, t
         _wait_healthy(f"{base}/health", proc, log)
         # MLflow 3's UI opens an experiment on its GenAI overview; the runs table is /runs
         goto(page, f"{base}/#/experiments/{outcome.experiment_id}/runs")
-        wait_for(page, "document.body.innerText.includes('adamw bs=4')", timeout=120)
+        wait_for(page, "document.body?.innerText.includes('adamw bs=4')", timeout=120)
         # the cell runs are parents: expand them and their trials appear, named by optimizer, batch, lr, seed
         expanded = page.evaluate(
             "(() => { const b = [...document.querySelectorAll("
@@ -189,7 +189,7 @@ def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Browser, t
             " return b.length; })()"
         )
         assert expanded == 4, "expected one expander per cell run (2 optimizers x 2 batch sizes)"
-        wait_for(page, "document.body.innerText.includes('adamw bs=4 lr=')", timeout=60)
+        wait_for(page, "document.body?.innerText.includes('adamw bs=4 lr=')", timeout=60)
         text = page.evaluate("document.body.innerText")
         client_names = [r.info.run_name for r in _runs(outcome)]
         missing = [n for n in client_names if n not in text]
@@ -198,9 +198,9 @@ def test_mlflow_ui_shows_nested_runs_and_figures(tiny_sweep, browser: Browser, t
 
         # the figures are artifacts of the summary run; the PNG previews in the artifact browser
         goto(page, f"{base}/#/experiments/{outcome.experiment_id}/runs/{outcome.summary_run_id}/artifacts")
-        wait_for(page, "document.body.innerText.includes('report.json')", timeout=60)
+        wait_for(page, "document.body?.innerText.includes('report.json')", timeout=60)
         assert page.evaluate(CLICK_TEXT % "figures")
-        wait_for(page, "document.body.innerText.includes('scaling.png')", timeout=30)
+        wait_for(page, "document.body?.innerText.includes('scaling.png')", timeout=30)
         assert page.evaluate(CLICK_TEXT % "scaling.png")
         # the preview is a blob image of the PNG's real size
         width = wait_for(

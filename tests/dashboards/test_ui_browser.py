@@ -310,18 +310,22 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
     with context.expect_page() as opened:
         page.click(f'[data-sweep="{first}"] a[data-link="mlflow"]')
     mlflow = opened.value
+    # a page opened by a click has no body until its document parses (CI's predicate once read a null body)
+    mlflow.wait_for_load_state("load")
     assert "workflowType=machine_learning" in mlflow.url
     experiment_id = status_of(stack, first)["experiment_id"]
     assert f"/#/experiments/{experiment_id}/runs" in mlflow.url
     wait_js(
-        mlflow, "document.body.innerText.includes('adamw bs=4') && document.body.innerText.includes('adamw bs=8')", 180
+        mlflow,
+        "document.body?.innerText.includes('adamw bs=4') && document.body?.innerText.includes('adamw bs=8')",
+        180,
     )
     expanded = mlflow.evaluate(
         "(() => { const b = [...document.querySelectorAll('button[data-component-id*=\"runnamecellrenderer\"]')];"
         " b.forEach(x => x.click()); return b.length; })()"
     )
     assert expanded == 2, "one expander per cell run (1 optimizer x 2 batch sizes), trials nested under them"
-    wait_js(mlflow, "document.body.innerText.includes('adamw bs=4 lr=')", 60)
+    wait_js(mlflow, "document.body?.innerText.includes('adamw bs=4 lr=')", 60)
     text = mlflow.evaluate("document.body.innerText")
     from mlflow.tracking import MlflowClient
 
@@ -348,7 +352,7 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
         "document.querySelectorAll('*').forEach(e => { if (e.scrollHeight > e.clientHeight + 50) "
         "e.scrollTop = e.scrollHeight; })"
     )
-    wait_js(charts, f"({scroll_down}, document.body.innerText.includes('adamw bs=4 (val_loss)'))", 120)
+    wait_js(charts, f"({scroll_down}, document.body?.innerText.includes('adamw bs=4 (val_loss)'))", 120)
     assert "adamw bs=8 (val_loss)" in charts.evaluate("document.body.innerText")
     shots(charts, "07b-mlflow-charts")
     charts.close()
