@@ -176,10 +176,10 @@ def run_sweep(
     if not all(c.finished() for c in searcher.cells) or searcher.grow():
         tuner.fit()
     cancelled = searcher.cancelling
-    # a trial that Tune stopped (a cancel) without telling the searcher is still RUNNING in Optuna (the
-    # soak found one): one Tune started has an MLflow run, which the recorder ends `cancelled`, and ends so
-    # in Optuna too, with its tune trial id; one never started is closed as after a lost driver (no run).
-    # Either is run again on resume.
+    # Tune's stop-all at a cancel tells neither the searcher nor the callbacks about the trials in flight,
+    # so they are still RUNNING in Optuna (the soak found one). A started one has an MLflow run, which
+    # `mark_cancelled` ends `cancelled`: Optuna records it the same, with its tune trial id. One never
+    # started has no run and is closed as after a lost driver. Either is run again on resume.
     if ended := searcher.end_cancelled(recorder.started_trials()):
         log.info("%d trial(s) stopped by the cancel without a last result: recorded as cancelled", ended)
     for cell in searcher.cells:
