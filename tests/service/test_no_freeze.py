@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -38,17 +39,12 @@ def pathological_json(size: int) -> str:
 PROBE_ANSWERS = 5  # answers of /healthz under load before a probe's slowest answer means something
 
 
+@dataclass
 class Probe:
     """The /healthz answers measured while the load ran: how many, and the slowest (s)."""
 
-    def __init__(self) -> None:
-        self.worst, self.answers = 0.0, 0
-
-    def slowest(self) -> float:
-        return self.worst
-
-    def answered(self) -> int:
-        return self.answers
+    slowest: float = 0.0
+    answers: int = 0
 
 
 @contextmanager
@@ -62,7 +58,7 @@ def healthz_probe(url: str) -> Iterator[Probe]:
             while not stop.is_set():
                 started = time.perf_counter()
                 assert http.get("/healthz").status_code in (200, 503)
-                measured.worst = max(measured.worst, time.perf_counter() - started)
+                measured.slowest = max(measured.slowest, time.perf_counter() - started)
                 measured.answers += 1
                 time.sleep(0.01)
 
@@ -70,7 +66,7 @@ def healthz_probe(url: str) -> Iterator[Probe]:
     thread.start()
     try:
         time.sleep(0.2)  # a few answers before the load: the first request warms the client
-        measured.worst, measured.answers = 0.0, 0
+        measured.slowest, measured.answers = 0.0, 0
         yield measured
     finally:
         stop.set()
@@ -83,7 +79,7 @@ def load_until_probed(probe: Probe, load: Callable[[], object], rounds: int = 20
     load that ends fast on a busy machine still gets measured (CI: 4 answers beside one round, 12-05)."""
     for _ in range(rounds):
         load()
-        if probe.answered() >= PROBE_ANSWERS:
+        if probe.answers >= PROBE_ANSWERS:
             return
 
 
@@ -107,7 +103,7 @@ def test_a_pathological_json_body_at_the_limit_is_refused_fast_and_healthz_keeps
 
         with healthz_probe(server.url) as probe:
             load_until_probed(probe, load)
-            assert probe.slowest() < 0.2, f"/healthz took {probe.slowest():.3f} s"
+            assert probe.slowest < 0.2, f"/healthz took {probe.slowest:.3f} s"
         assert launcher.started == []
 
 
@@ -133,7 +129,7 @@ def test_the_submit_pages_check_is_bounded_after_the_dry_run_limit_said_no(
 
         with healthz_probe(server.url) as probe:
             load_until_probed(probe, load)
-            assert probe.slowest() < 0.2, f"/healthz took {probe.slowest():.3f} s"
+            assert probe.slowest < 0.2, f"/healthz took {probe.slowest:.3f} s"
 
 
 def test_a_deep_document_on_the_submit_page_is_a_4xx_naming_the_depth(
@@ -219,7 +215,7 @@ def test_a_finished_sweeps_dashboard_is_rendered_once_however_many_ask(
                     pool.map(lambda _: http.get(f"/sweeps/{sweep_id}/dashboard", headers=auth()), range(40))
                 ),
             )
-            assert probe.slowest() < 1.0, f"/healthz took {probe.slowest():.3f} s"  # rendering 40 times: ~10 s
+            assert probe.slowest < 1.0, f"/healthz took {probe.slowest:.3f} s"  # rendering 40 times: ~10 s
         assert {r.status_code for r in answers} == {200}
         assert {r.text.split("dashboard of ")[1][: len(sweep_id)] for r in answers} == {sweep_id}
         assert renders == [sweep_id]
