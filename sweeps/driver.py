@@ -56,10 +56,13 @@ def run_sweep(
     on_progress: Callable[[Progress], None] | None = None,
     on_experiment: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    trial_fn: Callable[[dict[str, Any]], None] | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep on the current Ray cluster; returns the report and where it is recorded.
     `on_progress` gets the searcher's progress as it moves; `on_experiment` the MLflow experiment id as
-    soon as it exists (before any trial), so that a running sweep's runs can be linked."""
+    soon as it exists (before any trial), so that a running sweep's runs can be linked. `trial_fn`
+    replaces the trial function (`sweeps.trial.run_trial`, training) with another that reports as it
+    does, such as `sweeps.simulate.objective_trial`: the same sweep against a model of the problem."""
     from ray import tune
 
     from sweeps.record import SweepRecorder
@@ -149,7 +152,7 @@ def run_sweep(
     else:  # the trial function only drives a TorchTrainer, whose workers ask for the real resources
         resources = {"cpu": 0.01}
     tuner = tune.Tuner(
-        tune.with_resources(run_trial, resources),
+        tune.with_resources(trial_fn or run_trial, resources),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             scheduler=scheduler,

@@ -12,11 +12,13 @@ steps x tokens per step, from the spec's own `TrainConfig`), ending at the trial
 `.warmup_tokens`, the tokens its lr warm-up spans (a spec with `schedule.warmup_search` tries several
 at each batch size's best lr). It returns
 the val losses at those counts, in order; `inf` or `nan` means the run diverged there (the trial ends
-at that evaluation, status `diverged`).
+at that evaluation, status `diverged`; the losses may stop there). A run that diverges at its first
+evaluation reports no loss at all, as a real run that diverges before its first evaluation.
 
 What runs is the driver's exact decision code: `sweeps.search.CellSearcher` (the line search, warm
 starts, confirmation seeds, adaptive confirmation) and `PerCellASHA` (pruning), called as Ray Tune's
-controller calls them (`suggest`; per result `PerCellASHA.on_trial_result`, then
+controller calls them (`suggest`; per result Tune's own check that it carries the metric, then
+`PerCellASHA.on_trial_result`, then
 `CellSearcher.on_trial_result` unless the trial is stopped; a result with `done` ends the trial without
 asking the scheduler; an end calls both `on_trial_complete`s), against an in-memory Optuna storage;
 then `collect_results` and `build_report` make the report, with the driver's warnings about lrs at the
@@ -36,7 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sweeps.analysis import Report, TrialResult, lr_edge_warnings
+from sweeps.layout import VAL_LOSS
 from sweeps.spec import SweepSpec
+from worker.session import run_result
 
 __all__ = ["Objective", "Run", "SimulationResult", "simulate"]
 
@@ -86,24 +90,80 @@ def eval_steps(total_steps: int, every: int) -> list[int]:
 
 
 def reports_of(run: Run, losses: Sequence[float], tokens_per_step: int) -> list[dict[str, Any]]:
-    """The results `worker.loop.train` would report for these losses, in order; the last has `done`.
-    A non-finite loss ends the run there, `diverged`, with the last good val loss (as the loop does)."""
-    if len(losses) != len(run.eval_tokens):
+    """The results `worker.loop.train` would report for these losses, in order, built by the loop's own
+    `worker.session.run_result`; the last has `done`. A non-finite loss ends the run there, `diverged`,
+    its val loss NaN, as the loop ends it; `losses` may stop at that evaluation (fewer losses than
+    evaluations, the last non-finite) but must otherwise hold one per evaluation."""
+    finite_end = len(losses) < len(run.eval_tokens) and (not losses or math.isfinite(losses[-1]))
+    if len(losses) > len(run.eval_tokens) or finite_end:
         raise ValueError(
-            f"the objective must return one val loss per evaluation: {len(run.eval_tokens)} for "
-            f"{run.optimizer} bs={run.batch_size} lr={run.lr:.3g} seed={run.seed}, got {len(losses)}"
+            f"the objective must return one val loss per evaluation ({len(run.eval_tokens)} for "
+            f"{run.optimizer} bs={run.batch_size} lr={run.lr:.3g} seed={run.seed}), or fewer ending in "
+            f"inf or nan (diverged there), got {len(losses)}" + (f" ending in {losses[-1]}" if losses else "")
         )
     out: list[dict[str, Any]] = []
     last: dict[str, Any] = {}
-    for tokens, loss in zip(run.eval_tokens, losses, strict=True):
+    for tokens, loss in zip(run.eval_tokens, losses, strict=False):
         step = tokens // tokens_per_step
         if not math.isfinite(loss):
-            out.append({**last, "tokens": tokens, "step": step, "status": "diverged", "done": True})
+            out.append(run_result(last, tokens=tokens, step=step, status="diverged"))
             return out
-        last = {"val_loss": float(loss)}
-        done = tokens == run.eval_tokens[-1]
-        out.append({**last, "tokens": tokens, "step": step, "status": "completed" if done else "running", "done": done})
+        last = {VAL_LOSS: float(loss)}
+        status = "completed" if tokens == run.eval_tokens[-1] else "running"
+        out.append(run_result(last, tokens=tokens, step=step, status=status))
     return out
+
+
+def run_of(spec: SweepSpec, config: dict[str, Any]) -> tuple[Run, int]:
+    """The trial `config` (what `CellSearcher.suggest` gave) as the objective sees it, and its tokens per step."""
+    train = spec.train_config(
+        config["optimizer"], int(config["batch_size"]), float(config["lr"]), 0, warmup=config["warmup"]
+    )
+    run = Run(
+        optimizer=config["optimizer"],
+        batch_size=int(config["batch_size"]),
+        lr=float(config["lr"]),
+        seed=int(config["seed"]),
+        eval_tokens=tuple(s * train.tokens_per_step for s in eval_steps(train.total_steps, train.eval_interval_steps)),
+        role=str(config["role"]),
+        warmup_tokens=train.warmup_total_steps * train.tokens_per_step,
+    )
+    return run, train.tokens_per_step
+
+
+def objective_trial(spec: SweepSpec, objective: Objective) -> Callable[[dict[str, Any]], None]:
+    """A Tune function trainable that reports, for each trial, what `objective` says (`reports_of`): the
+    real path (`sweeps.driver.run_sweep(..., trial_fn=...)`, Ray Tune, the recorder) with only training
+    replaced, so a test can show that it and `simulate` agree on the same objective."""
+
+    def trial(config: dict[str, Any]) -> None:
+        from ray import tune
+
+        run, tokens_per_step = run_of(spec, config)
+        for result in reports_of(run, objective(run), tokens_per_step):
+            tune.report(result)
+
+    return trial
+
+
+class _ResultChecks:
+    """Tune's own check of each result (`TuneController._validate_result_metrics`: the metric that the
+    TuneConfig, the scheduler and the searcher name must be in every result, or the whole run ends),
+    applied to the simulated results with the controller's own code."""
+
+    def __init__(self, scheduler: Any, searcher: Any) -> None:
+        from ray.tune.execution.tune_controller import TuneController
+        from ray.tune.utils import flatten_dict
+
+        from sweeps.search import METRIC
+
+        self._metric, self._scheduler_alg, self._search_alg = METRIC, scheduler, searcher
+        self._validate, self._flatten = TuneController._validate_result_metrics, flatten_dict
+
+    def __call__(self, result: dict[str, Any]) -> dict[str, Any]:
+        flat = self._flatten(result)
+        self._validate(self, flat)  # raises ValueError as a real sweep's controller does
+        return flat
 
 
 def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> SimulationResult:
@@ -112,10 +172,14 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
     from ray.tune.schedulers import FIFOScheduler, TrialScheduler
     from ray.tune.search import Searcher
 
-    from sweeps.search import CellSearcher, collect_results, make_scheduler
+    from sweeps.search import METRIC, MODE, CellSearcher, collect_results, make_scheduler
 
     searcher = CellSearcher(spec, f"{spec.name}-simulated", optuna.storages.InMemoryStorage(), seed=seed)
     scheduler = make_scheduler(spec) or FIFOScheduler()  # as sweeps.driver.run_sweep builds it
+    # as Tune's controller sets both up from the TuneConfig's metric and mode
+    searcher.set_search_properties(METRIC, MODE, {})
+    scheduler.set_search_properties(METRIC, MODE)
+    checked = _ResultChecks(scheduler, searcher)
     slots = spec.resources.max_concurrent_trials
     order = itertools.count()  # ties in time go to the trial started (or reporting) first
     events: list[tuple[int, int, str, int]] = []  # (simulated time, tie, trial id, report index)
@@ -130,21 +194,8 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
             if config == Searcher.FINISHED:
                 finished = True
                 break
-            train = spec.train_config(
-                config["optimizer"], int(config["batch_size"]), float(config["lr"]), 0, warmup=config["warmup"]
-            )
-            run = Run(
-                optimizer=config["optimizer"],
-                batch_size=int(config["batch_size"]),
-                lr=float(config["lr"]),
-                seed=int(config["seed"]),
-                eval_tokens=tuple(
-                    s * train.tokens_per_step for s in eval_steps(train.total_steps, train.eval_interval_steps)
-                ),
-                role=str(config["role"]),
-                warmup_tokens=train.warmup_total_steps * train.tokens_per_step,
-            )
-            reports = reports_of(run, objective(run), train.tokens_per_step)
+            run, tokens_per_step = run_of(spec, config)
+            reports = reports_of(run, objective(run), tokens_per_step)
             trial = _Trial(trial_id, config)
             scheduler.on_trial_add(None, trial)
             live[trial_id] = (trial, reports, clock)
@@ -156,7 +207,7 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
             raise RuntimeError(f"the searcher suggests nothing and no trial runs ({launched} trials so far)")
         clock, _, trial_id, i = heapq.heappop(events)
         trial, reports, started = live[trial_id]
-        result = dict(reports[i], trial_id=trial_id)
+        result = checked(dict(reports[i], trial_id=trial_id))
         decision = TrialScheduler.STOP if result["done"] else scheduler.on_trial_result(None, trial, result)
         if decision == TrialScheduler.STOP:
             scheduler.on_trial_complete(None, trial, result)

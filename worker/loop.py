@@ -4,9 +4,10 @@
 (tests, `make demo`).
 
 Metrics are reported every `eval_interval_steps` with `tokens` (tokens seen, all workers) as the
-step axis, so curves at different batch sizes line up. A NaN/inf or exploding loss ends the run
-with status "diverged" and the last good metrics: a result, not an exception. Every report and the
-final result are built by `report_metrics`.
+step axis, so curves at different batch sizes line up. A NaN/inf or exploding loss, a NaN/inf
+gradient norm or a NaN/inf val loss ends the run with status "diverged" at the tokens where it stopped
+(its `val_loss` NaN, its other metrics the last eval's): a result, not an exception, also before the
+first evaluation. Every report and the final result are built by `worker.session.run_result`.
 
 A run is a function of its config: every random draw comes from a stream keyed on `cfg.seed`
 (worker/seeds.py), and the held-out set is `cfg.eval_tokens` tokens whatever the resources (micro-batch
@@ -45,7 +46,7 @@ from worker.noise_scale import NoiseScaleEMA
 from worker.optim import OPTIMIZERS, build_optimizer, sampled_labels
 from worker.schedule import lr_at
 from worker.seeds import DROPOUT, SOPHIA_LABELS, derived_seed
-from worker.session import Metrics, RayTrainSession, Session, scratch_dir
+from worker.session import Metrics, RayTrainSession, Session, run_result, scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class StepMetrics:
 
     train_loss: float  # mean over the global batch, nats per token
     grad_norm: float  # L2 norm of the global gradient before clipping; nan when the step diverged
-    diverged: bool  # NaN/inf or exploding loss: the optimizer did not step
+    diverged: bool  # NaN/inf or exploding loss, or NaN/inf gradient norm: the optimizer did not step
 
 
 @dataclass
@@ -259,16 +260,10 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
 
 
 def report_metrics(state: RunState, *, status: str, started: float) -> Metrics:
-    """Every report and the final result, built one way: the last eval's metrics, where the run stands
-    now (a diverged run stops between evals), and its status. `done` unless the run is still running."""
-    return {
-        **state.last,
-        "tokens": state.tokens,
-        "step": state.step,
-        "train_time_s": time.perf_counter() - started,  # wall time of this run so far, setup included
-        "status": status,
-        "done": status != "running",
-    }
+    """Every report and the final result: `run_result` of the last eval's metrics and where the run stands."""
+    return run_result(
+        state.last, tokens=state.tokens, step=state.step, status=status, train_time_s=time.perf_counter() - started
+    )
 
 
 def train_step(
@@ -287,7 +282,7 @@ def train_step(
     """Optimizer step `step` (0-based) at `lr`: accumulate `layout.accum` micro-batches (DDP all-reduces at
     the last), clip, step, and for Sophia-G refresh the Hessian. Updates `noise` when there is
     accumulation. A diverged loss (NaN/inf, or above cfg.divergence_factor x `initial_loss`; the first
-    step is its own yardstick) returns before the optimizer steps.
+    step is its own yardstick) or a non-finite gradient norm returns before the optimizer steps.
 
     The device is asked for numbers once: loss, gradient norm and the noise-scale estimate come back in
     one read (a host-device sync on CUDA, which must precede the optimizer's step: it is the divergence
@@ -327,7 +322,8 @@ def train_step(
     values = torch.stack(reads).tolist()
     train_loss, grad_norm = values[0], values[1]
     reference = train_loss if initial_loss is None else initial_loss
-    if not math.isfinite(train_loss) or train_loss > cfg.divergence_factor * reference:
+    exploded = not math.isfinite(train_loss) or train_loss > cfg.divergence_factor * reference
+    if exploded or not math.isfinite(grad_norm):  # an inf/NaN gradient would make every parameter NaN
         return StepMetrics(train_loss=train_loss, grad_norm=math.nan, diverged=True)
 
     if g_small_sq is not None:
@@ -458,7 +454,8 @@ def load_checkpoint(
 ) -> RunState:
     """Restore model, optimizer and data order in place from `save_checkpoint`'s file; returns the run's
     state, whose noise-scale EMA is `noise` (its decay is the config's) holding the saved estimates."""
-    saved = torch.load(directory / CHECKPOINT_FILE, map_location=device, weights_only=False)
+    # weights_only: tensors and plain values only, so a file planted in the trial storage cannot run code
+    saved = torch.load(directory / CHECKPOINT_FILE, map_location=device, weights_only=True)
     model.load_state_dict(saved["model"])
     optimizer.load_state_dict(saved["optimizer"])
     batches.load_state_dict(saved["batches"])

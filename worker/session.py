@@ -6,12 +6,34 @@ The loop in `worker.loop` is the same on every path; only reporting, checkpoints
 from __future__ import annotations
 
 import contextlib
+import math
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 Metrics = dict[str, Any]
+
+VAL_LOSS = "val_loss"  # the metric every result carries: Tune's TuneConfig(metric=...) and the search minimise it
+RUN_STATUSES = ("running", "completed", "diverged")  # what `train` reports; `failed` comes from the trial function
+
+
+def run_result(last: Metrics, *, tokens: int, step: int, status: str, train_time_s: float | None = None) -> Metrics:
+    """Every report and the final result of a run, built one way (the training loop and `sweeps.simulate`
+    both call it): the last evaluation's metrics `last`, where the run stands now (a diverged run stops
+    between evaluations), and its status; `done` unless the run is still running.
+
+    Every result carries `val_loss`: Tune checks each result for its metric and a result without it ends
+    the whole sweep (a run that diverges before its first evaluation has none). A diverged run's is NaN:
+    it has no loss where it stopped, and its evaluations are in its earlier reports."""
+    if status not in RUN_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got status={status!r}")
+    out: Metrics = {**last, "tokens": tokens, "step": step, "status": status, "done": status != "running"}
+    if train_time_s is not None:
+        out["train_time_s"] = train_time_s  # wall time of the run so far, setup included
+    if status == "diverged" or VAL_LOSS not in out:
+        out[VAL_LOSS] = math.nan
+    return out
 
 
 class Session(Protocol):

@@ -165,7 +165,16 @@ def test_reports_follow_the_losses_and_stop_at_the_first_non_finite_one() -> Non
         (768, 3, 2.0, "completed", True),
     ]
     diverged = reports_of(run, [3.0, math.inf, 2.0], tokens_per_step=256)
-    assert diverged[-1] == {"val_loss": 3.0, "tokens": 512, "step": 2, "status": "diverged", "done": True}
-    assert len(diverged) == 2
-    with pytest.raises(ValueError, match="one val loss per evaluation: 3"):
+    assert len(diverged) == 2 and diverged[0]["val_loss"] == 3.0
+    # the diverged result carries the metric (Tune's check), NaN: there is no loss where the run stopped
+    last = diverged[-1]
+    assert (last["tokens"], last["step"], last["status"], last["done"]) == (512, 2, "diverged", True)
+    assert math.isnan(last["val_loss"])
+    # diverged before the first evaluation: one result, with the metric; the losses may stop there
+    for losses, results in (([math.inf, 2.5, 2.0], 1), ([math.nan], 1), ([3.0, math.inf], 2)):
+        first = reports_of(run, losses, tokens_per_step=256)
+        assert len(first) == results and first[-1]["status"] == "diverged" and math.isnan(first[-1]["val_loss"])
+    with pytest.raises(ValueError, match=r"one val loss per evaluation \(3 for.*got 1 ending in 3.0"):
         reports_of(run, [3.0], tokens_per_step=256)
+    with pytest.raises(ValueError, match="got 4"):
+        reports_of(run, [3.0, 2.5, 2.0, 1.0], tokens_per_step=256)

@@ -14,7 +14,7 @@ from worker.loop import Layout, evaluate, train
 from worker.model import build_model
 from worker.names import OPTIMIZER_NAMES
 from worker.optim import build_optimizer
-from worker.session import LocalSession
+from worker.session import LocalSession, run_result
 
 TINY = dict(model=ModelConfig(preset="gpt2-nano", seq_len=32), max_micro_batch=4, threads_per_worker=1)
 
@@ -73,6 +73,35 @@ def test_absurd_lr_is_reported_as_diverged_not_raised() -> None:
     assert session.reports[-1]["status"] == "diverged"
 
 
+def test_a_run_that_diverges_before_its_first_evaluation_reports_the_metric_as_nan() -> None:
+    # Tune checks every result for its metric (a result without it ends the whole sweep): a run that
+    # diverges in its first steps, before any evaluation, still reports val_loss, NaN, and where it stopped
+    c = cfg(optimizer=OptimizerConfig(name="adamw", lr=1e4), grad_clip=None, eval_every_tokens=8 * 32 * 24)
+    session = LocalSession()
+    final = train(c, session)
+    assert session.reports == [final] and final["status"] == "diverged" and final["done"] is True
+    assert "val_loss" in final and math.isnan(final["val_loss"])
+    assert 0 < final["tokens"] < c.token_budget and final["tokens"] == final["step"] * c.tokens_per_step
+
+
+def test_run_result_names_the_bad_status_and_always_carries_the_metric() -> None:
+    assert math.isnan(run_result({}, tokens=0, step=0, status="running")["val_loss"])
+    kept = run_result({"val_loss": 2.0, "lr": 1e-3}, tokens=64, step=1, status="completed", train_time_s=1.5)
+    assert kept == {
+        "val_loss": 2.0,
+        "lr": 1e-3,
+        "tokens": 64,
+        "step": 1,
+        "status": "completed",
+        "done": True,
+        "train_time_s": 1.5,
+    }
+    gone = run_result({"val_loss": 2.0, "lr": 1e-3}, tokens=96, step=2, status="diverged")
+    assert math.isnan(gone["val_loss"]) and gone["lr"] == 1e-3 and gone["done"] is True
+    with pytest.raises(ValueError, match="status='pruned'"):
+        run_result({}, tokens=0, step=0, status="pruned")
+
+
 # lr per optimizer: the lowest mean final val loss of a small grid (seeds 0-4, this config) among
 #   adamw 3e-3 / 1e-2 / 3e-2: 6.816 / 6.859 / 6.863     lamb 1e-2 / 3e-2: 7.331 / 6.834
 #   lion 1e-3 / 3e-3: 6.927 / 6.788                     merit 1e-2 / 3e-2: 6.985 / 6.761
@@ -117,7 +146,7 @@ def test_every_optimizer_learns_through_the_loop(name: str) -> None:
 
 
 def test_the_final_result_is_the_last_report() -> None:
-    # one builder (worker.loop.report_metrics) for every report and the result: completed and diverged alike
+    # one builder (worker.session.run_result) for every report and the result: completed and diverged alike
     for c in (cfg(), cfg(optimizer=OptimizerConfig(name="adamw", lr=1e4), grad_clip=None)):
         session = LocalSession()
         final = train(c, session)
@@ -143,6 +172,48 @@ def test_resume_from_checkpoint_continues_instead_of_restarting(tmp_path: Path) 
     assert [r["tokens"] for r in resumed.reports] == [4608, 6144]
     # ... and ends where the uninterrupted run ended (same data order, optimizer state, schedule)
     assert final["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_every_optimizers_checkpoint_loads_as_tensors_and_plain_values_only(name: str, tmp_path: Path) -> None:
+    # checkpoints load with weights_only=True: every optimizer's state must be tensors and plain values
+    session = LocalSession(checkpoint_root=tmp_path)
+    train(
+        cfg(optimizer=OptimizerConfig(name=name, lr=1e-3), checkpoint_every_evals=1, token_budget=8 * 32 * 12), session
+    )
+    resumed = LocalSession(resume_from=session.checkpoints[0])
+    assert train(cfg(optimizer=OptimizerConfig(name=name, lr=1e-3), token_budget=8 * 32 * 12), resumed)["status"] == (
+        "completed"
+    )
+    assert [r["tokens"] for r in resumed.reports] == [3072]
+
+
+class _Planted:
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (Path(_PLANTED_MARK),))
+
+
+_PLANTED_MARK = "/tmp/batchsweep-planted-checkpoint-ran"
+
+
+def test_a_checkpoint_planted_in_the_trial_storage_cannot_run_code(tmp_path: Path) -> None:
+    from worker.loop import CHECKPOINT_FILE, load_checkpoint
+
+    mark = Path(_PLANTED_MARK)
+    mark.unlink(missing_ok=True)
+    torch.save({"model": _Planted()}, tmp_path / CHECKPOINT_FILE)
+    c = cfg()
+    model = build_model(c.model, vocab_size=300, seed=0)
+    with pytest.raises(Exception, match="[Ww]eights only load failed"):
+        load_checkpoint(
+            tmp_path,
+            model=model,
+            optimizer=build_optimizer(c.optimizer, model, tokens_per_step=256),
+            batches=None,
+            device=torch.device("cpu"),
+            noise=None,  # type: ignore[arg-type]
+        )
+    assert not mark.exists()
 
 
 def test_attention_probe_matches_eager_attention() -> None:
