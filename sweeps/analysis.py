@@ -495,9 +495,10 @@ class _Cell:
 
     @functools.cached_property
     def unstable_reason(self) -> str | None:
-        """Why the planned confirmation runs at the best lr did not all complete; None when they did."""
+        """Why the planned confirmation runs at the best lr did not all complete, or why the cell has no
+        best lr although its search ran (every lr tried diverged, with the lrs); None when neither."""
         if self.best is None:
-            return None
+            return _no_lr_reason([t for t in self.trials if t.role == "search"])
         counts = {s: sum(1 for t in self.confirmations if t.status == s) for s in ("diverged", "failed", "pruned")}
         counts["missing"] = max(0, self.planned - len(self.confirmations))
         if len(self.completed) >= self.planned:
@@ -507,6 +508,19 @@ class _Cell:
             f"{len(self.completed)} of {self.planned} confirmation runs at lr={self.best.lr:.3g} completed "
             f"({parts}): unstable at its best lr"
         )
+
+
+def _no_lr_reason(searched: list[TrialResult]) -> str | None:
+    """Why a cell whose search ran has no lr: its search trials' ends, the diverged ones' lrs named."""
+    if not searched:
+        return None
+    diverged = sorted(t.lr for t in searched if t.status == "diverged")
+    lrs = ", ".join(f"{lr:.3g}" for lr in diverged)
+    if len(diverged) == len(searched):
+        return f"unstable: every lr tried diverged (lr={lrs}); no lr trained to the end"
+    counts = {s: sum(1 for t in searched if t.status == s) for s in ("diverged", "failed", "pruned")}
+    parts = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    return f"no lr trained to the end ({parts}" + (f"; diverged at lr={lrs}" if diverged else "") + ")"
 
 
 def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planned: int) -> _Cell:

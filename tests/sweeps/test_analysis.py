@@ -306,6 +306,18 @@ def test_diverged_only_cell_has_no_result_and_breaks_the_chain():
     assert c64["trials"] == 3 and c64["seeds"] == 0
     assert c64["best_lr"] is None and c64["val_loss_mean"] is None and c64["ci_available"] is False
     assert answer(report, "merit") == {"self": 32, "baseline": 32}
+    # the report says why the cell cannot be judged, with the lrs
+    assert c64["stable"] is None
+    assert c64["unstable_reason"] == "unstable: every lr tried diverged (lr=0.01, 0.02, 0.03); no lr trained to the end"
+
+
+def test_a_cell_whose_search_trained_no_lr_to_the_end_says_what_happened_to_each():
+    rows = table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, None, 3.0]})
+    rows += [search("merit", 64, None, lr=2e-2, status="diverged"), search("merit", 64, 3.5, lr=1e-4, status="pruned")]
+    report = build_report(rows, inputs=INPUTS)
+    c64 = report["optimizers"]["merit"]["cells"][2]
+    assert c64["best_lr"] is None and c64["degradation_free"].model_dump() == {"self": None, "baseline": None}
+    assert c64["unstable_reason"] == "no lr trained to the end (1 diverged, 1 pruned; diverged at lr=0.02)"
 
 
 def test_missing_reference_cell_nulls_everything_judged_against_it():
