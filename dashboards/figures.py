@@ -521,6 +521,9 @@ def lr_figure(sweep: SweepData) -> FigureSpec:
     top = hi_y + 0.08 * span  # the data y of the 'x' markers where they cannot be pinned (plotly)
     y_axis = Axis("final " + LOSS_LABEL, limits=(lo_y - 0.05 * span, hi_y + 0.15 * span) if finite else None)
     lr_lo, lr_hi = t.lr_range
+    # the axis holds every lr tried: the line search may step past the range by lr.extend
+    tried = [p.lr for p in t.points]
+    x_limits = (min([lr_lo, *tried]) / 1.5, max([lr_hi, *tried]) * 1.5)
     n_bad = sum(1 for p in t.points if p.val_loss is None)
     n_pruned = sum(1 for p in t.points if p.status == "pruned")
     # the legend (of the last panel): one filled circle per batch size, then the marker kinds in grey
@@ -576,7 +579,7 @@ def lr_figure(sweep: SweepData) -> FigureSpec:
         n_x = t.count(opt, "diverged") + t.count(opt, "failed")
         panels.append(
             Panel(
-                Axis("peak learning rate", "log", limits=(lr_lo / 1.5, lr_hi * 1.5)),
+                Axis("peak learning rate", "log", limits=x_limits),
                 _unshared(y_axis, i),
                 tuple(series + (keys if last else [])),
                 (note("no finished trials"),) if not any(p.optimizer == opt for p in t.points) else (),

@@ -621,6 +621,25 @@ def test_lr_figure_counts_in_the_panel_titles() -> None:
     assert f.plotly_fig.layout.annotations[0].text == want
 
 
+def test_lr_figure_shows_the_lrs_the_search_tried_past_the_range() -> None:
+    # the line search steps past lr.min and lr.max (by up to lr.extend): those trials stay on the axis
+    s = make_sweep(
+        [
+            trial("adamw", 4, 1e-2, val=[(64, 3.0)]),
+            trial("adamw", 4, 40.0, status="diverged", val=[(32, 3.3)]),
+            trial("adamw", 4, 1e-7, val=[(64, 3.4)]),
+        ],
+        optimizers=("adamw",),
+        batch_sizes=(4,),
+    )
+    lo, hi = s.report.lr_range
+    assert 1e-7 < lo and hi < 40.0
+    f = lr_figure(s)
+    assert f.desc.panels[0].x.limits == (1e-7 / 1.5, 40.0 * 1.5)
+    x_lo, x_hi = f.mpl_fig.axes[0].get_xlim()
+    assert x_lo <= 1e-7 and x_hi >= 40.0
+
+
 # --------------------------------------------------------------------------------------------------
 # A figure's HTML: small, plotly.js by relative path
 # --------------------------------------------------------------------------------------------------
