@@ -24,6 +24,7 @@ from plotly.offline import get_plotlyjs
 from dashboards.data import SweepData, load_sweep
 from dashboards.figures import FIGURES, PLOTLYJS_FILE, FigureSpec
 from dashboards.page import PLOTLYJS_TAG, inline_plotlyjs, plotlyjs_from, render_dashboard
+from sweeps.layout import find_experiment, summary_run
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +114,10 @@ def dashboard_page(tracking_uri: str, sweep_id: str, *, fresh: bool = False, plo
 
     client = MlflowClient(tracking_uri)
     if not fresh:
-        exp = client.get_experiment_by_name(sweep_id)
-        summaries = (
-            client.search_runs([exp.experiment_id], "tags.`batchsweep.role` = 'summary'", max_results=1)
-            if exp is not None
-            else []
-        )
-        if summaries:
-            run_id = summaries[0].info.run_id
+        exp = find_experiment(client, sweep_id)
+        summary = summary_run(client, exp.experiment_id) if exp is not None else None
+        if summary is not None:
+            run_id = summary.info.run_id
             listed = {a.path for a in client.list_artifacts(run_id, ARTIFACT_DIR)}
             if f"{ARTIFACT_DIR}/{DASHBOARD}" in listed:
                 with tempfile.TemporaryDirectory() as d:

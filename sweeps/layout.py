@@ -140,6 +140,16 @@ def trial_runs(client: Any, experiment_id: str) -> list[Any]:
     return [run for role in TRIAL_ROLES for run in runs_of(client, experiment_id, role)]
 
 
+def running_trial_runs(client: Any, experiment_id: str) -> list[Any]:
+    """The trial runs still tagged running (their driver may be gone)."""
+    return client.search_runs([experiment_id], f"tags.`{Tag.status}` = '{TrialStatus.running}'", max_results=1000)
+
+
+def open_runs(client: Any, experiment_id: str) -> list[Any]:
+    """Every run of the experiment MLflow still holds RUNNING (trial, cell or summary)."""
+    return client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
+
+
 def summary_run(client: Any, experiment_id: str) -> Any | None:
     runs = client.search_runs([experiment_id], role_filter(Role.summary), max_results=1)
     return runs[0] if runs else None

@@ -16,7 +16,7 @@ from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from sweeps.layout import MLFLOW_STATUS, VAL_LOSS, Tag
+from sweeps.layout import MLFLOW_STATUS, VAL_LOSS, Tag, find_experiment, open_runs, running_trial_runs
 from sweeps.runtime import SweepRuntime
 from sweeps.status import RESULT_STATUSES, TrialStatus
 
@@ -91,7 +91,7 @@ def close_running_runs(client: MlflowClient, experiment_id: str, results: Mappin
     """Trial runs left RUNNING by a driver that is gone end: as the result Optuna kept for their Tune
     trial (`results`, with the evaluations MLflow missed), else KILLED, status interrupted (run again).
     The count closed."""
-    stale = client.search_runs([experiment_id], f"tags.`{Tag.status}` = '{TrialStatus.running}'", max_results=1000)
+    stale = running_trial_runs(client, experiment_id)
     for run in stale:
         run_id = run.info.run_id
         kept = (results or {}).get(run.data.tags.get(Tag.tune_trial_id, ""))
@@ -111,11 +111,11 @@ def close_sweep_runs(tracking_uri: str, sweep_id: str, results: Mapping[str, Rec
     """Everything of a finished sweep still RUNNING in MLflow ends: trial runs as `close_running_runs`
     ends them, cell runs KILLED (a sweep that ended without its driver has no answer for them)."""
     client = MlflowClient(tracking_uri)
-    exp = client.get_experiment_by_name(sweep_id)
+    exp = find_experiment(client, sweep_id)
     if exp is None:
         return 0
     closed = close_running_runs(client, exp.experiment_id, results)
-    for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+    for run in open_runs(client, exp.experiment_id):
         client.set_terminated(run.info.run_id, "KILLED")
         closed += 1
     return closed

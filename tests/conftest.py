@@ -108,9 +108,9 @@ def tiny_sweep(ray_session: str, tmp_path_factory: pytest.TempPathFactory):  # -
     return outcome, runtime
 
 
-# Fixtures that start something outside this process: tests using them get a marker, so that
-# `make test-fast` (-m "not ray and not slow and not gpu and not browser and not server and not compile")
-# leaves them out.
+# Fixtures that start something outside this process: tests using them get a marker, so that `make
+# test-fast` (-m "not ray and not slow and not gpu and not browser and not server and not compile and not
+# serial") leaves them out.
 _MARK_BY_FIXTURE = {
     "browser": "browser",  # Chromium (tests/dashboards/conftest.py)
     "postgres": "server",  # a PostgreSQL server (tests/service/conftest.py)

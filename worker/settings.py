@@ -2,7 +2,7 @@
 
 The settings of a layer extend the one below it: `WorkerSettings` here, `sweeps.settings.SweepSettings`
 (what a sweep needs), `service.settings.Settings` (the HTTP service). Nothing else in the project reads
-the environment; `docs/configuration.md` is generated from these classes (`python -m service.settings_doc`).
+the environment; `docs/configuration.md` is generated from these classes (`python -m service.config_doc`).
 
 The last three are facts about the node a run lands on (where its disk cache is, what its GPU can do, what
 it may read), so a worker reads them where it runs rather than from the driver's machine.
