@@ -1,15 +1,16 @@
 """Build a sweep's figures and page, write them to disk and log them to the sweep's summary run.
 
-`publish(tracking_uri, sweep_id)` is what the driver (when a sweep finishes), the CLI (`sweeps plots
-ID`) and the service call. It is idempotent: a second call rewrites the same files and overwrites the
-same artifact paths (`figures/<name>.png|.html|.json`, `figures/dashboard.html`, `figures/plotly.min.js`).
+`publish(tracking_uri, sweep_id)` writes and logs them (the CLI's `sweeps plots ID`); `publish_figures` is
+what the sweep's driver actor (`service.cluster.remote`) and `sweeps run` call when a sweep finishes, and
+`dashboard_page` what the service serves. Publishing is idempotent: a second call rewrites the same files
+and overwrites the same artifact paths (`figures/<name>.png|.html|.json`, `figures/dashboard.html`, `figures/plotly.min.js`).
 
 plotly.js (~4.8 MB) is published once per sweep, as `figures/plotly.min.js`; the figures' HTML and
 dashboard.html load it by that relative path (so they work opened from a download of `figures/`,
 without network). `dashboard_page` gives the page with it inlined, or (`plotlyjs_src`, what
 `GET /sweeps/{id}/dashboard` serves) loading it from a URL of the service.
-Per sweep: ~1 MB of figures and page plus plotly.js once, where each figure and the page inlined it
-before (~35 MB).
+Per sweep: ~1 MB of figures and page plus plotly.js once (with plotly.js inlined in each figure and the
+page it would be ~35 MB).
 """
 
 from __future__ import annotations

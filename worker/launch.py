@@ -2,8 +2,8 @@
 
 Multi-worker runs go through Ray Train (`TorchTrainer`, DDP: gloo on CPU, NCCL on GPU), with
 checkpoints and `FailureConfig` so a killed worker resumes from the last report instead of
-restarting. A single-worker run may take the light path: the same loop in one Ray task, no Train
-controller (Train V2 start-up cost 12-27 s a run on a 2-core machine, measured with a 5-step run).
+restarting. A single-worker run may take the light path: the same loop in one Ray task, without a
+Train controller, whose start-up costs more than a small run's training.
 """
 
 from __future__ import annotations
