@@ -44,11 +44,10 @@ test-fast: $(STAMP)
 # Ray's default folder follow), removed afterwards: nothing an earlier run or another program left in
 # /tmp can make it pass or fail. Every test, in two runs: what needs no cluster, browser or server on both
 # cores (pytest-xdist; worksteal: a worker that runs out takes queued tests from the other, which evens out
-# the few long ones: 3m00s against 3m12s with the default split, 12-03), then the rest one at a time (they
-# share one Ray head and the machine's 2 cores). Both test targets write bytecode caches even where the
-# environment says PYTHONDONTWRITEBYTECODE: pytest then rewrites the asserts of its plugins' 353 modules
-# once, not in every pytest process (collection 44 -> 25 s a process, measured 12-05); a cache is checked
-# against its source, so it cannot make a test pass or fail.
+# the few long ones), then the rest one at a time (they share one Ray head and the machine's 2 cores).
+# Both test targets write bytecode caches even where the environment says PYTHONDONTWRITEBYTECODE: pytest
+# then rewrites the asserts of its plugins' modules once, not in every pytest process (about half of a
+# process's collection time); a cache is checked against its source, so it cannot make a test pass or fail.
 HEAVY := ray or slow or browser or server or compile or serial
 test: $(STAMP) $(SYSDEPS)
 	$(VENV)/bin/ruff check .
