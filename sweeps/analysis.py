@@ -1,140 +1,14 @@
 """The answer of a sweep: from trial results to "the largest batch size without degradation".
 
-Pure: no torch, no Ray, no MLflow. Input is a list of `TrialResult` plus the spec's numbers
-(`AnalysisInput`, or `AnalysisInput.from_spec(spec)`); output is `build_report`'s `Report`, a pydantic
-model, written as JSON by `report_to_json` and read back by `read_report`.
+Pure: no torch, no Ray, no MLflow. `build_report` takes the trials' results (`TrialResult`) and the
+spec's numbers and returns the `Report`, a pydantic model that `report_to_json` writes and `read_report`
+reads back: per cell (optimizer, batch size) its best lr, the mean and interval of its confirmation runs,
+its stability and its verdicts against two references; per optimizer the point estimate (the walk of
+the cell means on the same seeds, fitted non-decreasing), the bracket (paired verdicts at a Bonferroni
+level) and the noise checks at the answer. The search decides by the same rules (`pick_stable`,
+`pick_warmup`, `cells_to_extend`).
 
-Rules
------
-Cells. A cell is one (optimizer, batch size). Its trials are the search trials (role "search"),
-which only choose the lr, the warm-up runs (role "warmup": the spec's `schedule.warmup_search`, the
-search seed at the best lr with another warm-up), and the confirmation runs (role "seed") at the chosen
-lr and warm-up, with seeds other than the search seed, which alone give the cell's loss. `trials` counts all of them and
-`trial_status` counts them by status (completed, pruned, diverged, failed), so the counts sum to
-`trials`. Every trial of a sweep trains on the same number of tokens (the spec refuses a budget
-that is not a multiple of lcm(batch sizes) x seq_len); `tokens_trained` reports it per cell.
-
-Best lr. `pick_best` decides the best trial of a cell, for the search (which lr gets the
-confirmation runs) and for this analysis alike, among the completed search trials: the one with the
-lowest final val loss, unless a parabola in ln lr through it and its 3 nearest neighbours
-(`sweeps.plan.parabola_vertex`) has its minimum nearer another of those trials; then that one (a
-single run made low by seed noise does not pull the lr away from where its neighbours put the
-optimum). Ties go to the lower loss, the smaller lr, then the earlier trial (its Optuna number; the
-seed without one), so the input order does not matter. Pruned, diverged and failed trials never give
-the best lr. Its loss is reported as `search_best_val_loss`, and stays out of every statistic: it was
-selected from several noisy trials, so it is biased low.
-
-Retreat. A confirmation run that diverges at the best lr says the lr is too high, not that the batch
-size is bad: `pick_stable` moves the cell's lr to the best completed search trial below the lowest lr at
-which a confirmation run diverged, and the confirmation runs start again there (the tuning playbook's
-rule). `retreated_from_lr` names the lr it retreated from. Only when no search trial lies below does
-the cell stay at its best lr, unstable.
-
-Warm-up. Where warm-up was searched, `pick_warmup` takes, of the best search trial and the completed
-warm-up runs at its lr, the lowest final loss (ties to the spec's own warm-up, then the earlier run); the
-confirmation runs at that warm-up give the cell's loss. `warmup` and `warmups_tried` report it.
-
-Cell loss. The cell's samples are the final val losses of its completed confirmation runs at the
-best lr (relative tolerance 1e-9) and warm-up. `seeds` is their number, `val_losses` the samples (by seed),
-`val_loss_mean` their mean and `val_loss_ci95` the two-sided 95% Student-t interval
-mean -/+ t(0.975, n-1) x sd / sqrt(n), sd with n-1 (t from scipy: `t_quantile`). With n = 1 (`seeds: 1` in
-the spec: one confirmation run) the interval is [mean, mean] and `ci_available` is false. A cell
-with no completed search trial has best_lr, val_loss_mean null, val_loss_ci95 [null, null], seeds 0.
-
-Stability. A cell is `stable` when every planned confirmation run at its best lr completed. A
-confirmation run that diverged or failed, or one that is missing, makes the cell unstable at that
-lr: `unstable_reason` says how many of each, and the cell counts as degraded (its verdict is false,
-the chain breaks there), whatever its mean. Null without a best lr.
-
-lr at edge. The line search may step past lr_min and lr_max by up to a factor `lr_extend` (the spec's
-lr.extend): the lr bounds are [lr_min / lr_extend, lr_max x lr_extend] (`lr_bounds`), and
-`lr_outside_range` says that the best lr lies past lr_min or lr_max. `lr_at_edge` is true when the best
-lr lies within a factor `LR_EDGE_FACTOR` (1.5) of an end of the bounds: best_lr <= low x 1.5 or
-best_lr >= high / 1.5 (a log distance of ln 1.5). The optimum may then lie beyond, and the cell's loss
-is an upper bound. Null without a best lr.
-
-References. The reference batch size is the smallest batch size of the spec. Each optimizer is judged
-against two reference losses: "self", its own cell mean at the reference batch size, and "baseline",
-the baseline optimizer's cell mean at the reference batch size. A missing reference cell makes that
-reference null, and everything judged against it null.
-
-Degradation-free. Adaptive confirmation gives some cells more seeds than others, and a seed shares its
-init and data order with every cell, so a plain mean of seeds 1..2 and one of seeds 1..6 differ by how
-seeds 3..6 ran. The point estimate compares cells on the same seeds: `seed_adjusted_means` fits
-loss(c, s) = mu_c + alpha_s to every stable cell's confirmation runs and takes each cell's mean over all
-the seeds run (the reported `val_loss_mean` and its interval stay plain). The fit is robust (Huber):
-a run that ended on a loss spike moves its cell by a bounded amount instead of spike / n, which at
-10 seeds is still a few tenths of a percent, as much as the margins most answers rest on; with
-fewer than 3 residual degrees of freedom it is least squares (the plain means where every cell ran
-the same seeds). Those means of the stable cells other than the reference
-cell, and the reference's, are used below. They are first fitted by a
-non-decreasing function of batch size (`monotone_fit`: isotonic regression weighted by each cell's
-samples; `val_loss_fitted`), the assumption the bracket states too: at equal tokens a larger batch
-trains no better (McCandlish et al. 2018). A cell made high by seed noise is pooled with its larger
-neighbours instead of ending the walk alone; on the benchmark's cliffs family this raised answer =
-truth from 0.86 to 0.88 (200 problems). The reference's value R is fitted the same way: the first value
-of the monotone fit of its optimizer's stable cells, reference included (the smallest weighted mean of
-a leading run of cells, never above the reference's own mean; the reference cell's `val_loss_fitted`),
-so that a reference made high by seed noise does not loosen every threshold; the plain mean when the
-reference cell is unstable. On the cliffs and bowls families (200 problems each) this moved answer =
-truth from 0.8975 to 0.905 and from 0.919 to 0.925 (a second series: 0.879 to 0.884, 0.919 to 0.9175). Cell B is degradation-free against reference R when it is
-stable and fitted(B) <= (1 + tolerance) x R. The stable reference cell itself is degradation-free
-against its own reference by definition (for "self" always, for "baseline" only for the baseline
-optimizer); an unstable one is not. `degradation_free` holds the per-cell verdict (null without a
-mean or without a reference; false for an unstable cell).
-
-The answer. `largest_degradation_free_batch_size` is the largest tested B such that B and every
-smaller tested batch size are degradation-free: the point estimate. The chain is walked from the
-smallest batch size up and stops at the first cell that fails or has no mean (a missing, all-pruned,
-all-diverged or all-failed cell breaks the chain). Null if even the smallest batch size fails or the
-reference is null.
-
-Within noise. The verdict is decided at two boundary cells: the answer A, and the next larger tested
-batch size N (the one that broke the chain); when A is null, N is the smallest batch size. Cells
-without a mean and the reference cell itself (which is degradation-free by definition) are skipped.
-Unstable cells are skipped too (their verdict is not a matter of noise). At each boundary cell B the
-difference d = mean(B) - (1 + tol) x mean(ref) gets a Welch 95% interval
-from both cells' seed samples: var = s_B^2/n_B + (1 + tol)^2 s_ref^2/n_ref, Welch-Satterthwaite
-degrees of freedom, d -/+ t(0.975, df) sqrt(var). The reference is a noisy mean too, which is why
-both samples enter (rather than only B's interval shifted by the reference). With both variances 0
-the interval is [d, d]. A check needs at least 2 samples in both cells; otherwise its interval is
-null. `within_noise` is true when any boundary interval straddles 0 (lo <= 0 <= hi); false when every
-boundary cell has an interval and none straddles 0; null otherwise (no boundary cell, or an interval
-missing and none straddling). `noise_checks` lists each boundary check.
-
-Verdicts and the bracket. The point estimate above walks the means and says nothing about error; the
-verdicts do. Each cell is judged against each reference by its paired differences by seed,
-d_s = loss(B, s) - (1 + tol) x loss(reference, s) over the seeds both have (seed s has the same init
-and data order at every batch size, so what it shares cancels): `fine` when the upper end of the
-Student-t interval of mean(d_s) is below 0, `degraded` when its lower end is above 0 or the cell has no
-lr stable for every seed (or every trial diverged), else `undecided` (also with fewer than 2 common
-seeds, or when confirmation runs are only missing: a cancelled sweep, a retreat without budget). The
-reference cell is fine (degraded when a run diverged or failed there). Every interval is at
-1 - 0.05 / (looks x comparisons) (`verdict_level`: Bonferroni over the optimizer's compared batch sizes
-and the planned looks), so all verdicts of one optimizer and reference hold together with >= 95%.
-`bracket`: `largest_fine` is the largest batch size that is fine with every smaller one fine,
-`smallest_degraded` the smallest degraded one above it; if degradation is monotone in batch size, the
-largest degradation-free batch size lies in [largest_fine, smallest_degraded) with >= 95% confidence.
-Batch sizes found fine above a degraded one are listed as `contradictions` of that assumption.
-`verdict_rule` says all this in the report.
-
-Adaptive confirmation (`seeds: {min, max, step}` in the spec). Every cell first gets `min`
-confirmation runs. While a bracket is not narrow (undecided batch sizes lie between its ends),
-`cells_to_extend` names the undecided ones the point estimate rests on (the answer and the next size
-tested) and their reference cell, and the search gives them `step` more runs, up to `max`. Looking again after more runs would inflate the error rate of a fixed interval, so
-every verdict is made at the level above, split over K = 1 + (max - min) / step planned looks. A plain
-number of seeds is one look. The Welch noise checks below are kept as they were (`noise_level`,
-`noise_rule`).
-
-Steps/tokens to reference. From the curve (tokens, val loss) of the cell's first confirmation run
-(the lowest seed), the first point (by tokens) whose val loss <= (1 + tol) x the "self" reference's
-value (the reference cell's `val_loss_fitted`; its mean when that cell is unstable) gives `tokens_to_reference`;
-`steps_to_reference` = tokens // (batch_size x seq_len). Null if never reached, with no curve, or
-without a self reference. The curve should include the final evaluation.
-
-Runs. Each cell names its runs: `search_best_run_id` and `search_best_trial_number` (MLflow run
-id and Optuna trial number of the best search trial) and `confirmation_run_ids` (by seed), so a
-dashboard draws the runs the report is about instead of deciding again which run is best.
+Every rule and formula: docs/researchers.md, "How a verdict is reached".
 """
 
 from __future__ import annotations
