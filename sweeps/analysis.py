@@ -749,10 +749,8 @@ def cells_to_extend(
     batch search: its `against`). Sorted, unique.
 
     Only the answer's two sizes: runs at an undecided size away from the answer narrow the bracket but
-    seldom move the answer, and cost as much (benchmarks/search_efficiency.py, cliffs family, 200
-    problems, seeds {2, 6, 2}: right 0.877 of the time at 0.44 of the 12 x 2 grid's tokens with runs at
-    every undecided size inside the bracket, 0.881 at 0.37 with these two; the bracket held the truth in
-    0.996 and 1.000 of answers, and narrowed to neighbours in 0.19 and 0.06)."""
+    seldom move the answer, and cost as much (on the cliffs family of benchmarks/search_efficiency.py, runs
+    at every undecided size inside the bracket cost a fifth more tokens for no better answer)."""
     out: set[tuple[str, int]] = set()
     ref_b = report.reference_batch_size
     runs = {
