@@ -612,12 +612,16 @@ def serve(
     With no RAY_ADDRESS the service runs its own local Ray head (127.0.0.1 only, token auth, state
     under $SWEEPS_DATA_DIR/ray/) in a process group of its own: it outlives the service, so a restarted
     service finds its running sweeps again. Stop it with `sweeps stop-head` (same SWEEPS_DATA_DIR).
+    The data dir is made 0700 (tightened where it is looser), and the service runs with a umask of 077.
     """
     from service.api.server import serve as run_server
+    from service.private import start_private
     from service.settings import Settings
 
     overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
-    run_server(Settings(**overrides), log_level=log_level)
+    settings = Settings(**overrides)
+    start_private(settings, log_level)
+    run_server(settings, log_level=log_level)
 
 
 @app.command("stop-head")

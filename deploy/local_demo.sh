@@ -13,8 +13,11 @@ cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
 SPEC="${1:-sweeps/examples/demo.yaml}"
 
+# the data dir and all the demo writes there (the MLflow UI's store, logs, the service's) are this user's alone
+umask 077
 export SWEEPS_DATA_DIR="${SWEEPS_DATA_DIR:-$PWD/.batchsweep/demo}"
 mkdir -p "$SWEEPS_DATA_DIR"
+chmod 700 "$SWEEPS_DATA_DIR"
 unset RAY_ADDRESS MLFLOW_TRACKING_URI SWEEPS_OPTUNA_STORAGE SWEEPS_DATABASE_URL  # the embedded defaults
 free_port() { "$BIN/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 API_PORT=$(free_port); MLFLOW_PORT=$(free_port)

@@ -16,10 +16,13 @@ def main() -> None:
 
     use_local_ray()  # before ray is imported (by service.api.server): a local head on loopback only
     from service.api.server import serve
+    from service.private import start_private
     from service.settings import Settings
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    serve(Settings(**overrides), log_level=args.log_level)
+    settings = Settings(**overrides)
+    start_private(settings, args.log_level)  # umask 077, the data dir 0700 (service/private.py)
+    serve(settings, log_level=args.log_level)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ drivers kept running.
 
 - loopback only (GCS, raylet, dashboard and workers on 127.0.0.1), token auth on (the token in
   ~/.ray/auth_token, created before the first start on a machine that has none);
-- Ray's temp dir (sessions, logs, sockets) under `<data dir>/ray/`, or, when that path is too long
-  for the Unix sockets Ray puts in it (107 bytes), under /tmp with a name derived from the data dir;
+- private to its user: the data dir and `<data dir>/ray/` mode 0700, the head started with a umask of
+  077 (`service/private.py`), so the folders Ray makes 0777 whatever the umask are out of other users'
+  reach;
+- Ray's temp dir (sessions, logs, sockets) at `<data dir>/ray/tmp`, or, when that path is too long
+  for the Unix sockets Ray puts in it (107 bytes), a private folder of a random name under /tmp;
 - stopped only on request: `sweeps stop-head [--data-dir DIR]`, which ends that process and what runs
   below it, by process id.
 """
@@ -34,6 +37,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from service.cluster.processes import LOOPBACK, alive, cmdline, free_ports, port_open, stop_tree, wait_for_port
+from service.private import PRIVATE_UMASK, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -133,14 +137,13 @@ class LocalRayHead:
         return self.dir / "head.log"
 
     def temp_dir(self) -> Path:
-        """Where the head's Ray processes put their sockets and logs: `<data dir>/tmp` where that path is
-        short enough for Unix sockets, else a new private folder (mode 0700, a name nobody can guess, so
-        no other user can plant or read it) in the temporary directory, or in /tmp where that is long.
-        Recorded in head.json; removed when the head stops."""
+        """Where the head's Ray processes put their sockets and logs: `<data dir>/ray/tmp` (mode 0700, in
+        folders of 0700) where that path is short enough for Unix sockets, else a new private folder (mode
+        0700, a name nobody can guess, so no other user can plant or read it) in the temporary directory,
+        or in /tmp where that is long. Recorded in head.json; removed when the head stops."""
         own = self.dir / "tmp"
         if len(str(own)) <= MAX_TEMP_DIR_CHARS:
-            own.mkdir(parents=True, exist_ok=True)
-            return own
+            return private_dir(own)
         base = tempfile.gettempdir()
         if len(os.path.join(base, TEMP_PREFIX + "x" * 8)) > MAX_TEMP_DIR_CHARS:
             base = "/tmp"
@@ -156,9 +159,14 @@ class LocalRayHead:
         state = self.read()
         return state if state is not None and state.running() else None
 
+    def _private_dir(self) -> Path:
+        """`<data dir>/ray/`, it and the data dir mode 0700 (`service.private.private_dir`)."""
+        private_dir(self.dir.parent)
+        return private_dir(self.dir)
+
     def ensure(self) -> HeadState:
         """The running head of this data dir; started first when there is none. Safe across processes."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._private_dir()
         with FileLock(str(self.dir / "head.lock")):
             state = self.running()
             if state is not None:
@@ -173,10 +181,11 @@ class LocalRayHead:
             port=port, dashboard_port=dashboard_port, num_cpus=self.num_cpus, temp_dir=temp_dir, extra_ports=extra
         )
         with open(self.log_path, "ab") as out:
-            # a process group of its own: a Ctrl-C meant for the service does not reach the head
+            # a process group of its own: a Ctrl-C meant for the service does not reach the head; a umask of
+            # 077 whatever the service's own: what the head, its drivers and trials write is their user's alone
             proc = subprocess.Popen(
                 cmd, env=head_env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                process_group=0, cwd=self.dir,
+                process_group=0, cwd=self.dir, umask=PRIVATE_UMASK,
             )  # fmt: skip
         try:
             wait_for_port(port, self.start_timeout_s, proc)
@@ -198,7 +207,7 @@ class LocalRayHead:
 
     def stop(self, timeout_s: float = 30.0) -> HeadState | None:
         """Stop the recorded head and everything below it; None when none was running."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._private_dir()
         with FileLock(str(self.dir / "head.lock")):
             state = self.running()
             if state is not None:
