@@ -23,8 +23,11 @@ checks (the last line is the verdict; the exit status is 1 when any check fails)
 
 - every submitted sweep is final, none failed (these specs cannot fail for a cause of their own, so a
   failure is a fault that was reported as a result);
-- every sweep's trials are recorded once in Optuna and once in MLflow and the two agree, nothing is
-  RUNNING in either; a succeeded sweep has every planned trial;
+- every sweep's trials are recorded once in Optuna and once in MLflow and the two agree, each trial
+  identified by its Tune trial id (cell, role, seed and Optuna number must match; they do not identify
+  it: the reference cell runs two search trials at seed 0), nothing is RUNNING in either; a succeeded
+  sweep has every trial the product plans (`planned_trials`: `sweeps.spec.cell_search_trials` per
+  cell, summing to the spec's `total_trials`, never a count of the soak's own);
 - no driver actor of a final sweep is alive, and no placement group is left;
 - the service's temporary folder (TMPDIR, a folder of the soak's own; Ray's sessions are in the data
   dir) holds at the end at most 10 % + 64 MiB more than at the window that ends the first third (the
@@ -79,11 +82,15 @@ OWNERS = {name: f"soak-{name}-token-0123456789" for name in ("alice", "bob", "ca
 FINAL = ("succeeded", "failed", "cancelled")
 # what the README's `sweeps serve` does not set: the embedded defaults stand
 EMBEDDED = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "SWEEPS_OPTUNA_STORAGE", "SWEEPS_DATABASE_URL", "RAY_AUTH_TOKEN")
-SEARCH, SEEDS = 1, 1  # per cell: planned search trials (1 < the 3 coarse lrs: never converges early), seeds
+# the spec's lr.trials_per_batch_size and seeds. What a sweep of it runs is the product's to say
+# (`planned_trials`): 1 search trial a cell, one more at the reference (2 of its 3 coarse lrs: a search
+# that short never converges early, so a succeeded sweep ran every planned trial), 1 confirmation run.
+TRIALS_PER_BATCH_SIZE, SEEDS = 1, 1
 
 
 def spec(name: str) -> dict[str, Any]:
-    """gpt2-nano on the built-in corpus, 2 batch sizes x (1 search trial + 1 confirmation run), one at a time."""
+    """gpt2-nano on the built-in corpus, 2 batch sizes (search trials and confirmation runs as
+    `planned_trials` counts them), one trial at a time."""
     return {
         "name": name,
         "model": {"preset": "gpt2-nano", "seq_len": 32},
@@ -93,7 +100,7 @@ def spec(name: str) -> dict[str, Any]:
         "token_budget": 8192,
         "eval_every_tokens": 2048,
         "eval_tokens": 4096,
-        "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": SEARCH},
+        "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": TRIALS_PER_BATCH_SIZE},
         "seeds": SEEDS,
         "degradation": {"tolerance": 0.05, "baseline": "adamw"},
         "resources": {"max_concurrent_trials": 1},
@@ -444,20 +451,119 @@ def report_line(soak: Soak, started: float, since: float, urls: dict[str, str]) 
 # ---- the end ------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TrialRecord:
+    """One kept trial (a result, not a run cut short to be run again) as a store holds it. Its Tune
+    trial id identifies it in both stores; cell, role and seed only describe it (a cell may run several
+    trials of one role and seed: the reference's search trials are all seed 0)."""
+
+    trial_id: str | None  # Tune's trial id: the searcher's Optuna user attr, the recorder's MLflow tag
+    cell: str
+    role: str
+    seed: int
+    number: int | None  # the Optuna trial number (MLflow names it for search trials only)
+
+
+def planned_trials(body: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """(cell, role) -> the trials a sweep of `body` runs, by the product's own rule: each cell's
+    `cell_search_trials` (one more at an optimizer's smallest batch size, the reference) and `seeds`
+    confirmation runs, summing to the spec's `total_trials`. Only a fixed plan has a count to check (listed
+    batch sizes, fixed seeds, no warm-up search); any other spec, or a plan that does not add up to
+    `total_trials` (the product's two rules disagree), raises."""
+    from sweeps.plan import cell_key
+    from sweeps.spec import SweepSpec, cell_search_trials
+
+    sweep = SweepSpec.model_validate(body)
+    if sweep.batch_search is not None or sweep.seeds_min != sweep.seeds_max or sweep.schedule.warmup_search:
+        raise ValueError("the soak counts the trials of a fixed plan: listed batch sizes, fixed seeds, one warm-up")
+    reference = min(sweep.lattice)
+    planned = {}
+    for optimizer in sweep.optimizer_names:
+        for b in sweep.lattice:
+            cell = cell_key(optimizer, b)
+            planned[(cell, "search")] = cell_search_trials(sweep.search_trials, reference=b == reference)
+            planned[(cell, "seed")] = sweep.seeds_min
+    if sum(planned.values()) != sweep.total_trials:
+        raise ValueError(f"the cells plan {sum(planned.values())} trials, total_trials {sweep.total_trials}: {planned}")
+    return planned
+
+
+def optuna_record(cell: str, trial: Any) -> TrialRecord:
+    """An Optuna FrozenTrial of the cell's study."""
+    attrs = trial.user_attrs
+    trial_id = attrs.get("tune_trial_id")
+    return TrialRecord(
+        None if trial_id is None else str(trial_id),
+        cell,
+        str(attrs.get("role")),
+        int(attrs.get("seed", 0)),
+        trial.number,
+    )
+
+
+def mlflow_record(tags: dict[str, str]) -> TrialRecord:
+    """An MLflow trial run, from its tags (sweeps.layout.trial_tags)."""
+    from sweeps.layout import Tag
+
+    number = tags.get(Tag.optuna_number, "")
+    return TrialRecord(
+        tags.get(Tag.tune_trial_id),
+        tags.get(Tag.cell, "?"),
+        tags.get(Tag.role, "?"),
+        int(tags.get(Tag.seed, 0)),
+        int(number) if number.isdigit() else None,
+    )
+
+
+def compare_records(
+    sweep_id: str,
+    status: str,
+    optuna: list[TrialRecord],
+    mlflow: list[TrialRecord],
+    planned: dict[tuple[str, str], int],
+) -> list[str]:
+    """The kept trials of one sweep in Optuna and in MLflow: each Tune trial once in each, the same trials
+    in both with the same cell, role, seed and Optuna number, and every planned trial (`planned_trials`)
+    of a succeeded sweep. The failed checks, in words."""
+    out = []
+    for store, records in (("Optuna", optuna), ("MLflow", mlflow)):
+        if nameless := [r for r in records if r.trial_id is None]:
+            out.append(f"{sweep_id}: {len(nameless)} trials without a Tune trial id in {store}: {nameless[:3]}")
+        twice = {i: n for i, n in Counter(r.trial_id for r in records if r.trial_id).items() if n > 1}
+        if twice:
+            out.append(f"{sweep_id}: trials recorded more than once in {store}: {twice}")
+    by_id = {store: {r.trial_id: r for r in records if r.trial_id} for store, records in (("o", optuna), ("m", mlflow))}
+    only_o = sorted(by_id["o"].keys() - by_id["m"].keys())
+    only_m = sorted(by_id["m"].keys() - by_id["o"].keys())
+    if only_o or only_m:
+        out.append(f"{sweep_id} ({status}): trials only in Optuna {only_o}, only in MLflow {only_m}")
+    for trial_id in sorted(by_id["o"].keys() & by_id["m"].keys()):
+        o, m = by_id["o"][trial_id], by_id["m"][trial_id]
+        if (o.cell, o.role, o.seed) != (m.cell, m.role, m.seed) or m.number not in (None, o.number):
+            out.append(f"{sweep_id}: trial {trial_id} is {o} in Optuna, {m} in MLflow")
+    if status == "succeeded":
+        got = Counter((r.cell, r.role) for r in optuna)
+        if any(got[k] != planned.get(k, 0) for k in got.keys() | planned.keys()):
+            out.append(f"{sweep_id}: succeeded with trials {dict(got)}, planned {planned}")
+    return out
+
+
 def check_records(soak: Soak, urls: dict[str, str], statuses: dict[str, str]) -> list[str]:
-    """Per sweep: Optuna and MLflow hold the same trials once each, nothing RUNNING; all planned ones
-    when it succeeded."""
+    """Per sweep: Optuna and MLflow hold the same trials once each (`compare_records`), nothing RUNNING;
+    all planned ones when it succeeded."""
     import optuna
     from mlflow.tracking import MlflowClient
 
+    from sweeps.layout import TRIAL_ROLES, Tag
     from sweeps.status import RERUN_STATUSES
 
     storage = optuna.storages.RDBStorage(urls["optuna"])
     client = MlflowClient(urls["mlflow"])
     names = optuna.get_all_study_names(storage)
+    planned = planned_trials(spec("planned"))  # every sweep of the soak has this spec but its name
     out = []
     for sweep_id, status in statuses.items():
-        optuna_trials: Counter[tuple[str, str, int]] = Counter()
+        optuna_trials: list[TrialRecord] = []
         for name in (n for n in names if n.startswith(f"{sweep_id}/")):
             study = optuna.load_study(study_name=name, storage=storage)
             # WAITING: a lost design point queued again for a resume (a cancelled sweep keeps it); a
@@ -466,40 +572,21 @@ def check_records(soak: Soak, urls: dict[str, str], statuses: dict[str, str]) ->
             running = [t.number for t in study.trials if t.state.name in stuck]
             if running:
                 out.append(f"{name} ({status}): trials {running} still {'/'.join(stuck)} in Optuna")
-            for t in study.trials:
-                if t.user_attrs.get("status") not in RERUN_STATUSES and t.state.name not in ("RUNNING", "WAITING"):
-                    optuna_trials[
-                        (name.split("/", 1)[1], t.user_attrs.get("role"), int(t.user_attrs.get("seed", 0)))
-                    ] += 1
+            optuna_trials += [
+                optuna_record(name.split("/", 1)[1], t)
+                for t in study.trials
+                if t.user_attrs.get("status") not in RERUN_STATUSES and t.state.name not in ("RUNNING", "WAITING")
+            ]
         exp = client.get_experiment_by_name(sweep_id)
         runs = client.search_runs([exp.experiment_id], max_results=1000) if exp else []
         if [r.info.run_name for r in runs if r.info.status == "RUNNING"]:
             out.append(f"{sweep_id}: MLflow runs still RUNNING")
-        kept = [
-            r
+        mlflow_trials = [
+            mlflow_record(r.data.tags)
             for r in runs
-            if r.data.tags.get("batchsweep.role") in ("search", "seed")
-            and r.data.tags.get("batchsweep.status") not in RERUN_STATUSES
+            if r.data.tags.get(Tag.role) in TRIAL_ROLES and r.data.tags.get(Tag.status) not in RERUN_STATUSES
         ]
-        mlflow_trials = Counter(
-            (r.data.tags["batchsweep.cell"], r.data.tags["batchsweep.role"], int(r.data.tags["batchsweep.seed"]))
-            for r in kept
-        )
-        if mlflow_trials != optuna_trials:
-            out.append(f"{sweep_id} ({status}): Optuna {dict(optuna_trials)} != MLflow {dict(mlflow_trials)}")
-        if any(n > 1 for n in optuna_trials.values()):
-            out.append(f"{sweep_id}: a trial recorded twice: {dict(optuna_trials)}")
-        if status == "succeeded":
-            planned = {
-                (cell, role): n
-                for cell in ("adamw/bs4", "adamw/bs8")
-                for role, n in (("search", SEARCH), ("seed", SEEDS))
-            }
-            got = Counter({(cell, role): 0 for cell, role in planned})
-            for (cell, role, _), n in optuna_trials.items():
-                got[(cell, role)] += n
-            if dict(got) != planned:
-                out.append(f"{sweep_id}: succeeded with trials {dict(got)}, planned {planned}")
+        out += compare_records(sweep_id, status, optuna_trials, mlflow_trials, planned)
     return out
 
 
@@ -575,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None, help="keep the data dir and logs here")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
+    planned = planned_trials(spec("planned"))  # the product's plan of each sweep: checked at the end
     root = Path(args.keep or tempfile.mkdtemp(prefix="soak-"))
     root.mkdir(parents=True, exist_ok=True)
     data_dir = root / "data"
@@ -609,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
         soak = Soak(svc, data_dir, tmp_dir, warm_s=min(WARM_S, window_s))
         print(
             f"soak: {args.minutes:g} min on {svc.url} ({'PostgreSQL' if pg else 'SQLite'} stores, data in {root}), "
-            f"a line every {window_s / 60:.1f} min",
+            f"a line every {window_s / 60:.1f} min; each sweep plans {dict(planned)} trials",
             flush=True,
         )
         threads = [
