@@ -18,6 +18,7 @@ from service.cluster import remote
 from service.cluster.ray_head import LocalRayHead
 from service.settings import Settings
 from sweeps.runtime import alive_nodes, check_storage
+from sweeps.stores import open_storage
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +27,19 @@ class DriverBusy(Exception):
     """The driver did not answer in time; ask again on the next poll."""
 
 
+class DriverLost(Exception):
+    """The driver's actor died while it was being started (killed, its node lost): the cluster failed,
+    not the sweep; a relaunch resumes it."""
+
+
 class Launcher(Protocol):
     """What the service needs from wherever sweep drivers run (a fake in tests without Ray)."""
 
     def connect(self) -> None: ...
 
-    def start(self, sweep_id: str, spec: dict[str, Any]) -> None: ...
+    def start(self, sweep_id: str, spec: dict[str, Any]) -> None:
+        """Start the sweep's driver; DriverLost when it died while starting."""
+        ...
 
     def state(self, sweep_id: str) -> dict[str, Any] | None:
         """The driver's state (`SweepActor.state()`), None when no driver exists. May raise DriverBusy."""
@@ -54,6 +62,17 @@ class Launcher(Protocol):
     def close(self) -> None: ...
 
 
+def prepare_optuna(url: str) -> None:
+    """The Optuna storage's tables, created once by the service before it starts any driver: drivers that
+    open a fresh storage together race to create them, and all but one fail ("UNIQUE constraint failed:
+    alembic_version.version_num", "table studies already exists"), failing their sweeps (the soak's first
+    two sweeps, started 0.5 s apart on a new data dir). Not fatal: a driver creates them when this fails."""
+    try:
+        open_storage(url).engine.dispose()  # type: ignore[attr-defined]
+    except Exception as exc:  # the URL may hold a password: its type only
+        log.warning("could not prepare the Optuna storage (%s); the first drivers create it", type(exc).__name__)
+
+
 class RayLauncher:
     def __init__(self, settings: Settings, *, call_timeout_s: float = 10.0) -> None:
         self.settings = settings
@@ -73,11 +92,15 @@ class RayLauncher:
         log.info("connected to Ray at %s", ray.get_runtime_context().gcs_address)
         runtime, nodes = self.settings.runtime(), alive_nodes()
         check_storage(runtime, nodes=nodes)
+        prepare_optuna(runtime.optuna_storage)
         if nodes > 1 and runtime.storage_is_local:
             log.info("trial storage %s is shared: all %d nodes read it", runtime.trial_storage, nodes)
 
     def start(self, sweep_id: str, spec: dict[str, Any]) -> None:
-        handle = remote.launch(sweep_id, spec, self.settings.runtime())
+        try:
+            handle = remote.launch(sweep_id, spec, self.settings.runtime())
+        except RayActorError as exc:
+            raise DriverLost(f"sweep {sweep_id}: its driver died while it started: {exc}") from exc
         with self._lock:
             self._handles[sweep_id] = handle
 

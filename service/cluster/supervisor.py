@@ -8,7 +8,7 @@
   same id, after a backoff, and its new driver resumes from the Optuna storage (finished trials are
   kept, the ones that were running are run again); only after `max_driver_starts` starts is it
   failed, with what happened in its error. A sweep that ends without a driver leaves nothing
-  RUNNING in Optuna or MLflow (`sweeps.stores.close_leftovers`).
+  RUNNING in Optuna or MLflow (as `sweeps.stores.close_leftovers` closes them).
 - `reconcile`: on start, one `poll_once`, and drivers of sweeps the store already has as final are
   killed (the service stopped between storing the result and killing the actor).
 - `run`: `poll_once` every `poll_interval_s` until stopped.
@@ -25,10 +25,16 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from service.cluster.launcher import DriverBusy, Launcher
+from service.cluster.launcher import DriverBusy, DriverLost, Launcher
 from service.settings import Settings
 from service.store.database import FINAL_STATUSES, Store, SweepRow, SweepStatus, utcnow
-from sweeps.stores import close_leftovers  # at start, not at the first cancel (why: sweeps/stores.py)
+from sweeps.stores import (  # at start, not at the first cancel (why: sweeps/stores.py)
+    close_running_trials,
+    close_sweep_runs,
+    open_storage,
+    recorded_results,
+    sweep_studies,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +78,8 @@ class Supervisor:
         relaunch = False
         try:
             before = await anyio.to_thread.run_sync(self.store.get, sweep_id)
-            relaunch = before is not None and before.status == SweepStatus.running.value
+            # a driver started before (the store may still say queued: it was lost before a poll saw it run)
+            relaunch = before is not None and (before.status == SweepStatus.running.value or before.driver_starts > 0)
             await anyio.to_thread.run_sync(self.store.count_driver_start, sweep_id)
             await anyio.to_thread.run_sync(self.launcher.start, sweep_id, spec)
             log.info("sweep %s: driver started", sweep_id)
@@ -81,12 +88,14 @@ class Supervisor:
                 # the cancel arrived while the driver was starting: pass it on now
                 await anyio.to_thread.run_sync(self.launcher.cancel, sweep_id)
         except Exception as exc:
-            if relaunch:
-                # a relaunch of a running sweep: the cluster is what failed, as when the driver was lost;
-                # the next polls find no driver and try again after the backoff, up to max_driver_starts
+            if relaunch or isinstance(exc, DriverLost):
+                # a relaunch, or a first start whose actor died as it started (killed, its node lost): the
+                # cluster is what failed, as when a running driver is lost; the next polls find no driver
+                # and try again after the backoff, up to max_driver_starts
                 log.warning(
-                    "sweep %s: relaunching its driver failed (%s); trying again later", sweep_id, type(exc).__name__
-                )
+                    "sweep %s: %s its driver failed (%s); trying again later",
+                    sweep_id, "relaunching" if relaunch else "starting", type(exc).__name__,
+                )  # fmt: skip
                 return
             log.exception("sweep %s: driver failed to start", sweep_id)
             # the exception's text names the cluster's hosts and files: the log has it, clients get its type
@@ -182,9 +191,10 @@ class Supervisor:
         if row.cancel_requested:
             self._end_without_driver(row, SweepStatus.cancelled, None)
             return False
-        if row.status == SweepStatus.queued.value:
+        if row.status == SweepStatus.queued.value and row.driver_starts == 0:
             return True  # never started (the service stopped first): start it now
-        # running, and its driver is gone
+        # its driver is gone: running, or still queued in the store (lost as it started, or before a poll
+        # saw it run)
         if row.driver_starts >= self.settings.max_driver_starts:
             error = driver_lost_error(row.driver_starts)
             log.error("sweep %s: %s", row.id, error)
@@ -211,8 +221,19 @@ class Supervisor:
         self.store.update(row.id, status=status.value, error=error, finished_at=utcnow())
 
     def _close_leftovers(self, sweep_id: str) -> None:
+        """`sweeps.stores.close_leftovers`, with an Optuna storage disposed of at the end: one left to the
+        garbage collector keeps its pooled connections (two SQLite fds, or PostgreSQL connections) until a
+        full collection, which a long-lived API with a large heap seldom runs; every cancelled sweep
+        raised the API's open fds by two (the soak's fd check, 69 -> 81)."""
+        runtime = self.settings.runtime()
         try:
-            trials, runs = close_leftovers(sweep_id, self.settings.runtime())
+            storage = open_storage(runtime.optuna_storage)
+            try:
+                studies = sweep_studies(storage, sweep_id)
+                trials = sum(close_running_trials(study) for study in studies)
+                runs = close_sweep_runs(runtime.tracking_uri, sweep_id, recorded_results(studies))
+            finally:
+                storage.engine.dispose()  # type: ignore[attr-defined]
             if trials or runs:
                 log.info("sweep %s: closed %d running trials and %d running MLflow runs", sweep_id, trials, runs)
         except Exception:
