@@ -3,6 +3,7 @@
   sweeps run SPEC.yaml [--id ID] [--report report.json]   run (or resume) a sweep on Ray, print the answer
   sweeps show report.json                                 print a report's answer as tables
   sweeps price SPEC.yaml [--gpu H100] [--mfu 0.4]         what a sweep costs (trials, tokens, FLOPs, GPU-hours), offline
+  sweeps plots ID [--out DIR]                             (re)draw a recorded sweep's figures into its MLflow run
 
 Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
   sweeps submit SPEC.yaml [--watch] [--dry-run]           submit; --watch follows the progress and prints the answer;
@@ -616,10 +617,15 @@ def serve(
     """
     from service.api.server import serve as run_server
     from service.private import start_private
-    from service.settings import Settings
+    from service.settings import SettingsError, load_settings
 
     overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
-    settings = Settings(**overrides)
+    try:
+        settings = load_settings(**overrides)
+    except SettingsError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]bad setting[/] {problem}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     start_private(settings, log_level)
     run_server(settings, log_level=log_level)
 

@@ -17,10 +17,13 @@ def main() -> None:
     use_local_ray()  # before ray is imported (by service.api.server): a local head on loopback only
     from service.api.server import serve
     from service.private import start_private
-    from service.settings import Settings
+    from service.settings import SettingsError, load_settings
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = Settings(**overrides)
+    try:
+        settings = load_settings(**overrides)
+    except SettingsError as exc:
+        parser.exit(2, "".join(f"bad setting {problem}\n" for problem in exc.problems))
     start_private(settings, args.log_level)  # umask 077, the data dir 0700 (service/private.py)
     serve(settings, log_level=args.log_level)
 

@@ -16,7 +16,7 @@ from pydantic_settings import NoDecode
 
 from sweeps.settings import SweepSettings
 from sweeps.spec import DEFAULT_MAX_TRIALS
-from worker.settings import split_csv
+from worker.settings import env_field, split_csv
 
 
 class Settings(SweepSettings):
@@ -38,6 +38,10 @@ class Settings(SweepSettings):
     tokens: Annotated[dict[str, SecretStr], NoDecode] = Field(default_factory=dict)
     """the owners and their API tokens, "alice=<token>,bob=<token>" (16+ characters each, unique; `openssl rand
     -hex 32` makes one); empty: nobody can sign in. Kept as SecretStr: out of reprs and logs"""
+
+    ray_auth_token: SecretStr | None = env_field(None, "RAY_AUTH_TOKEN")
+    """the shared secret of a Ray cluster with token auth (RAY_AUTH_MODE=token), which Ray itself reads; checked
+    here so that a placeholder copied from an example is refused at start; None: Ray's own token file"""
 
     max_trials: int = Field(default=DEFAULT_MAX_TRIALS, ge=1)
     """the most trials one sweep may plan (search, confirmation seeds and adaptive seeds together); a larger spec
@@ -159,6 +163,14 @@ class Settings(SweepSettings):
             )
         return value
 
+    @field_validator("ray_auth_token", mode="after")
+    @classmethod
+    def _ray_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (len(value.get_secret_value()) < 32 or _placeholder(value.get_secret_value())):
+            # the token is not echoed
+            raise ValueError("must be at least 32 characters and no placeholder (`openssl rand -hex 32`)")
+        return value
+
     @field_validator("trusted_proxies", mode="after")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
@@ -220,3 +232,33 @@ MIN_TOKEN_CHARS = 16  # an API token; the one-time sign-in codes and session ids
 def _placeholder(secret: str) -> bool:
     """A secret copied from an example (deploy/kubernetes/secret.example.yaml says CHANGE-ME)."""
     return "changeme" in secret.lower().replace("-", "").replace("_", "")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """`Settings` from the environment and `overrides`; a bad value raises `SettingsError`, whose lines
+    name each variable and what is wrong with it (for a one-line refusal, not pydantic's traceback)."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError([_setting_problem(e) for e in exc.errors()]) from None
+
+
+class SettingsError(ValueError):
+    """Settings the service cannot start with; `problems`: one line per bad variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def _setting_problem(error: Any) -> str:
+    """`SWEEPS_PORT: must be <= 65535` from one pydantic error: the variable's name, then the message."""
+    field = str(error["loc"][0]) if error["loc"] else ""
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    names = [a for a in alias.choices if isinstance(a, str) and a.isupper()] if isinstance(alias, AliasChoices) else []
+    variable = names[0] if names else f"{Settings.model_config.get('env_prefix', '')}{field}".upper()
+    message = str(error["msg"]).removeprefix("Value error, ").removeprefix(f"{variable}: ")
+    return f"{variable}: {message}"

@@ -128,6 +128,9 @@ def test_the_local_ray_head_does_not_inherit_the_apis_secrets(monkeypatch: pytes
         ("SWEEPS_TOKENS", "alice=CHANGE-ME-token-of-alice", "the token of 'alice' is a placeholder"),
         ("SWEEPS_SESSION_SECRET", "CHANGE-ME-run-openssl-rand-hex-32", "no placeholder"),
         ("SWEEPS_SESSION_SECRET", "x" * 31, "at least 32 characters"),
+        # the example Secret's Ray token (deploy/kubernetes/secret.example.yaml)
+        ("RAY_AUTH_TOKEN", "CHANGE-ME-run-openssl-rand-hex-32", "no placeholder"),
+        ("RAY_AUTH_TOKEN", "r" * 20, "at least 32 characters"),
     ],
 )
 def test_placeholder_or_short_secrets_refuse_to_start(
@@ -146,3 +149,43 @@ def test_the_log_format_reaches_every_driver_and_a_bad_one_is_refused(monkeypatc
     monkeypatch.setenv("SWEEPS_LOG_FORMAT", "xml")
     with pytest.raises(ValidationError, match="log_format"):
         Settings()
+
+
+def test_the_example_secrets_ray_token_is_refused() -> None:
+    import yaml
+
+    docs = yaml.safe_load_all((Path(__file__).parents[2] / "deploy/kubernetes/secret.example.yaml").read_text())
+    example = next(d for d in docs if d and d["metadata"]["name"] == "batchsweep")["stringData"]["RAY_AUTH_TOKEN"]
+    with pytest.raises(ValidationError, match="no placeholder"):
+        Settings(ray_auth_token=example)
+    assert Settings(ray_auth_token="0" * 64).ray_auth_token is not None
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"SWEEPS_TOKENS": "alice=short"}, "bad setting SWEEPS_TOKENS: the token of 'alice' is a placeholder"),
+        ({"SWEEPS_PORT": "99999"}, "bad setting SWEEPS_PORT: Input should be less than or equal to 65535"),
+        ({"RAY_AUTH_TOKEN": "CHANGE-ME-run-openssl-rand-hex-32"}, "bad setting RAY_AUTH_TOKEN: must be at least 32"),
+    ],
+)
+@pytest.mark.parametrize("command", [["-m", "cli.main", "serve"], ["-m", "service"]])
+def test_a_bad_setting_ends_serve_with_one_line_naming_the_variable(
+    env: dict[str, str], line: str, command: list[str], tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SWEEPS_", "RAY_", "MLFLOW_"))}
+    out = subprocess.run(
+        [sys.executable, *command],
+        env=clean | env | {"SWEEPS_DATA_DIR": str(tmp_path), "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(line), out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
