@@ -81,10 +81,25 @@ def recorded_results(studies: list[optuna.Study]) -> dict[str, Recorded]:
 
 def close_leftovers(sweep_id: str, runtime: SweepRuntime) -> tuple[int, int]:
     """A sweep that ended without its driver (lost for good, or cancelled while gone) leaves nothing
-    RUNNING: its Optuna trials and MLflow runs are closed. Returns (trials, runs) closed."""
-    studies = sweep_studies(open_storage(runtime.optuna_storage), sweep_id)
-    trials = sum(close_running_trials(study) for study in studies)
-    return trials, close_sweep_runs(runtime.tracking_uri, sweep_id, recorded_results(studies))
+    RUNNING: its Optuna trials and MLflow runs are closed. Returns (trials, runs) closed.
+
+    The Optuna storage it opens is disposed of at the end: one left to the garbage collector keeps its
+    pooled connections (two SQLite fds, or PostgreSQL connections) until a full collection, which a
+    long-lived service with a large heap seldom runs (each cancelled sweep held two more fds)."""
+    storage = open_storage(runtime.optuna_storage)
+    try:
+        studies = sweep_studies(storage, sweep_id)
+        trials = sum(close_running_trials(study) for study in studies)
+        return trials, close_sweep_runs(runtime.tracking_uri, sweep_id, recorded_results(studies))
+    finally:
+        storage.engine.dispose()  # type: ignore[attr-defined]
+
+
+def prepare_storage(url: str) -> None:
+    """Create the Optuna storage's tables and close its connections: called once, before several
+    processes open a fresh storage together, which race to create them and all but one fail ("UNIQUE
+    constraint failed: alembic_version.version_num", "table studies already exists")."""
+    open_storage(url).engine.dispose()  # type: ignore[attr-defined]
 
 
 def close_running_runs(client: MlflowClient, experiment_id: str, results: Mapping[str, Recorded] | None = None) -> int:

@@ -18,7 +18,7 @@ from service.cluster import remote
 from service.cluster.ray_head import LocalRayHead
 from service.settings import Settings
 from sweeps.runtime import alive_nodes, check_storage
-from sweeps.stores import open_storage
+from sweeps.stores import prepare_storage
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,11 @@ class Launcher(Protocol):
 
 
 def prepare_optuna(url: str) -> None:
-    """The Optuna storage's tables, created once by the service before it starts any driver: drivers that
-    open a fresh storage together race to create them, and all but one fail ("UNIQUE constraint failed:
-    alembic_version.version_num", "table studies already exists"), failing their sweeps (the soak's first
-    two sweeps, started 0.5 s apart on a new data dir). Not fatal: a driver creates them when this fails."""
+    """`sweeps.stores.prepare_storage` by the service before it starts any driver (drivers that open a
+    fresh storage together race to create its tables and fail their sweeps). Not fatal: a driver creates
+    them when this fails."""
     try:
-        open_storage(url).engine.dispose()  # type: ignore[attr-defined]
+        prepare_storage(url)
     except Exception as exc:  # the URL may hold a password: its type only
         log.warning("could not prepare the Optuna storage (%s); the first drivers create it", type(exc).__name__)
 

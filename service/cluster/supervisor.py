@@ -8,7 +8,7 @@
   same id, after a backoff, and its new driver resumes from the Optuna storage (finished trials are
   kept, the ones that were running are run again); only after `max_driver_starts` starts is it
   failed, with what happened in its error. A sweep that ends without a driver leaves nothing
-  RUNNING in Optuna or MLflow (as `sweeps.stores.close_leftovers` closes them).
+  RUNNING in Optuna or MLflow (`sweeps.stores.close_leftovers`).
 - `reconcile`: on start, one `poll_once`, and drivers of sweeps the store already has as final are
   killed (the service stopped between storing the result and killing the actor).
 - `run`: `poll_once` every `poll_interval_s` until stopped.
@@ -28,13 +28,7 @@ import anyio.to_thread
 from service.cluster.launcher import DriverBusy, DriverLost, Launcher
 from service.settings import Settings
 from service.store.database import FINAL_STATUSES, Store, SweepRow, SweepStatus, utcnow
-from sweeps.stores import (  # at start, not at the first cancel (why: sweeps/stores.py)
-    close_running_trials,
-    close_sweep_runs,
-    open_storage,
-    recorded_results,
-    sweep_studies,
-)
+from sweeps.stores import close_leftovers  # at start, not at the first cancel (why: sweeps/stores.py)
 
 log = logging.getLogger(__name__)
 
@@ -221,19 +215,9 @@ class Supervisor:
         self.store.update(row.id, status=status.value, error=error, finished_at=utcnow())
 
     def _close_leftovers(self, sweep_id: str) -> None:
-        """`sweeps.stores.close_leftovers`, with an Optuna storage disposed of at the end: one left to the
-        garbage collector keeps its pooled connections (two SQLite fds, or PostgreSQL connections) until a
-        full collection, which a long-lived API with a large heap seldom runs; every cancelled sweep
-        raised the API's open fds by two (the soak's fd check, 69 -> 81)."""
-        runtime = self.settings.runtime()
+        """`sweeps.stores.close_leftovers`, logged; a failure is logged, not raised (the sweep still ends)."""
         try:
-            storage = open_storage(runtime.optuna_storage)
-            try:
-                studies = sweep_studies(storage, sweep_id)
-                trials = sum(close_running_trials(study) for study in studies)
-                runs = close_sweep_runs(runtime.tracking_uri, sweep_id, recorded_results(studies))
-            finally:
-                storage.engine.dispose()  # type: ignore[attr-defined]
+            trials, runs = close_leftovers(sweep_id, self.settings.runtime())
             if trials or runs:
                 log.info("sweep %s: closed %d running trials and %d running MLflow runs", sweep_id, trials, runs)
         except Exception:
