@@ -151,6 +151,9 @@ def test_the_log_format_reaches_every_driver_and_a_bad_one_is_refused(monkeypatc
         Settings()
 
 
+SERVE = ["-m", "cli.main", "serve"]  # `sweeps serve`
+
+
 def test_the_example_secrets_ray_token_is_refused() -> None:
     import yaml
 
@@ -162,16 +165,20 @@ def test_the_example_secrets_ray_token_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("env", "line"),
+    ("command", "env", "line"),
     [
-        ({"SWEEPS_TOKENS": "alice=short"}, "bad setting SWEEPS_TOKENS: the token of 'alice' is a placeholder"),
-        ({"SWEEPS_PORT": "99999"}, "bad setting SWEEPS_PORT: Input should be less than or equal to 65535"),
-        ({"RAY_AUTH_TOKEN": "CHANGE-ME-run-openssl-rand-hex-32"}, "bad setting RAY_AUTH_TOKEN: must be at least 32"),
+        (SERVE, {"SWEEPS_TOKENS": "alice=short"}, "bad setting SWEEPS_TOKENS: the token of 'alice' is a placeholder"),
+        (SERVE, {"SWEEPS_PORT": "99999"}, "bad setting SWEEPS_PORT: Input should be less than or equal to 65535"),
+        (
+            SERVE,
+            {"RAY_AUTH_TOKEN": "CHANGE-ME-run-openssl-rand-hex-32"},
+            "bad setting RAY_AUTH_TOKEN: must be at least",
+        ),
+        (["-m", "service"], {"SWEEPS_PORT": "abc"}, "bad setting SWEEPS_PORT: Input should be a valid integer"),
     ],
 )
-@pytest.mark.parametrize("command", [["-m", "cli.main", "serve"], ["-m", "service"]])
 def test_a_bad_setting_ends_serve_with_one_line_naming_the_variable(
-    env: dict[str, str], line: str, command: list[str], tmp_path: Path
+    command: list[str], env: dict[str, str], line: str, tmp_path: Path
 ) -> None:
     import os
     import subprocess
