@@ -646,13 +646,13 @@ def test_analysis_input_from_the_demo_spec():
     inputs = AnalysisInput.from_spec(spec)
     assert inputs == AnalysisInput(
         sweep="demo",
-        batch_sizes=(8, 16, 32, 64),
+        batch_sizes=(8, 32, 128),
         optimizers=("adamw", "merit"),
         baseline="adamw",
         tolerance=0.02,
         lr_min=1e-4,
         lr_max=3e-2,
-        seeds=2,
+        seeds=4,
         seq_len=64,
         trained_tokens=81920,
         noise_looks=1,

@@ -85,13 +85,13 @@ def test_demo_example_loads():
     assert spec.model.preset == "gpt2-nano" and spec.model.seq_len == 64
     assert spec.data.source == "builtin"
     assert spec.optimizer_names == ["adamw", "merit"] and spec.degradation.baseline == "adamw"
-    assert spec.batch_sizes == [8, 16, 32, 64]
+    assert spec.batch_sizes == [8, 32, 128]
     assert spec.lr.min == 1e-4 and spec.lr.max == 3e-2 and spec.lr.trials_per_batch_size == 3
-    assert spec.seeds == 2 and spec.degradation.tolerance == 0.02
+    assert spec.seeds == 4 and spec.degradation.tolerance == 0.02
     assert spec.resources.max_concurrent_trials == 2 and spec.pruning.enabled is True
-    # 2 optimizers x 4 batch sizes x (3 search + 2 confirmation runs), and one more search trial at each
-    # optimizer's reference (batch size 8) = 42
-    assert spec.total_trials == 42
+    # 2 optimizers x 3 batch sizes x (3 search + 4 confirmation runs), and one more search trial at each
+    # optimizer's reference (batch size 8) = 44
+    assert spec.total_trials == 44
 
 
 def test_yaml_and_json_text_and_files_load_the_same_spec(tmp_path):
