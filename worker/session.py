@@ -123,6 +123,9 @@ class TuneSession:
     def report(self, metrics: Metrics, checkpoint_dir: Path | None = None) -> None:
         from ray import tune
 
+        if VAL_LOSS not in metrics:
+            # Tune would end the whole sweep on this result; raised here it fails this trial only
+            raise ValueError(f"a result must carry {VAL_LOSS} (`run_result` builds one), got keys {sorted(metrics)}")
         checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
         tune.report({**metrics, NODE_ID: node_id()}, checkpoint=checkpoint)
 

@@ -63,3 +63,20 @@ def test_local_session_resumes_from_the_directory_it_was_given(tmp_path: Path) -
         assert path == tmp_path
     with LocalSession().restored_checkpoint() as path:
         assert path is None
+
+
+def test_the_tune_session_refuses_a_result_without_the_metric_before_tune_sees_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a result without val_loss would end the whole sweep in Tune's metric check; refused here, it fails
+    # the trial (`sweeps.trial.run_trial` reports it as `failed`) and the sweep goes on
+    from ray import tune
+
+    sent: list[dict] = []
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: sent.append(metrics))
+    monkeypatch.setattr("worker.session.node_id", lambda: "node")  # no Ray runtime here
+    with pytest.raises(ValueError, match="a result must carry val_loss"):
+        TuneSession().report({"tokens": 64, "status": "diverged", "done": True})
+    assert sent == []
+    TuneSession().report({"tokens": 64, "status": "diverged", "done": True, "val_loss": float("nan")})
+    assert len(sent) == 1 and "val_loss" in sent[0]
