@@ -179,11 +179,9 @@ def test_default_path_survives_restarts_and_killed_processes(serve: Callable[...
         final = wait(lambda: (x := sweep())["status"] in ("succeeded", "failed", "cancelled") and x, 900, "the end")
     elapsed = time.monotonic() - started
     assert final["status"] == "succeeded", final.get("error")
-    # the thread pool really was churned, repeatedly: its threads exited while the sweep ran
-    assert churn.bursts >= 3 and len(churn.exits) >= 2, (churn.bursts, churn.exits)
-    # long enough for the pool's idle threads to exit between bursts (12 s spells) while every fault landed
-    # mid-sweep (the checks above); ~100 s on 2 cores
-    assert elapsed >= 60, f"the sweep ran {elapsed:.0f} s; this test needs minutes, not seconds"
+    # the thread pool really was churned, repeatedly, while the sweep ran (and every fault above landed
+    # mid-sweep): its idle threads exited between bursts, which is what the run must last long enough for
+    assert churn.bursts >= 3 and len(churn.exits) >= 2, (churn.bursts, churn.exits, f"{elapsed:.0f} s")
     assert head.running() == first and alive(first.pid), "the head must outlive every thread and restart"
     s = sweep()
     assert s["progress"]["trials_done"] == s["progress"]["trials_total"] == PLANNED_TRIALS
