@@ -26,6 +26,9 @@ edge of the range. Only training is replaced: `max_concurrent_trials` trials run
 time, each taking its tokens of time (a trial that reaches an evaluation at tokens t has run t units).
 
 This signature is public and stable: benchmarks and outside checks of the method call it.
+`objective_trial(spec, objective)` gives the real driver (`run_sweep(..., trial_fn=...)`) the same
+objective in place of training; tests/sweeps/test_simulate_vs_tune.py shows the two agree on every trial,
+verdict and answer, divergences before the first evaluation included.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from sweeps.layout import VAL_LOSS
 from sweeps.spec import SweepSpec
 from worker.session import run_result
 
-__all__ = ["Objective", "Run", "SimulationResult", "simulate"]
+__all__ = ["Objective", "Run", "SimulationResult", "objective_trial", "simulate"]
 
 
 @dataclass(frozen=True)
