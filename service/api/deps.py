@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 
 from service.api.health import HealthChecker
 from service.api.limits import Limits
 from service.cluster.supervisor import Supervisor
 from service.manager import SweepReader
 from service.settings import Settings
-from service.store.database import Store
+from service.store.database import Store, SweepRow
 
 
 async def get_settings(request: Request) -> Settings:
@@ -48,9 +48,18 @@ async def get_limits(request: Request) -> Limits:
     return limits
 
 
+# What a sweep id can be: `service.manager.new_sweep_id` makes `<spec name>-<8 hex>` from a name of
+# [a-z0-9-] (sweeps.spec.NAME_PATTERN), stored in a column of this length. Any other path segment is
+# refused with 422 (naming the value) by FastAPI before a route or the store sees it, whichever the store:
+# PostgreSQL, unlike SQLite, cannot even be asked about a string with a NUL in it.
+SWEEP_ID_PATTERN = rf"^[a-z0-9-]{{1,{SweepRow.__table__.c.id.type.length}}}$"
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[Store, Depends(get_store)]
 SupervisorDep = Annotated[Supervisor, Depends(get_supervisor)]
 HealthDep = Annotated[HealthChecker, Depends(get_health)]
 ReaderDep = Annotated[SweepReader, Depends(get_reader)]
 LimitsDep = Annotated[Limits, Depends(get_limits)]
+# every route's `{sweep_id}`
+SweepId = Annotated[str, Path(pattern=SWEEP_ID_PATTERN, description="the id POST /sweeps answered")]

@@ -28,7 +28,7 @@ from fastapi.sse import ServerSentEvent
 
 from service import manager
 from service.api.auth import Owner, web_session
-from service.api.deps import LimitsDep, StoreDep
+from service.api.deps import LimitsDep, StoreDep, SweepId
 from service.api.schemas import SweepSummary
 from service.api.sessions import COOKIE
 from service.settings import Settings
@@ -79,8 +79,9 @@ async def sweep_events(
         await anyio.sleep(settings.sse_interval_s)
 
 
-async def stream_slot(sweep_id: str, owner: Owner, store: StoreDep, limits: LimitsDep) -> AsyncIterator[None]:
-    """Holds one of `owner`'s event-stream slots (service/api/limits.py) while the stream is open.
+async def stream_slot(sweep_id: SweepId, owner: Owner, store: StoreDep, limits: LimitsDep) -> AsyncIterator[str]:
+    """The sweep's id, for as long as one of `owner`'s event-stream slots (service/api/limits.py) is held
+    for it: while the stream is open.
 
     A dependency with `yield`: FastAPI runs it before the response starts (so a 404 or 429 is a plain
     error answer) and its `finally` after the response has ended, however it ended (done, the client
@@ -88,11 +89,11 @@ async def stream_slot(sweep_id: str, owner: Owner, store: StoreDep, limits: Limi
     await manager.get_row(store, sweep_id, owner)  # 404 before the stream starts
     release = limits.open_stream(owner)  # 429 beyond the owner's limit
     try:
-        yield
+        yield sweep_id
     finally:
         release()
 
 
-StreamSlot = Annotated[None, Depends(stream_slot)]
+StreamSlot = Annotated[str, Depends(stream_slot)]
 
 __all__ = ["HEARTBEAT", "RETRY_MS", "StreamSlot", "stream_slot", "sweep_events"]

@@ -12,7 +12,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from service import manager
 from service.api import pages
 from service.api.auth import Owner
-from service.api.deps import LimitsDep, ReaderDep, SettingsDep, StoreDep, SupervisorDep
+from service.api.deps import LimitsDep, ReaderDep, SettingsDep, StoreDep, SupervisorDep, SweepId
 from service.api.events import StreamSlot, sweep_events
 from service.api.schemas import (
     DryRunResult,
@@ -112,8 +112,8 @@ async def list_sweeps(
     return await manager.page(store, settings, owner, list(status_filter) if status_filter else None, limit, offset)
 
 
-@router.get("/{sweep_id}", response_model=SweepDetail, responses=error_responses(401, 404))
-async def get_sweep(sweep_id: str, owner: Owner, reader: ReaderDep) -> Response:
+@router.get("/{sweep_id}", response_model=SweepDetail, responses=error_responses(401, 404, 422))
+async def get_sweep(sweep_id: SweepId, owner: Owner, reader: ReaderDep) -> Response:
     # already-rendered JSON (see service/api/views.py); response_model documents its shape
     return Response(await reader.detail_json(sweep_id, owner), media_type="application/json")
 
@@ -121,19 +121,20 @@ async def get_sweep(sweep_id: str, owner: Owner, reader: ReaderDep) -> Response:
 @router.get(
     "/{sweep_id}/curves",
     response_model=SweepCurves,
-    responses=error_responses(401, 404),
+    responses=error_responses(401, 404, 422),
     summary="Val loss against tokens of every trial so far (the live page draws them while the sweep runs)",
 )
-async def get_curves(sweep_id: str, owner: Owner, store: StoreDep) -> SweepCurves:
+async def get_curves(sweep_id: SweepId, owner: Owner, store: StoreDep) -> SweepCurves:
     return SweepCurves.model_validate(await manager.curves(store, sweep_id, owner))
 
 
 @router.get(
     "/{sweep_id}/report",
-    responses={200: {"description": "the analysis JSON (see sweeps/analysis.py)"}} | error_responses(401, 404, 409),
+    responses={200: {"description": "the analysis JSON (see sweeps/analysis.py)"}}
+    | error_responses(401, 404, 409, 422),
     summary="The sweep's analysis; 409 until it has finished",
 )
-async def get_report(sweep_id: str, owner: Owner, store: StoreDep) -> JSONResponse:
+async def get_report(sweep_id: SweepId, owner: Owner, store: StoreDep) -> JSONResponse:
     return JSONResponse(await manager.report(store, sweep_id, owner))
 
 
@@ -141,12 +142,12 @@ async def get_report(sweep_id: str, owner: Owner, store: StoreDep) -> JSONRespon
     "/{sweep_id}/dashboard",
     response_class=HTMLResponse,
     responses={200: {"content": {"text/html": {}}, "description": "the answer and the figures"}}
-    | error_responses(401, 404, 409),
+    | error_responses(401, 404, 409, 422),
     summary="One HTML page: the answer at the top, the batch-scaling figures below; 409 until finished "
     "(a browser, asking for text/html, gets the sweep's live page instead)",
 )
 async def get_dashboard(
-    request: Request, sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep
+    request: Request, sweep_id: SweepId, owner: Owner, settings: SettingsDep, store: StoreDep
 ) -> Response:
     return await pages.dashboard(request, sweep_id, owner, settings, store)
 
@@ -155,11 +156,11 @@ async def get_dashboard(
     "/{sweep_id}/cancel",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=SweepSummary,
-    responses=error_responses(401, 404, 409),
+    responses=error_responses(401, 404, 409, 422),
     summary="Stop the sweep's Ray work; finished trials are kept",
 )
 async def cancel_sweep(
-    sweep_id: str, owner: Owner, settings: SettingsDep, store: StoreDep, supervisor: SupervisorDep
+    sweep_id: SweepId, owner: Owner, settings: SettingsDep, store: StoreDep, supervisor: SupervisorDep
 ) -> SweepSummary:
     return await manager.cancel(store, settings, supervisor, sweep_id, owner)
 
@@ -175,12 +176,12 @@ def json_error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     "/{sweep_id}/events",
     # FastAPI's own SSE (fastapi.sse): it encodes the yielded events and sets the streaming headers
     response_class=EventSourceResponse,
-    responses={200: {"description": "progress events, then `end`"}} | json_error_responses(401, 404, 429),
+    responses={200: {"description": "progress events, then `end`"}} | json_error_responses(401, 404, 422, 429),
     summary="Server-sent events of the sweep's progress (at most max_event_streams_per_owner open at once)",
 )
 async def sweep_event_stream(
-    request: Request, sweep_id: str, settings: SettingsDep, store: StoreDep, _slot: StreamSlot
+    request: Request, sweep_id: StreamSlot, settings: SettingsDep, store: StoreDep
 ) -> AsyncIterator[ServerSentEvent]:
-    # _slot: the 404 check and the owner's stream slot, held until the response has ended
+    # StreamSlot: the path's id, after the 404 check, with the owner's stream slot held until the response has ended
     async for event in sweep_events(request, store, settings, sweep_id):
         yield event
