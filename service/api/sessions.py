@@ -11,6 +11,12 @@ Sessions live in the service's store (tables `web_sessions`, `sign_in_links`; se
 restarted service, or another replica with the same `session_secret`, keeps them. The store holds
 only sha256 digests of session ids and link codes: a copy of the database signs nobody in.
 
+A session and a link belong to the owner as configured (SWEEPS_TOKENS): each row holds the mark of the
+owner's token when it was made (`token_mark`: an HMAC of the token under the session key, so the store
+holds nothing a token can be checked against without the key). Every look-up and every redemption
+compares it with the mark of the owner's token now: after the owner was removed or given another token
+the cookie or the link is refused (401, or the sign-in page) and its row deleted.
+
 Every cookie-authenticated request that changes state (POST, PUT, PATCH, DELETE) must carry the
 session's CSRF token (synchronizer token: random per session, stored with it) in the `X-CSRF-Token`
 header or the `csrf_token` form field; service.api.auth checks it. Bearer-token requests need none: a
@@ -53,6 +59,11 @@ _SALT = "batchsweep.session"  # itsdangerous' namespace: a signature made for an
 
 def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
+
+
+def token_mark(key: str, token: str) -> str:
+    """The mark of an owner's API token under the session key `key`: HMAC-SHA256, hex (64 characters)."""
+    return hmac.new(key.encode(), f"{_SALT}.token\0{token}".encode(), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,15 @@ class Sessions:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.ttl_s, self.link_ttl_s = settings.session_ttl_s, settings.sign_in_link_ttl_s
-        self._signer = URLSafeTimedSerializer(session_secret(settings), salt=_SALT)
+        key = session_secret(settings)
+        self._signer = URLSafeTimedSerializer(key, salt=_SALT)
+        # owner -> the mark of their token as configured now; an owner not configured has none
+        self._marks = {owner: token_mark(key, token.get_secret_value()) for owner, token in settings.tokens.items()}
+
+    def _current(self, owner: str, mark: str) -> bool:
+        """Whether a row made with `mark` still belongs to `owner`: configured, with the same token."""
+        now = self._marks.get(owner)
+        return now is not None and hmac.compare_digest(now, mark)
 
     # ---- sessions ---------------------------------------------------------------------------------
 
@@ -112,6 +131,7 @@ class Sessions:
                 WebSessionRow(
                     id_hash=_digest(session_id),
                     owner=owner,
+                    token_mark=self._marks[owner],
                     csrf_token=session.csrf_token,
                     created_at=now,
                     expires_at=session.expires_at,
@@ -128,13 +148,21 @@ class Sessions:
         return value if isinstance(value, str) else None
 
     def lookup(self, cookie: str) -> WebSession | None:
-        """The live session of a cookie value; None when unsigned, expired or signed out."""
+        """The live session of a cookie value; None when unsigned, expired, signed out, or no longer its
+        owner's (removed, or another token: then its row is deleted)."""
         session_id = self._session_id(cookie)
         if session_id is None:
             return None
         with self.store.session() as s:
             row = s.get(WebSessionRow, _digest(session_id))
             if row is None or row.expires_at <= utcnow():
+                return None
+            if not self._current(row.owner, row.token_mark):
+                s.delete(row)
+                log.info(
+                    "a session of %s ended: the owner is no longer configured with the token it was made under",
+                    row.owner,
+                )
                 return None
             return WebSession(row.owner, row.csrf_token, row.expires_at)
 
@@ -155,21 +183,32 @@ class Sessions:
         expires = now + timedelta(seconds=self.link_ttl_s)
         with self.store.session() as s:
             s.execute(delete(SignInLinkRow).where(SignInLinkRow.expires_at <= now))
-            s.add(SignInLinkRow(code_hash=_digest(code), owner=owner, created_at=now, expires_at=expires))
+            s.add(
+                SignInLinkRow(
+                    code_hash=_digest(code),
+                    owner=owner,
+                    token_mark=self._marks[owner],
+                    created_at=now,
+                    expires_at=expires,
+                )
+            )
         return code, expires
 
     def redeem_link(self, code: str) -> str | None:
-        """The owner of a live code, which is used up by this call; None when unknown, used or expired."""
+        """The owner of a live code, which is used up by this call; None when unknown, used, expired, or
+        no longer its owner's (removed, or another token)."""
         digest = _digest(code)
         with self.store.session() as s:
-            owner = s.execute(
-                select(SignInLinkRow.owner).where(
+            found = s.execute(
+                select(SignInLinkRow.owner, SignInLinkRow.token_mark).where(
                     SignInLinkRow.code_hash == digest, SignInLinkRow.expires_at > utcnow()
                 )
-            ).scalar_one_or_none()
+            ).one_or_none()
             # the delete decides: of two requests with one code, only one deletes the row
             used = s.execute(delete(SignInLinkRow).where(SignInLinkRow.code_hash == digest)).rowcount  # type: ignore[attr-defined]
-        return owner if owner is not None and used == 1 else None
+        if found is None or used != 1 or not self._current(found.owner, found.token_mark):
+            return None
+        return found.owner  # type: ignore[no-any-return]
 
 
 class SignInLimiter:
@@ -233,4 +272,5 @@ __all__ = [
     "WebSession",
     "client_address",
     "session_secret",
+    "token_mark",
 ]

@@ -113,12 +113,14 @@ class SweepRow(Base):
 
 class WebSessionRow(Base):
     """A browser signed in as `owner` (service/api/sessions.py). The cookie holds the session's random id,
-    signed; only its sha256 is stored. Signing out deletes the row, so the cookie stops working."""
+    signed; only its sha256 is stored. Signing out deletes the row, so the cookie stops working; so does
+    removing the owner or changing their token."""
 
     __tablename__ = "web_sessions"
 
     id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the id in the cookie
     owner: Mapped[str] = mapped_column(String(64))
+    token_mark: Mapped[str] = mapped_column(String(64))  # the owner's token when signed in (sessions.token_mark)
     csrf_token: Mapped[str] = mapped_column(String(64))  # the synchronizer token of this session's forms
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -127,12 +129,14 @@ class WebSessionRow(Base):
 
 
 class SignInLinkRow(Base):
-    """A one-time sign-in link of `owner` (POST /login/once): used once, or never after `expires_at`."""
+    """A one-time sign-in link of `owner` (POST /login/once): used once, or never after `expires_at`, or
+    after the owner is removed or their token changed."""
 
     __tablename__ = "sign_in_links"
 
     code_hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the code in the link
     owner: Mapped[str] = mapped_column(String(64))
+    token_mark: Mapped[str] = mapped_column(String(64))  # the owner's token when minted (sessions.token_mark)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
