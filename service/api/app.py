@@ -26,7 +26,7 @@ from service.api.auth import TokenTable
 from service.api.health import HealthChecker, mlflow_check
 from service.api.metrics import Metrics, RequestMetrics
 from service.api.middleware import BodyLimit, HotReads
-from service.api.routes import health, pages, sweeps
+from service.api.routes import docs, health, pages, sweeps
 from service.api.sessions import Sessions, SignInLimiter
 from service.api.views import ViewCache
 from service.cluster.launcher import Launcher, RayLauncher
@@ -92,9 +92,14 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
             await anyio.to_thread.run_sync(ray_launcher.close)
             store.dispose()
 
-    # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from the service itself
-    # (/static-offline-docs/), so they work offline and on machines that reach no CDN, as this one
+    # FastAPIOffline: FastAPI that serves Swagger UI's and ReDoc's files itself (/static-offline-docs/), so the
+    # docs work offline and on machines that reach no CDN, as this one; their pages are routes/docs.py's
+    # (with the pages' security headers), not its own
     app = FastAPIOffline(
+        docs_url=None,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=docs.OAUTH2_REDIRECT_URL,
+        static_url=docs.STATIC_URL,
         title="batchsweep",
         summary="Batch-size sweeps: how large can the batch get before quality degrades?",
         version="0.1.0",
@@ -123,6 +128,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
     app.include_router(sweeps.router)
     # the browser pages, sign-in and /static/ (not in the OpenAPI, but for POST /login/once)
     app.include_router(pages.router)
+    app.include_router(docs.router)  # /docs, /docs/oauth2-redirect, /redoc
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

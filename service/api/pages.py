@@ -78,19 +78,33 @@ DASHBOARD_CSP = (
 )
 
 
+# the API's docs (service/api/routes/docs.py): Swagger UI and ReDoc from this origin (fastapi-offline's
+# copies), each page's inline script allowed by its hash; inline styles (ReDoc's styled-components adds
+# <style> elements, and its page has one of its own); ReDoc's search runs in a worker made from a blob: URL
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self'{hashes}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; worker-src blob:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "object-src 'none'"
+)
+
+
 _INLINE_SCRIPT = re.compile(r"<script\b(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S | re.I)
 
 
-def dashboard_csp(html: str) -> str:
-    """DASHBOARD_CSP for one page: its inline scripts allowed by their sha256 (what the browser hashes is
-    the text between the tags), and no others: no 'unsafe-inline', no 'unsafe-eval'."""
+def csp_for(policy: str, html: str) -> str:
+    """`policy` for one page: its inline scripts allowed by their sha256 (what the browser hashes is the
+    text between the tags) in place of `{hashes}`, and no others: no 'unsafe-inline', no 'unsafe-eval'."""
     hashes = sorted(
         {
             f"'sha256-{base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()}'"
             for js in _INLINE_SCRIPT.findall(html)
         }
     )
-    return DASHBOARD_CSP.format(hashes="".join(f" {h}" for h in hashes))
+    return policy.format(hashes="".join(f" {h}" for h in hashes))
+
+
+def dashboard_csp(html: str) -> str:
+    return csp_for(DASHBOARD_CSP, html)
 
 
 # no-store: a page holds the session's CSRF token and the owner's sweeps; no cache keeps them
