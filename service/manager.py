@@ -1,4 +1,4 @@
-"""What the sweep routes do, apart from HTTP: validate, store, launch, read, cancel.
+"""What the sweep routes do, apart from HTTP: validate, price, store, launch, read, cancel.
 
 Store and Ray calls are blocking; each runs in a worker thread so the event loop keeps serving.
 """
@@ -20,9 +20,26 @@ from service.api.errors import ApiError, not_found
 from service.api.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary, public_error
 from service.api.views import ViewCache
 from service.cluster.supervisor import Supervisor
-from service.policy import parse_body, validate_spec
+from service.policy import (
+    CAP_PRICING,
+    capped_price,
+    caps_verdict,
+    check_sweep_cap,
+    over_owner_cap,
+    owner_budget,
+    parse_body,
+    validate_spec,
+)
 from service.settings import Settings
-from service.store.database import Created, IdempotencyConflict, Store, SweepRow, TooManyActive
+from service.store.database import (
+    Created,
+    IdempotencyConflict,
+    OverBudget,
+    Store,
+    SweepRow,
+    TooManyActive,
+    utcnow,
+)
 from sweeps.cost import PriceConfig, SweepCost, price
 from sweeps.spec import SweepSpec, json_value
 
@@ -36,6 +53,14 @@ def new_sweep_id(name: str) -> str:
 
 def _validated(body: bytes, content_type: str | None, settings: Settings) -> SweepSpec:
     return validate_spec(parse_body(body, content_type), settings)
+
+
+def _validated_and_capped(body: bytes, content_type: str | None, settings: Settings) -> tuple[SweepSpec, float]:
+    """The spec and its price in GPU-hours (service.policy.capped_price); 422 over the cap per sweep."""
+    spec = _validated(body, content_type, settings)
+    hours = capped_price(spec)
+    check_sweep_cap(hours, settings)
+    return spec, hours
 
 
 def price_config(dry_run: bool, **given: Any) -> PriceConfig:
@@ -75,16 +100,29 @@ def _validated_and_priced(
 
 
 async def dry_run(
-    body: bytes, content_type: str | None, settings: Settings, pricing: PriceConfig | None = None
+    body: bytes,
+    content_type: str | None,
+    settings: Settings,
+    pricing: PriceConfig | None = None,
+    *,
+    owner: str | None = None,
+    store: Store | None = None,
 ) -> DryRunResult:
+    """The spec validated and priced, and whether a submit would pass the GPU-hours caps (`caps`): the cap per
+    owner is judged only given the owner and the store (their sweeps within the window)."""
+    pricing = pricing or PriceConfig()
     # validation and pricing are CPU work (bounded by the cells): a thread keeps the loop free
-    spec, cost = await anyio.to_thread.run_sync(
-        _validated_and_priced, body, content_type, settings, pricing or PriceConfig()
-    )
+    spec, cost = await anyio.to_thread.run_sync(_validated_and_priced, body, content_type, settings, pricing)
+    # the caps' price: the same function at the caps' pricing (the dry run's own when it asked for that)
+    hours = cost.gpu_hours.max if pricing == CAP_PRICING else await anyio.to_thread.run_sync(capped_price, spec)
+    priced = None
+    if (budget := owner_budget(settings)) is not None and owner is not None and store is not None:
+        since = utcnow() - budget.window
+        priced = await anyio.to_thread.run_sync(store.priced_since, owner, since)
     return DryRunResult(
         spec=spec.model_dump(mode="json"), total_trials=spec.total_trials,
         cells=len(spec.optimizers) * spec.sizes_per_optimizer[1],
-        trained_tokens=spec.trained_tokens, cost=cost,
+        trained_tokens=spec.trained_tokens, cost=cost, caps=caps_verdict(hours, settings, owner, priced),
     )  # fmt: skip
 
 
@@ -98,9 +136,10 @@ async def submit(
     store: Store,
     supervisor: Supervisor,
 ) -> Created:
-    # validation is CPU work (bounded: every cell becomes a TrainConfig, ~10 ms at the limits): a
-    # thread keeps the loop free
-    spec = (await anyio.to_thread.run_sync(_validated, body, content_type, settings)).model_dump(mode="json")
+    # validation and pricing are CPU work (bounded: every cell becomes a TrainConfig, ~10 ms at the limits):
+    # a thread keeps the loop free. Over the cap per sweep is a 422 here; over the cap per owner, the store's.
+    validated, hours = await anyio.to_thread.run_sync(_validated_and_capped, body, content_type, settings)
+    spec = validated.model_dump(mode="json")
     try:
         created = await anyio.to_thread.run_sync(
             lambda: store.create(
@@ -109,6 +148,8 @@ async def submit(
                 spec=spec,
                 idempotency_key=idempotency_key,
                 max_active=settings.max_concurrent_per_owner,
+                gpu_hours=hours,  # stored whether or not a cap is set: a cap set later counts these
+                budget=owner_budget(settings),
             )
         )
     except IdempotencyConflict as exc:
@@ -127,6 +168,8 @@ async def submit(
             f"Wait for one to finish or cancel one.",
             headers={"Retry-After": str(max(1, int(settings.poll_interval_s * 5)))},
         ) from None
+    except OverBudget as exc:
+        raise over_owner_cap(owner, exc, settings) from None
     if not created.replayed:
         log.info("sweep %s submitted by %s", created.row.id, owner)
         supervisor.launch(created.row)

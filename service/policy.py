@@ -7,6 +7,12 @@ builtin corpus, files under the configured data roots and the configured HF data
 `{"field", "message", "value"}` problem, as in `sweeps.spec.format_validation_error`; values are cut to
 short excerpts, and at most MAX_DETAILS problems are listed.
 
+Cost (`SWEEPS_MAX_GPU_HOURS_PER_SWEEP`, `SWEEPS_MAX_GPU_HOURS_PER_OWNER` over `SWEEPS_GPU_HOURS_WINDOW_S`):
+each submit is priced by the dry run's own `sweeps.cost.price`, at its upper bound (`gpu_hours.max`) and at
+the dry run's default pricing (`CAP_PRICING`), and the price is stored with the sweep. Over the cap per sweep
+is a 422 (`check_sweep_cap`); over the cap per owner, the store refuses the insert (`Store.create`'s budget,
+under the same lock as the count of active sweeps) and `over_owner_cap` makes it a 429 with Retry-After.
+
 Data roots (`SWEEPS_DATA_ROOTS`): every file a path source would read is resolved (symlinks followed)
 and must lie inside a root (worker/sources.py, the rule the worker applies again when it reads). Outside
 the roots the answer is the same whether the path exists or not.
@@ -14,14 +20,20 @@ the roots the answer is the same whether the path exists or not.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import ValidationError
 
 from service.api.errors import ApiError, invalid
+from service.api.schemas import GpuHoursCaps
 from service.settings import Settings
+from service.store.database import Budget, OverBudget, frees_at, utcnow
+from sweeps.cost import PriceConfig, price
 from sweeps.documents import SpecLoadError, parse_document
 from sweeps.spec import SweepSpec, format_validation_error, json_value
 from worker.config import corpus_shortfall, split_batch
@@ -112,6 +124,114 @@ def policy_problems(spec: SweepSpec, settings: Settings) -> list[dict[str, Any]]
         if problem is not None:
             problems.append(problem)
     return problems
+
+
+# ---- cost: GPU-hours caps per sweep and per owner ------------------------------------------------------------
+
+# The caps price every spec on the dry run's default GPU and MFU, never on what a dry run asks (?gpu=, ?mfu=,
+# ?peak_tflops=): a client's peak_tflops=100000 would price any spec at next to nothing.
+CAP_PRICING = PriceConfig()
+PRICED_AS = f"up to, on one {CAP_PRICING.gpu} at MFU {CAP_PRICING.mfu:g}, as a dry run prices it"
+
+
+def capped_price(spec: SweepSpec) -> float:
+    """The GPU-hours the caps judge `spec` at: the most the dry run says it can cost (`gpu_hours.max`: every trial
+    to its whole budget, at the most confirmation runs and batch sizes) at CAP_PRICING."""
+    return price(spec, CAP_PRICING).gpu_hours.max
+
+
+def owner_budget(settings: Settings) -> Budget | None:
+    """The cap per owner as the store applies it; None: no cap."""
+    cap = settings.max_gpu_hours_per_owner
+    return None if cap is None else Budget(cap, timedelta(seconds=settings.gpu_hours_window_s))
+
+
+def sweep_cap_problem(hours: float, settings: Settings) -> str | None:
+    """Why a sweep priced at `hours` is refused whatever its owner spent (over the cap per sweep, or over the
+    cap per owner by itself); None when it is not."""
+    priced = f"this sweep is priced at {_hours(hours)} GPU-hours ({PRICED_AS})"
+    if (cap := settings.max_gpu_hours_per_sweep) is not None and hours > cap:
+        return f"{priced}; the cap per sweep is {_hours(cap)} GPU-hours (SWEEPS_MAX_GPU_HOURS_PER_SWEEP)"
+    if (cap := settings.max_gpu_hours_per_owner) is not None and hours > cap:
+        return (
+            f"{priced}; the cap per owner is {_hours(cap)} GPU-hours per {_span(settings.gpu_hours_window_s)} "
+            f"(SWEEPS_MAX_GPU_HOURS_PER_OWNER), which this sweep alone passes"
+        )
+    return None
+
+
+def check_sweep_cap(hours: float, settings: Settings) -> None:
+    """422 when `sweep_cap_problem` says so. 422, not 403 or 429: like the caps on trials and tokens it is this
+    spec that this deployment refuses, on every retry; a smaller spec (fewer trials, tokens or parameters) passes."""
+    if (problem := sweep_cap_problem(hours, settings)) is not None:
+        raise ApiError(422, "gpu_hours_per_sweep", problem)
+
+
+def owner_cap_problem(owner: str, spent: float, hours: float, settings: Settings) -> str | None:
+    """Why `owner`, whose sweeps within the window are priced at `spent`, may not add one priced at `hours`."""
+    cap = settings.max_gpu_hours_per_owner
+    if cap is None or spent + hours <= cap:
+        return None
+    span = _span(settings.gpu_hours_window_s)
+    return (
+        f"{owner}'s sweeps submitted in the last {span} are priced at {_hours(spent)} GPU-hours; this one, priced at "
+        f"{_hours(hours)} GPU-hours ({PRICED_AS}), would make {_hours(spent + hours)}: the cap per owner is "
+        f"{_hours(cap)} GPU-hours per {span} (SWEEPS_MAX_GPU_HOURS_PER_OWNER)"
+    )
+
+
+def over_owner_cap(owner: str, exc: OverBudget, settings: Settings) -> ApiError:
+    """429 with Retry-After: the seconds until enough of the owner's sweeps have left the window for this one.
+    429, not 403 or 422: the spec is acceptable and the same submit passes later, like too_many_sweeps."""
+    message = owner_cap_problem(owner, exc.spent, exc.price, settings) or str(exc)
+    if exc.frees_at is None:  # the store's own check said the price alone is over (the caps changed between)
+        return ApiError(422, "gpu_hours_per_sweep", message)
+    wait = max(1, math.ceil((exc.frees_at - utcnow()).total_seconds()))
+    return ApiError(
+        429,
+        "gpu_hours_per_owner",
+        f"{message}; room for it again in {_span(wait)}",
+        headers={"Retry-After": str(wait)},
+    )
+
+
+def caps_verdict(
+    hours: float, settings: Settings, owner: str | None = None, priced: Sequence[tuple[datetime, float]] | None = None
+) -> GpuHoursCaps:
+    """What a dry run says of the caps: the price they judge and what a submit now would be refused with.
+    `priced`: the owner's priced sweeps within the window (Store.priced_since); None: not looked up."""
+    problems = [p for p in [sweep_cap_problem(hours, settings)] if p is not None]
+    budget, spent = owner_budget(settings), None
+    if budget is not None and priced is not None:
+        spent = math.fsum(h for _, h in priced)
+        problem = owner_cap_problem(owner or "you", spent, hours, settings) if not problems else None
+        if problem is not None:
+            when = frees_at(priced, hours, budget)
+            if when is not None:
+                problem += f"; room for it again in {_span(max(1, math.ceil((when - utcnow()).total_seconds())))}"
+            problems.append(problem)
+    return GpuHoursCaps(
+        gpu_hours=hours,
+        max_gpu_hours_per_sweep=settings.max_gpu_hours_per_sweep,
+        max_gpu_hours_per_owner=settings.max_gpu_hours_per_owner,
+        window_s=settings.gpu_hours_window_s,
+        owner_gpu_hours=spent,
+        passes=not problems,
+        problems=problems,
+    )
+
+
+def _hours(h: float) -> str:
+    """GPU-hours for people: 420.3, 1,235, 0.0123, 1.23e-07."""
+    return f"{h:,.0f}" if h >= 1000 else f"{h:.4g}"
+
+
+def _span(seconds: float) -> str:
+    """7 days, 36 hours, 90 minutes, 45 s."""
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def data_source_problem(source: str, settings: Settings) -> dict[str, Any] | None:

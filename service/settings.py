@@ -9,6 +9,7 @@ these classes: `python -m service.config_doc > docs/configuration.md` (a test ke
 from __future__ import annotations
 
 import ipaddress
+import math
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, AnyHttpUrl, Field, SecretStr, field_validator
@@ -50,6 +51,19 @@ class Settings(SweepSettings):
     """the most tokens one trial may train (the spec's token_budget); a larger spec gets 422"""
     max_concurrent_per_owner: int = Field(default=2, ge=1)
     """sweeps of one owner that may be queued or running at once; one more gets 429 with Retry-After"""
+    # ---- what one sweep and one owner may cost (service/policy.py), in GPU-hours as the dry run prices them ----
+    max_gpu_hours_per_sweep: float | None = None
+    """the most GPU-hours one sweep may cost: the most a dry run says it can cost (cost.gpu_hours.max) at the dry
+    run's default pricing, one H100-SXM at MFU 0.4, whatever ?gpu= or ?mfu= a dry run asks; a submit priced above it
+    gets 422 naming the price and this cap. None: no cap"""
+    max_gpu_hours_per_owner: float | None = None
+    """the most GPU-hours of the sweeps one owner submits within gpu_hours_window_s, each counted at the price it was
+    submitted at (as max_gpu_hours_per_sweep prices it) whatever became of it: queued, running, finished, failed or
+    cancelled; a submit that would take the owner past it gets 429 naming the prices and this cap, with Retry-After
+    (when enough of their sweeps have left the window). None: no cap"""
+    gpu_hours_window_s: float = Field(default=7 * 86400.0, gt=0, le=366 * 86400.0)
+    """the period of max_gpu_hours_per_owner, in seconds: the sweeps an owner submitted this long before a submit
+    count (default 7 days)"""
     hf_datasets: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """comma-separated HF dataset names ("name" or "name:config") a spec may train on as hf:<name>; "builtin"
     always may"""
@@ -147,6 +161,13 @@ class Settings(SweepSettings):
                     f"characters; make one with `openssl rand -hex 32`"
                 )
         return out
+
+    @field_validator("max_gpu_hours_per_sweep", "max_gpu_hours_per_owner", mode="after")
+    @classmethod
+    def _gpu_hours_cap(cls, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"must be a positive number of GPU-hours (unset: no cap), got {value:g}")
+        return value
 
     @field_validator("hf_datasets", "trusted_proxies", mode="before")
     @classmethod

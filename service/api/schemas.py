@@ -181,6 +181,27 @@ class SweepCreated(_Out):
     replayed: bool = Field(description="true when an earlier submit with the same Idempotency-Key made this sweep")
 
 
+class GpuHoursCaps(_Out):
+    """Whether a submit of this spec now would pass this service's GPU-hours caps (docs/operators.md)."""
+
+    gpu_hours: float = Field(
+        description="the price the caps judge: the most the sweep can cost (cost.gpu_hours.max) at the dry run's "
+        "default pricing, one H100-SXM at MFU 0.4, whatever ?gpu=, ?mfu= or ?peak_tflops= asked"
+    )
+    max_gpu_hours_per_sweep: float | None = Field(description="SWEEPS_MAX_GPU_HOURS_PER_SWEEP; null: no cap")
+    max_gpu_hours_per_owner: float | None = Field(
+        description="SWEEPS_MAX_GPU_HOURS_PER_OWNER, per window_s; null: no cap"
+    )
+    window_s: float = Field(description="SWEEPS_GPU_HOURS_WINDOW_S: the period of the cap per owner (seconds)")
+    owner_gpu_hours: float | None = Field(
+        default=None,
+        description="the prices of your sweeps submitted within the window, summed; null: no cap per owner, or "
+        "not looked up",
+    )
+    passes: bool = Field(description="a submit now would pass every cap judged here (problems: the ones it would not)")
+    problems: list[str] = Field(default_factory=list, description="what a submit now would be refused with")
+
+
 class DryRunResult(_Out):
     valid: Literal[True] = True
     spec: dict[str, Any] = Field(description="the normalised spec (defaults filled in)")
@@ -194,6 +215,7 @@ class DryRunResult(_Out):
         description="what the sweep will cost: trials, tokens, model FLOPs and GPU-hours on the GPU and MFU asked "
         "for (?gpu=, ?mfu=, ?peak_tflops=; default an H100 at 0.4); see sweeps/cost.py"
     )
+    caps: GpuHoursCaps | None = Field(default=None, description="whether a submit would pass the GPU-hours caps")
 
 
 class CheckResult(_Out):

@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from sqlalchemy import (
     JSON,
     DateTime,
     Engine,
+    Float,
     Index,
     Integer,
     String,
@@ -92,6 +94,9 @@ class SweepRow(Base):
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     # driver actors started for this sweep: a lost driver is relaunched (and resumes) a bounded number of times
     driver_starts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # its price when submitted, in GPU-hours (service.policy.capped_price): an owner's sweeps within a window are
+    # capped by their sum. NULL: submitted before this column existed, counted as nothing
+    gpu_hours: Mapped[float | None] = mapped_column(Float, nullable=True)
     # bumped on every change: event streams compare it instead of the whole row
     revision: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -162,6 +167,37 @@ class TooManyActive(Exception):
 
 
 @dataclass(frozen=True)
+class Budget:
+    """The most GPU-hours one owner's sweeps created within `window` of a submit may be priced at, together."""
+
+    gpu_hours: float
+    window: timedelta
+
+
+class OverBudget(Exception):
+    """The owner's sweeps within the window (`spent`) and this one (`price`) would pass the budget."""
+
+    def __init__(self, spent: float, price: float, budget: Budget, frees_at: datetime | None) -> None:
+        super().__init__(f"{spent:g} GPU-hours spent within the window, {price:g} more asked; the budget is {budget}")
+        self.spent, self.price, self.budget, self.frees_at = spent, price, budget, frees_at
+
+
+def frees_at(priced: Sequence[tuple[datetime, float]], price: float, budget: Budget) -> datetime | None:
+    """When `price` more fits the budget, as the sweeps of `priced` (created at, GPU-hours; oldest first, all within
+    the window now) leave the window; None when it never does (the price alone is over the budget)."""
+    if price > budget.gpu_hours:
+        return None
+    left = math.fsum(h for _, h in priced)
+    if left + price <= budget.gpu_hours:
+        return utcnow()
+    for created, hours in priced:
+        left -= hours
+        if left + price <= budget.gpu_hours:
+            return created + budget.window
+    return priced[-1][0] + budget.window  # all gone (what rounding left in `left` is no sweep)
+
+
+@dataclass(frozen=True)
 class Created:
     row: SweepRow
     replayed: bool  # True: an earlier submit with the same idempotency key made it
@@ -224,11 +260,14 @@ class Store:
         spec: dict[str, Any],
         idempotency_key: str | None = None,
         max_active: int | None = None,
+        gpu_hours: float | None = None,
+        budget: Budget | None = None,
     ) -> Created:
-        """Insert a queued sweep, or return the one an earlier submit with the same key made.
+        """Insert a queued sweep priced at `gpu_hours`, or return the one an earlier submit with the same key made.
 
         Raises `IdempotencyConflict` when the key was used for another spec, `TooManyActive` when the
-        owner already has `max_active` sweeps queued or running (a replay is never refused).
+        owner already has `max_active` sweeps queued or running, `OverBudget` when the owner's sweeps created
+        within the budget's window and this one are priced above it (a replay is never refused).
         """
         digest = spec_hash(spec)
         with self._submit_lock:
@@ -244,6 +283,11 @@ class Store:
                             if active >= max_active:
                                 raise TooManyActive(active, max_active)
                         now = utcnow()
+                        if budget is not None and gpu_hours is not None:
+                            priced = self._priced_since(s, owner, now - budget.window)
+                            spent = math.fsum(h for _, h in priced)
+                            if spent + gpu_hours > budget.gpu_hours:
+                                raise OverBudget(spent, gpu_hours, budget, frees_at(priced, gpu_hours, budget))
                         row = SweepRow(
                             id=sweep_id,
                             owner=owner,
@@ -253,6 +297,7 @@ class Store:
                             status=SweepStatus.queued.value,
                             idempotency_key=idempotency_key,
                             cancel_requested=False,
+                            gpu_hours=gpu_hours,
                             revision=1,
                             created_at=now,
                             updated_at=now,
@@ -406,6 +451,20 @@ class Store:
             ).scalar_one()
         )
 
+    def priced_since(self, owner: str, since: datetime) -> list[tuple[datetime, float]]:
+        """(created at, GPU-hours) of the owner's priced sweeps created at or after `since`, oldest first."""
+        with self._sessions() as s:
+            return self._priced_since(s, owner, since)
+
+    @staticmethod
+    def _priced_since(s: Session, owner: str, since: datetime) -> list[tuple[datetime, float]]:
+        rows = s.execute(
+            select(SweepRow.created_at, SweepRow.gpu_hours)
+            .where(SweepRow.owner == owner, SweepRow.created_at >= since, SweepRow.gpu_hours.is_not(None))
+            .order_by(SweepRow.created_at)
+        ).all()
+        return [(r[0], float(r[1])) for r in rows]
+
     @staticmethod
     def _by_key(s: Session, owner: str, key: str) -> SweepRow | None:
         return s.execute(
@@ -439,8 +498,10 @@ __all__ = [
     "ACTIVE_STATUSES",
     "FINAL_STATUSES",
     "Base",
+    "Budget",
     "Created",
     "IdempotencyConflict",
+    "OverBudget",
     "Page",
     "SignInLinkRow",
     "Store",
@@ -448,6 +509,7 @@ __all__ = [
     "SweepStatus",
     "TooManyActive",
     "WebSessionRow",
+    "frees_at",
     "make_engine",
     "spec_hash",
 ]

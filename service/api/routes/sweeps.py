@@ -83,7 +83,7 @@ async def submit_sweep(
     content_type = request.headers.get("content-type")
     if dry_run:
         response.status_code = status.HTTP_200_OK
-        return await manager.dry_run(body, content_type, settings, pricing)
+        return await manager.dry_run(body, content_type, settings, pricing, owner=owner, store=store)
     created = await manager.submit(
         body=body,
         content_type=content_type,
