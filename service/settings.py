@@ -134,6 +134,21 @@ class Settings(SweepSettings):
     """proxies (IP addresses or networks, "*" for any) whose X-Forwarded-For/-Proto are believed: the client
     address of the sign-in limit and https for Secure cookies. Empty: the TCP peer, as it is."""
 
+    # ---- connections (service/api/server.py): what clients' sockets may hold of a service reachable directly ----
+    max_connections: int | None = Field(default=None, ge=1)
+    """client connections open at once; one more first closes the connection idle longest (no request in
+    progress), or gets 503 and is closed when every one is busy. None: the file-descriptor soft limit (`ulimit
+    -n`) less 200 that the service keeps for itself (at least half of it), at most 4096; logged at start"""
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """a request head (request line and headers) must be whole within this many seconds of the connection's
+    opening, or of its first byte after the previous response; else 408 and the connection is closed"""
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
+    """the largest request head (bytes); a larger one gets 431 and the connection is closed"""
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """a request body must be whole within this many seconds of its head; else 408 and the connection is closed"""
+    keep_alive_s: float = Field(default=5.0, gt=0, le=600)
+    """a connection idle between requests is closed after this many seconds"""
+
     @field_validator("tokens", mode="before")
     @classmethod
     def _parse_tokens(cls, value: Any) -> Any:

@@ -2,7 +2,8 @@
 
 `BodyLimit`: a declared Content-Length over the cap is refused before a byte is read; a chunked body
 is counted as it arrives and refused once it passes the cap, so no body larger than the cap is ever
-buffered.
+buffered. A client that leaves before its body is whole (or is closed by the body deadline,
+service/api/server.py) ends its request quietly: nobody is there to answer, and it is no error of the service.
 
 `HotReads`: `GET /sweeps/{id}` answered from the view cache before routing, when the cache holds the
 sweep for the caller's token (counted in the request metrics by itself). Everything else goes on to the FastAPI route, which owns the meaning of
@@ -17,6 +18,7 @@ import re
 import time
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.errors import PayloadTooLarge, error_body
@@ -58,7 +60,10 @@ class BodyLimit:
                     raise PayloadTooLarge(self.max_bytes)
             return message
 
-        await self.app(scope, counted, send)
+        try:
+            await self.app(scope, counted, send)
+        except ClientDisconnect:
+            pass  # the route read a body whose sender is gone (uvicorn drops whatever is sent after)
 
 
 async def _send_413(send: Send, limit: int) -> None:
