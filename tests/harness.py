@@ -568,3 +568,36 @@ def tiny_spec(name: str = "tiny", **overrides: Any) -> dict[str, Any]:
     }
     spec.update(overrides)
     return spec
+
+
+# Debian's Chromium (`/usr/bin/chromium`, which `make test`'s setup installs), driven by Playwright, whose
+# own browser download does not work offline (its Python wheel carries its driver). Headless on a machine
+# with no network: without the background-networking flags Chromium's own connections are refused by the
+# closed network, many at a time.
+CHROMIUM = os.environ.get("BATCHSWEEP_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A Playwright `Browser` on Debian's Chromium; the test fails (never skips) where it is missing."""
+    from playwright.sync_api import sync_playwright
+
+    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if exe is None:
+        pytest.fail("Chromium is missing: these tests need Debian's `chromium` package (apt-get install -y chromium)")
+    # Playwright, not our own DevTools-protocol client: the browser's events come typed and tested upstream
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
-import shutil
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from playwright.sync_api import Browser, Page, sync_playwright
+from harness import chromium
+from playwright.sync_api import Browser, Page
 from svc_helpers import ThreadServer
 
 from service.api.pages import PAGE_HEADERS
@@ -54,10 +53,6 @@ def test_swagger_ui_sends_the_schemas_url_to_no_validator(client: TestClient) ->
 
 # ---- in Chromium -------------------------------------------------------------------------------------
 
-CHROMIUM = os.environ.get("BATCHSWEEP_CHROMIUM", "/usr/bin/chromium")
-# as tests/dashboards/conftest.py launches it: headless, on a machine with no network
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]  # fmt: skip
 # ReDoc's footer shows Redocly's logo from their CDN: the policy keeps the page from fetching it (the
 # image hides itself when it fails to load)
 REDOCLY_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
@@ -65,13 +60,8 @@ REDOCLY_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
-    if exe is None:
-        pytest.fail("Chromium is missing: these tests need Debian's `chromium` package (apt-get install -y chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def watched(browser: Browser, origin: str) -> tuple[Page, list[str], list[str]]:
