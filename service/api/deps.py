@@ -63,3 +63,6 @@ ReaderDep = Annotated[SweepReader, Depends(get_reader)]
 LimitsDep = Annotated[Limits, Depends(get_limits)]
 # every route's `{sweep_id}`
 SweepId = Annotated[str, Path(pattern=SWEEP_ID_PATTERN, description="the id POST /sweeps answered")]
+# an idempotency key (the API's Idempotency-Key header, the submit page's form field): printable ASCII
+# only, up to 200 characters; any other is 422 before the store sees it (PostgreSQL cannot store a NUL)
+IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]{0,200}$"

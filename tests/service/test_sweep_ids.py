@@ -116,3 +116,19 @@ def test_the_openapi_documents_the_ids_form(served: tuple[TestClient, list[Any]]
         (param,) = [p for p in operation["parameters"] if p["name"] == "sweep_id"]
         assert param["in"] == "path" and param["schema"]["pattern"] == "^[a-z0-9-]{1,80}$"
         assert "422" in operation["responses"]
+
+
+@pytest.mark.parametrize("key", ["k\x00ey", "k\x1bey", "ключ", "k" * 201])
+def test_an_idempotency_key_of_other_than_printable_ascii_is_422_on_both_submit_routes(
+    served: tuple[TestClient, list[Any]], launcher: FakeLauncher, key: str
+) -> None:
+    client, sent = served
+    csrf = sign_in(client)
+    form = {"spec": "name: x\n", "action": "submit", "csrf_token": csrf, "idempotency_key": key}
+    resp = client.post("/submit", data=form)
+    assert resp.status_code == 422, resp.text[:300]
+    assert resp.json()["error"]["details"][0]["field"] == "body.idempotency_key"
+    if "\x00" not in key and key.isascii():  # a header cannot carry a NUL or non-ASCII over HTTP at all
+        resp = client.post("/sweeps", json=tiny_spec(), headers=auth() | {"Idempotency-Key": key})
+        assert resp.status_code == 422 and resp.json()["error"]["details"][0]["field"] == "header.idempotency-key"
+    assert launcher.drivers == {} and not [p for p in sent if any(key in str(v) for v in (p or ()))]

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from service import manager
 from service.api.auth import BearerOnly, Owner, check_csrf, safe_next, web_session
-from service.api.deps import LimitsDep, SettingsDep, StoreDep, SupervisorDep
+from service.api.deps import IDEMPOTENCY_KEY_PATTERN, LimitsDep, SettingsDep, StoreDep, SupervisorDep
 from service.api.errors import ApiError
 from service.api.pages import (
     EXAMPLE_SPEC,
@@ -231,7 +231,7 @@ async def submit_form(
     spec: Annotated[str, Form()] = "",
     file: Annotated[UploadFile | None, File()] = None,
     action: Annotated[Literal["check", "submit"], Form()] = "check",
-    idempotency_key: Annotated[str, Form(max_length=200)] = "",
+    idempotency_key: Annotated[str, Form(pattern=IDEMPOTENCY_KEY_PATTERN)] = "",
 ) -> Response:
     text = spec
     if file is not None and file.filename:

@@ -12,7 +12,15 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from service import manager
 from service.api import pages
 from service.api.auth import Owner
-from service.api.deps import LimitsDep, ReaderDep, SettingsDep, StoreDep, SupervisorDep, SweepId
+from service.api.deps import (
+    IDEMPOTENCY_KEY_PATTERN,
+    LimitsDep,
+    ReaderDep,
+    SettingsDep,
+    StoreDep,
+    SupervisorDep,
+    SweepId,
+)
 from service.api.events import StreamSlot, sweep_events
 from service.api.schemas import (
     DryRunResult,
@@ -70,7 +78,10 @@ async def submit_sweep(
         float | None, Query(description="dry run: the GPU's dense bf16 peak in TFLOP/s (overrides the table)")
     ] = None,
     idempotency_key: Annotated[
-        str | None, Header(max_length=200, description="a retried submit with the same key returns the same sweep")
+        str | None,
+        Header(
+            pattern=IDEMPOTENCY_KEY_PATTERN, description="a retried submit with the same key returns the same sweep"
+        ),
     ] = None,
 ) -> SweepCreated | DryRunResult:
     pricing = manager.price_config(dry_run, gpu=gpu, mfu=mfu, peak_tflops=peak_tflops)  # 422 names a bad one
