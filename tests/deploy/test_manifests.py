@@ -523,6 +523,29 @@ def test_every_pod_runs_unprivileged(docs: list[dict[str, Any]]) -> None:
         assert sc.get("privileged", False) is False and sc.get("runAsUser", 1000) != 0, where
 
 
+def test_no_container_can_change_its_image(docs: list[dict[str, Any]]) -> None:
+    """A read-only root filesystem everywhere (a process that is taken over cannot plant code in the image
+    for the next one), and a volume at every path the processes write: /tmp (Ray's sessions and logs) and
+    HOME (the caches of torch, Triton and Hugging Face) in each container, as the Dockerfile sets HOME."""
+    home = re.search(r"^ENV HOME=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert home is not None
+    rc = raycluster(docs)["spec"]
+    head_volumes = {v["name"] for v in rc["headGroupSpec"]["template"]["spec"]["volumes"]}
+    sidecars = [("autoscaler", rc["autoscalerOptions"], head_volumes)]
+    own = [
+        (where, c, {v["name"] for v in t["spec"].get("volumes", [])})
+        for where, t in pod_templates(docs)
+        for c in t["spec"]["containers"]
+    ]
+    for where, c, volumes in own + sidecars:
+        assert c["securityContext"].get("readOnlyRootFilesystem") is True, where
+        mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+        assert "/tmp" in mounts, where
+        assert set(mounts.values()) <= volumes, where  # every mount names a volume of its pod
+        if where != "autoscaler":
+            assert home.group(1) in mounts, where
+
+
 # ---- environment and Secrets ----------------------------------------------------------------------
 
 
