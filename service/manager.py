@@ -1,6 +1,7 @@
 """What the sweep routes do, apart from HTTP: validate, price, store, launch, read, cancel.
 
-Store and Ray calls are blocking; each runs in a worker thread so the event loop keeps serving.
+Store and Ray calls are blocking; each runs in a worker thread so the event loop keeps serving. Reading a
+submitted spec is CPU work; it runs in `service.spec_work.SpecWork`'s pool, one at a time per owner.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from service.policy import (
     validate_spec,
 )
 from service.settings import Settings
+from service.spec_work import SpecWork
 from service.store.database import (
     Created,
     IdempotencyConflict,
@@ -94,9 +96,12 @@ def price_config(dry_run: bool, **given: Any) -> PriceConfig:
 
 def _validated_and_priced(
     body: bytes, content_type: str | None, settings: Settings, pricing: PriceConfig
-) -> tuple[SweepSpec, SweepCost]:
+) -> tuple[SweepSpec, SweepCost, float]:
+    """The spec, its price at `pricing`, and its price in GPU-hours at the caps' pricing (the same function;
+    the dry run's own figure when it asked for that pricing)."""
     spec = _validated(body, content_type, settings)
-    return spec, price(spec, pricing)
+    cost = price(spec, pricing)
+    return spec, cost, cost.gpu_hours.max if pricing == CAP_PRICING else capped_price(spec)
 
 
 async def dry_run(
@@ -105,18 +110,16 @@ async def dry_run(
     settings: Settings,
     pricing: PriceConfig | None = None,
     *,
-    owner: str | None = None,
+    owner: str,
+    work: SpecWork,
     store: Store | None = None,
 ) -> DryRunResult:
     """The spec validated and priced, and whether a submit would pass the GPU-hours caps (`caps`): the cap per
-    owner is judged only given the owner and the store (their sweeps within the window)."""
+    owner is judged only given the store (the owner's sweeps within the window)."""
     pricing = pricing or PriceConfig()
-    # validation and pricing are CPU work (bounded by the cells): a thread keeps the loop free
-    spec, cost = await anyio.to_thread.run_sync(_validated_and_priced, body, content_type, settings, pricing)
-    # the caps' price: the same function at the caps' pricing (the dry run's own when it asked for that)
-    hours = cost.gpu_hours.max if pricing == CAP_PRICING else await anyio.to_thread.run_sync(capped_price, spec)
+    spec, cost, hours = await work.run(owner, _validated_and_priced, body, content_type, settings, pricing)
     priced = None
-    if (budget := owner_budget(settings)) is not None and owner is not None and store is not None:
+    if (budget := owner_budget(settings)) is not None and store is not None:
         since = utcnow() - budget.window
         priced = await anyio.to_thread.run_sync(store.priced_since, owner, since)
     return DryRunResult(
@@ -135,10 +138,10 @@ async def submit(
     settings: Settings,
     store: Store,
     supervisor: Supervisor,
+    work: SpecWork,
 ) -> Created:
-    # validation and pricing are CPU work (bounded: every cell becomes a TrainConfig, ~10 ms at the limits):
-    # a thread keeps the loop free. Over the cap per sweep is a 422 here; over the cap per owner, the store's.
-    validated, hours = await anyio.to_thread.run_sync(_validated_and_capped, body, content_type, settings)
+    # Over the cap per sweep is a 422 here; over the cap per owner, the store's.
+    validated, hours = await work.run(owner, _validated_and_capped, body, content_type, settings)
     spec = validated.model_dump(mode="json")
     try:
         created = await anyio.to_thread.run_sync(

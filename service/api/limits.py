@@ -1,4 +1,5 @@
-"""Per-owner request limits: token buckets for dry runs and submits, a count of open event streams.
+"""Per-owner request limits: token buckets for dry runs and submits, a count of open event streams, one
+spec read at a time (service.spec_work).
 
 Both answer 429 with Retry-After beyond their limit (the routes raise it). State lives in this process
 (one `Limits` per app, made on first use by `service.api.deps.get_limits`): with several service processes
@@ -11,10 +12,11 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.api.errors import ApiError
 from service.settings import Settings
+from service.spec_work import SpecWork
 
 # How long a client refused an event stream is told to wait: streams end when their sweep does, so
 # there is no time at which a slot is known to free up; a few seconds keeps retries cheap.
@@ -101,6 +103,8 @@ class Limits:
     streams: Slots
     # sessions (POST /login) and one-time links (POST /login/once) made per owner: each is a stored row
     sign_ins: TokenBucket
+    # reading submitted specs (dry runs, submits, the submit page's check): one at a time per owner
+    specs: SpecWork = field(default_factory=SpecWork)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:

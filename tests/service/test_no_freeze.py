@@ -7,6 +7,7 @@ held the GIL or the event loop would stall the /healthz probe measured beside it
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 import urllib.parse
@@ -19,10 +20,10 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from svc_helpers import FakeLauncher, ThreadServer, auth
+from svc_helpers import ALICE, BOB, FakeLauncher, ThreadServer, auth
 
 from service.settings import Settings
-from sweeps.documents import SpecLoadError, compose_yaml, parse_json, parse_yaml
+from sweeps.documents import MAX_NODES, SpecLoadError, compose_yaml, parse_json, parse_yaml
 
 # latencies of a server under test: measured alone, never beside another test (make test runs these one at a time)
 pytestmark = pytest.mark.serial
@@ -139,6 +140,74 @@ def test_a_deep_document_on_the_submit_page_is_a_4xx_naming_the_depth(
     with ThreadServer(make_settings(), launcher) as server, httpx.Client(base_url=server.url, timeout=60) as http:
         resp = http.post("/submit", data={"spec": "[" * 20_000, "action": "check"}, headers=auth())
         assert resp.status_code == 422 and "nested deeper than" in resp.text
+
+
+# ---- one owner at their limits with the costliest specs slows nobody else -----------------------------
+
+LOAD_S = 5.0  # the burst of both buckets and a few refills
+POLL_EVERY_S = 0.1
+P99_BOUND_S = 0.5  # the issue's bound; the Kubernetes probe gives up at 8 s
+
+
+def costliest_yaml(max_bytes: int) -> str:
+    """A spec the service parses and validates in full before refusing it: every value the node bound
+    allows, as long strings filling the body limit."""
+    head = "name: load\ntags: ["
+    width = max_bytes // MAX_NODES - 4  # '"..."' plus ', '
+    text = head + ", ".join('"' + "x" * width + '"' for _ in range(MAX_NODES - 8)) + "]\n"
+    assert len(text.encode()) <= max_bytes
+    return text
+
+
+def test_one_owner_at_their_limits_with_the_costliest_specs_slows_neither_healthz_nor_another_owner(
+    make_settings: Callable[..., Settings], launcher: FakeLauncher
+) -> None:
+    # the default rate limits (the suite's settings raise them): what one owner may send
+    limits = ("dry_run_burst", "dry_run_refill_s", "submit_burst", "submit_refill_s")
+    settings_ = make_settings(**{name: Settings.model_fields[name].default for name in limits})
+    body = costliest_yaml(settings_.max_body_bytes)
+    yaml_body = auth(ALICE) | {"Content-Type": "application/yaml"}
+    stop = threading.Event()
+    refused: list[int] = []  # statuses of the specs read in full (422 from validation)
+
+    def attack(path: str) -> None:
+        """Send as fast as the limits allow: on a 429, wait what Retry-After says, then go on."""
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            while not stop.is_set():
+                resp = http.post(path, content=body, headers=yaml_body)
+                if resp.status_code == 429:
+                    stop.wait(float(resp.headers["Retry-After"]))
+                else:
+                    refused.append(resp.status_code)
+
+    def poll(path: str, headers: dict[str, str]) -> list[float]:
+        took: list[float] = []
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            while not stop.is_set():
+                started = time.perf_counter()
+                assert http.get(path, headers=headers).status_code == 200
+                took.append(time.perf_counter() - started)
+                stop.wait(POLL_EVERY_S)
+        return took
+
+    with ThreadServer(settings_, launcher) as server, ThreadPoolExecutor(max_workers=10) as pool:
+        httpx.get(f"{server.url}/healthz")
+        attackers = [pool.submit(attack, path) for path in ("/sweeps?dry_run=true", "/sweeps") * 4]
+        healthz = pool.submit(poll, "/healthz", {})
+        other = pool.submit(poll, "/sweeps", auth(BOB))
+        time.sleep(LOAD_S)
+        stop.set()
+        for attacker in attackers:
+            attacker.result(timeout=120)
+        times = {"/healthz": healthz.result(timeout=120), "another owner's GET /sweeps": other.result(timeout=120)}
+    for what, took in times.items():
+        assert len(took) >= 10, f"{what}: {len(took)} answers"
+        p99 = statistics.quantiles(took, n=100)[98]
+        assert p99 < P99_BOUND_S, f"{what}: p99 {p99:.3f} s, slowest {max(took):.3f} s of {len(took)}"
+    # the load happened: both buckets' bursts were read in full and refused
+    burst = settings_.dry_run_burst + settings_.submit_burst
+    assert len(refused) >= burst and set(refused) == {422}, (len(refused), set(refused))
+    assert launcher.started == []
 
 
 # ---- the parsers are linear: time at 4x the size stays far below 16x (quadratic) ----------------------

@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 import sweeps
+from sweeps.documents import MAX_NODES
 from sweeps.spec import (
     DEFAULT_MAX_TRIALS,
     REFERENCE_EXTRA_TRIALS,
@@ -390,7 +391,7 @@ def test_service_and_cli_share_the_parser():
     [
         (SweepSpec.from_json, "[" * 10_000, "nested deeper than 32"),
         (SweepSpec.from_yaml, "a: " + "[" * 10_000, "nested deeper than 32"),
-        (SweepSpec.from_json, json.dumps({"batch_sizes": [1] * 20_000}), "more than 10000 values"),
+        (SweepSpec.from_json, json.dumps({"batch_sizes": [1] * (2 * MAX_NODES)}), f"more than {MAX_NODES} values"),
         (SweepSpec.from_json, json.dumps(BASE).replace('"max": 0.03', '"max": Infinity'), "Infinity"),
         (SweepSpec.from_json, json.dumps(BASE).replace('"max": 0.03', '"max": 1e999'), "finite"),
         (SweepSpec.from_yaml, yaml.safe_dump(BASE).replace("max: 0.03", "max: .nan"), "finite"),

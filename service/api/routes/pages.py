@@ -244,11 +244,14 @@ async def submit_form(
     try:
         if action == "check":
             limits.take_dry_run(owner)
-            result = await manager.dry_run(body, "application/yaml", settings)
+            result = await manager.dry_run(
+                body, "application/yaml", settings, owner=owner, work=limits.specs, store=store
+            )
             most = "at most " if isinstance(result.spec.get("batch_sizes"), dict) else ""  # a search of the batch axis
             message = (
                 f"Valid: {most}{result.cells} cells, {most}{result.total_trials} trials, each training on "
-                f"{result.trained_tokens:,} tokens. Submit it to start."
+                f"{result.trained_tokens:,} tokens. {result.caps.summary()}"
+                + (" Submit it to start." if result.caps.passes else "")
             )
             return submit_page(request, text, message=message, key=idempotency_key or None)
         limits.take_submit(owner)
@@ -260,9 +263,10 @@ async def submit_form(
             settings=settings,
             store=store,
             supervisor=supervisor,
+            work=limits.specs,
         )
     except ApiError as exc:
-        problems, lines = await anyio.to_thread.run_sync(annotate, text, exc.details)
+        problems, lines = await limits.specs.run(owner, annotate, text, exc.details)
         retry = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "retry-after"}
         return submit_page(
             request,

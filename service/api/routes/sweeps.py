@@ -94,7 +94,7 @@ async def submit_sweep(
     content_type = request.headers.get("content-type")
     if dry_run:
         response.status_code = status.HTTP_200_OK
-        return await manager.dry_run(body, content_type, settings, pricing, owner=owner, store=store)
+        return await manager.dry_run(body, content_type, settings, pricing, owner=owner, work=limits.specs, store=store)
     created = await manager.submit(
         body=body,
         content_type=content_type,
@@ -103,6 +103,7 @@ async def submit_sweep(
         settings=settings,
         store=store,
         supervisor=supervisor,
+        work=limits.specs,
     )
     response.headers["Location"] = f"/sweeps/{created.row.id}"
     if created.replayed:
