@@ -25,7 +25,7 @@ from service.api import errors
 from service.api.auth import TokenTable
 from service.api.health import HealthChecker, mlflow_check
 from service.api.metrics import Metrics, RequestMetrics
-from service.api.middleware import BodyLimit, HotReads
+from service.api.middleware import BodyLimit, HotReads, PrefixHeaders
 from service.api.routes import docs, health, pages, sweeps
 from service.api.sessions import Sessions, SignInLimiter
 from service.api.views import ViewCache
@@ -112,6 +112,8 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         log.warning("SWEEPS_TOKENS is empty: every request but /healthz will be refused")
     app.state.sign_in_limiter = SignInLimiter(settings)
     errors.install(app)
+    # the offline docs' scripts and styles: never read as another type than they are sent as
+    app.add_middleware(PrefixHeaders, prefix=docs.STATIC_URL, headers={"X-Content-Type-Options": "nosniff"})
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     metrics = Metrics() if settings.metrics_port else None
     app.state.metrics = metrics

@@ -5,6 +5,9 @@ is counted as it arrives and refused once it passes the cap, so no body larger t
 buffered. A client that leaves before its body is whole (or is closed by the body deadline,
 service/api/server.py) ends its request quietly: nobody is there to answer, and it is no error of the service.
 
+`PrefixHeaders`: headers added to every answer under one path prefix (the offline docs' files, which
+fastapi-offline serves through a mount of its own, get `X-Content-Type-Options: nosniff` this way).
+
 `HotReads`: `GET /sweeps/{id}` answered from the view cache before routing, when the cache holds the
 sweep for the caller's token (counted in the request metrics by itself). Everything else goes on to the FastAPI route, which owns the meaning of
 the endpoint (401, 404, cache misses, the OpenAPI docs); a test checks that both answer byte for byte
@@ -64,6 +67,26 @@ class BodyLimit:
             await self.app(scope, counted, send)
         except ClientDisconnect:
             pass  # the route read a body whose sender is gone (uvicorn drops whatever is sent after)
+
+
+class PrefixHeaders:
+    def __init__(self, app: ASGIApp, prefix: str, headers: dict[str, str]) -> None:
+        self.app, self.prefix = app, prefix.rstrip("/") + "/"
+        self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        names = {name for name, _ in self.headers}
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message = {**message, "headers": kept + self.headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 async def _send_413(send: Send, limit: int) -> None:

@@ -1,7 +1,7 @@
 """The API's docs pages (/docs, /redoc, /docs/oauth2-redirect; service/api/routes/docs.py) go out with the
 browser pages' security headers: a Content-Security-Policy of this origin that allows each page's own
 inline script by its hash and no framing, nosniff, no-store and the same-origin referrer policy. And
-under that policy they work in Chromium: Swagger UI draws the operations, ReDoc draws them and searches
+their scripts and styles go out with nosniff. Under that policy they work in Chromium: Swagger UI draws the operations, ReDoc draws them and searches
 them (in its blob: worker), the OAuth2 redirect page's script runs."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, Page
 from svc_helpers import ThreadServer
 
 from service.api.pages import PAGE_HEADERS
+from service.api.routes.docs import STATIC_URL
 
 DOCS_PAGES = ["/docs", "/redoc", "/docs/oauth2-redirect"]
 
@@ -45,6 +46,15 @@ def test_the_docs_pages_send_the_pages_security_headers(client: TestClient, path
     assert set(csp["script-src"][1:]) == hashes
     assert len(inline) == (0 if path == "/redoc" else 1)
     assert not {"'unsafe-inline'", "'unsafe-eval'", "*", "data:", "blob:"} & set(csp["script-src"])
+
+
+@pytest.mark.parametrize("name", ["swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png"])
+def test_the_docs_files_are_never_sniffed_as_another_type(client: TestClient, name: str) -> None:
+    resp = client.get(f"{STATIC_URL}/{name}")
+    assert resp.status_code == 200
+    assert resp.headers.get_list("x-content-type-options") == ["nosniff"]
+    # the header is for that prefix only, and the path test is by segment
+    assert "x-content-type-options" not in client.get(f"{STATIC_URL}-not/{name}").headers
 
 
 def test_swagger_ui_sends_the_schemas_url_to_no_validator(client: TestClient) -> None:
