@@ -201,6 +201,19 @@ class GpuHoursCaps(_Out):
     passes: bool = Field(description="a submit now would pass every cap judged here (problems: the ones it would not)")
     problems: list[str] = Field(default_factory=list, description="what a submit now would be refused with")
 
+    def summary(self) -> str:
+        """One line for people (the CLI's dry run, the submit page's check)."""
+        if not self.passes:
+            return "A submit now would be refused: " + "; ".join(self.problems)
+        caps = []
+        if self.max_gpu_hours_per_sweep is not None:
+            caps.append(f"{self.max_gpu_hours_per_sweep:g} per sweep")
+        if self.max_gpu_hours_per_owner is not None:
+            spent = "" if self.owner_gpu_hours is None else f", {self.owner_gpu_hours:.4g} used"
+            caps.append(f"{self.max_gpu_hours_per_owner:g} per owner in {self.window_s / 86400:.3g} days{spent}")
+        within = f"within the caps ({'; '.join(caps)})" if caps else "no GPU-hours cap is set"
+        return f"At most {self.gpu_hours:.4g} GPU-hours: {within}."
+
 
 class DryRunResult(_Out):
     valid: Literal[True] = True

@@ -60,6 +60,7 @@ def test_dry_run_and_invalid_spec(cli: Any, tmp_path: Path) -> None:
     good.write_text(__import__("json").dumps(tiny_spec()))
     out = cli("submit", "--dry-run", str(good))
     assert out.exit_code == 0 and "7 trials" in out.output
+    assert "GPU-hours: no GPU-hours cap is set" in out.output  # the caps' verdict (none configured here)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(tiny_spec(token_budget=10)))
     out = cli("submit", str(bad))

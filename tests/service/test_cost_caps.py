@@ -5,6 +5,7 @@ store and start nothing. In-process app, drivers faked (no Ray)."""
 
 from __future__ import annotations
 
+import html
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 from harness import tiny_spec
 from svc_helpers import BOB, FakeLauncher, auth, wait_until
@@ -168,6 +170,24 @@ def test_under_the_caps_a_sweep_is_accepted_and_stored_with_its_price(
     store: Store = client.app.state.store  # type: ignore[attr-defined]
     assert [store.get(i).gpu_hours for i in ids] == [pytest.approx(TINY)] * 3  # type: ignore[union-attr]
     wait_until(lambda: sorted(launcher.started) == sorted(ids), 10)
+
+
+def test_the_submit_pages_check_says_whether_a_submit_would_pass_the_caps(
+    app_client: Callable[..., TestClient],
+) -> None:
+    client = app_client(max_gpu_hours_per_sweep=TINY * 2, max_gpu_hours_per_owner=TINY * 1.5)
+
+    def check(name: str) -> str:
+        resp = client.post("/submit", data={"spec": yaml.safe_dump(tiny_spec(name)), "action": "check"}, headers=auth())
+        assert resp.status_code == 200, resp.text
+        return html.unescape(resp.text)
+
+    fits = check("c0")
+    assert "within the caps" in fits and "per sweep" in fits and "0 used" in fits and "Submit it to start" in fits
+    assert client.post("/sweeps", json=tiny_spec("c0"), headers=auth()).status_code == 201
+    over = check("c1")
+    assert "A submit now would be refused" in over and "SWEEPS_MAX_GPU_HOURS_PER_OWNER" in over
+    assert "Submit it to start" not in over
 
 
 def test_no_caps_by_default(client: TestClient) -> None:
