@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from sweeps.driver import run_sweep
-    from sweeps.runtime import SweepRuntime
+    from sweeps.settings import runtime_from_env
     from sweeps.spec import SweepSpec
     from worker.data import prepare_data
     from worker.launch import init_ray
@@ -35,7 +35,7 @@ def main() -> None:
     init_ray()
     prepare_data(spec.data)
     with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as d:
-        runtime = SweepRuntime.from_env(d)
+        runtime = runtime_from_env(d)
         start = time.perf_counter()
         outcome = run_sweep(spec, sweep_id=f"{spec.name}-bench", runtime=runtime)
         wall = time.perf_counter() - start

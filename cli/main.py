@@ -90,9 +90,9 @@ def run(
     spec = _load_spec(spec_path)
     from sweeps.analysis import report_to_json
     from sweeps.driver import run_sweep
-    from sweeps.runtime import SweepRuntime
+    from sweeps.settings import runtime_from_env
 
-    runtime = SweepRuntime.from_env(data_dir)
+    runtime = runtime_from_env(data_dir)
     console.print(
         f"[bold]{spec.name}[/]: {', '.join(spec.optimizer_names)} x batch {_batch_text(spec)}, "
         f"{'at most ' if spec.batch_search else ''}{spec.total_trials} trials of {spec.trained_tokens:,} tokens, "
@@ -233,9 +233,9 @@ def plots(
 ) -> None:
     """(Re)draw a recorded sweep's figures and log them to its MLflow summary run."""
     from dashboards import SweepDataError, publish
-    from sweeps.runtime import SweepRuntime
+    from sweeps.settings import runtime_from_env
 
-    runtime = SweepRuntime.from_env(data_dir)
+    runtime = runtime_from_env(data_dir)
     try:
         paths = publish(runtime.tracking_uri, sweep_id, out_dir=out)
     except SweepDataError as exc:

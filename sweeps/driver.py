@@ -23,6 +23,7 @@ from sweeps.search import (
     collect_results,
     make_scheduler,
 )
+from sweeps.settings import runtime_from_env
 from sweeps.spec import SweepSpec
 from sweeps.status import SweepStatus
 from sweeps.stores import close_running_trials, open_storage, recorded_results
@@ -71,7 +72,7 @@ def run_sweep(
 
     started = time.perf_counter()
     sweep_id = sweep_id or spec.name
-    runtime = runtime or SweepRuntime.from_env()
+    runtime = runtime or runtime_from_env()
     runtime.ensure()
 
     # the data first, in the driver: a bad source fails here, before any trial, and trials share the cache

@@ -51,14 +51,6 @@ class SweepRuntime:
             mlflow_outage_s=mlflow_outage_s,
         )
 
-    @classmethod
-    def from_env(cls, data_dir: str | os.PathLike[str] | None = None) -> SweepRuntime:
-        """The stores the environment names (`sweeps.settings.SweepSettings`), in `data_dir` if given."""
-        from sweeps.settings import SweepSettings  # it builds runtimes: imported here, not at the top
-
-        settings = SweepSettings() if data_dir is None else SweepSettings(data_dir=Path(data_dir))
-        return settings.runtime()
-
     @property
     def ray_results(self) -> Path:
         return self.data_dir / "ray_results"

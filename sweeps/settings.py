@@ -7,6 +7,7 @@ service's MLFLOW_UI_URL).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, field_validator
@@ -63,3 +64,9 @@ class SweepSettings(WorkerSettings):
             log_format=self.log_format,
             mlflow_outage_s=self.mlflow_outage_s,
         )
+
+
+def runtime_from_env(data_dir: str | os.PathLike[str] | None = None) -> SweepRuntime:
+    """The stores the environment names (`SweepSettings`), in `data_dir` if given."""
+    settings = SweepSettings() if data_dir is None else SweepSettings(data_dir=Path(data_dir))
+    return settings.runtime()

@@ -100,10 +100,10 @@ def tiny_sweep(ray_session: str, tmp_path_factory: pytest.TempPathFactory):  # -
     """One real tiny sweep (2 optimizers x 2 batch sizes x 3 trials) recorded in MLflow, for the
     tests of what a sweep records and of the figures made from it."""
     from sweeps.driver import run_sweep
-    from sweeps.runtime import SweepRuntime
+    from sweeps.settings import runtime_from_env
     from sweeps.spec import SweepSpec
 
-    runtime = SweepRuntime.from_env(tmp_path_factory.mktemp("tiny-sweep"))
+    runtime = runtime_from_env(tmp_path_factory.mktemp("tiny-sweep"))
     outcome = run_sweep(SweepSpec.from_yaml(TINY_SWEEP), runtime=runtime)
     return outcome, runtime
 

@@ -141,14 +141,14 @@ def test_worker_settings_from_the_nodes_environment(monkeypatch: pytest.MonkeyPa
 
 
 def test_sweep_settings_name_the_runtime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from sweeps.runtime import SweepRuntime
+    from sweeps.settings import runtime_from_env
 
     monkeypatch.setenv("SWEEPS_DATA_DIR", str(tmp_path / "d"))
     monkeypatch.setenv("SWEEPS_OPTUNA_STORAGE", "postgresql://u@127.0.0.1/optuna")
     monkeypatch.setenv("SWEEPS_TOKENS", "not read here")  # the service's: a sweep ignores it
-    runtime = SweepRuntime.from_env()
+    runtime = runtime_from_env()
     assert runtime.data_dir == (tmp_path / "d").resolve()
     assert runtime.optuna_storage == "postgresql://u@127.0.0.1/optuna"
     assert runtime.tracking_uri == f"sqlite:///{(tmp_path / 'd' / 'mlflow.db').resolve()}"
     # an explicit folder wins over the environment's
-    assert SweepRuntime.from_env(tmp_path / "e").data_dir == (tmp_path / "e").resolve()
+    assert runtime_from_env(tmp_path / "e").data_dir == (tmp_path / "e").resolve()

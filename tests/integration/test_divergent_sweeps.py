@@ -20,6 +20,7 @@ from sweeps.analysis import validate_report
 from sweeps.driver import SweepOutcome, run_sweep
 from sweeps.layout import TRIAL_ROLES, Tag
 from sweeps.runtime import SweepRuntime
+from sweeps.settings import runtime_from_env
 from sweeps.spec import SweepSpec
 from sweeps.stores import open_storage, sweep_studies
 
@@ -59,7 +60,7 @@ def test_an_lr_range_that_diverges_at_the_first_step_still_ends_in_an_answer(ray
             pruning={"enabled": False},
         )
     )
-    runtime = SweepRuntime.from_env(tmp_path)
+    runtime = runtime_from_env(tmp_path)
     outcome = run_sweep(spec, runtime=runtime)
     trials = _every_trial_once_with_its_status(outcome, runtime)
     # most trials diverged before their first evaluation (1,536 tokens): at their first steps
@@ -85,7 +86,7 @@ def test_no_clipping_at_sizes_whose_first_steps_explode_still_ends_in_an_answer(
             resources={"max_concurrent_trials": 2},
         )
     )
-    runtime = SweepRuntime.from_env(tmp_path)
+    runtime = runtime_from_env(tmp_path)
     outcome = run_sweep(spec, runtime=runtime)
     trials = _every_trial_once_with_its_status(outcome, runtime)
     statuses = {a["status"] for a in trials.values()}

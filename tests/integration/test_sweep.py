@@ -16,7 +16,7 @@ from sweeps.analysis import report_to_json, validate_report
 from sweeps.driver import run_sweep
 from sweeps.layout import TRIAL_ROLES
 from sweeps.plan import study_name
-from sweeps.runtime import SweepRuntime
+from sweeps.settings import runtime_from_env
 from sweeps.spec import SweepSpec
 from sweeps.stores import open_storage
 
@@ -130,7 +130,7 @@ schedule: {warmup_fraction: 0.05, warmup_search: [0.25]}  # one warm-up run per 
 
 def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, tmp_path: Path) -> None:
     spec = SweepSpec.from_yaml(RESUME)
-    runtime = SweepRuntime.from_env(tmp_path / "data")
+    runtime = runtime_from_env(tmp_path / "data")
     done: list[int] = []
 
     first = run_sweep(

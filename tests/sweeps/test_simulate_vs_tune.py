@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 import sweeps.simulate
 from sweeps.driver import run_sweep
 from sweeps.layout import TRIAL_ROLES, Tag
-from sweeps.runtime import SweepRuntime
+from sweeps.settings import runtime_from_env
 from sweeps.simulate import Run, simulate
 from sweeps.spec import SweepSpec
 from sweeps.stores import open_storage, sweep_studies
@@ -97,7 +97,7 @@ def test_the_driver_on_tune_and_the_simulation_agree_on_every_trial_verdict_and_
     from ray import cloudpickle  # Ray's own copy pickles the trial function
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the objective travels by value to Ray's workers
-    runtime = SweepRuntime.from_env(tmp_path)
+    runtime = runtime_from_env(tmp_path)
     outcome = run_sweep(spec, runtime=runtime, trial_fn=sweeps.simulate.objective_trial(spec, cliff_objective))
     assert outcome.status == "succeeded"
 
