@@ -76,8 +76,10 @@ def make_problem(family: str, index: int, lattice: Sequence[int], *, base_seed: 
     p = se.FAMILIES[family](index, base_seed=base_seed, tolerance=tolerance)
     rng = np.random.default_rng([base_seed, index, 31])
     b_crit = math.exp(rng.uniform(math.log(MIN / 2), math.log(2 * MAX)))
+    crits = {opt: b_crit if opt == se.BASELINE else b_crit * float(rng.uniform(0.5, 4.0)) for opt in p.truths}
+    # the noise-scale family's boundary follows B_noise (b_crit is its nominal twentieth)
     truths = {
-        opt: dataclasses.replace(t, b_crit=b_crit if opt == se.BASELINE else b_crit * float(rng.uniform(0.5, 4.0)))
+        opt: dataclasses.replace(t, b_crit=crits[opt], noise_scale=20.0 * crits[opt] if t.noise_scale else 0.0)
         for opt, t in p.truths.items()
     }
     return dataclasses.replace(p, truths=truths, batch_sizes=tuple(lattice))

@@ -3,15 +3,22 @@
     python benchmarks/search_efficiency.py [--problems 200] [--concurrency 4] [--sigma 0.01] [--seed 0]
     python benchmarks/search_efficiency.py --real [--spec benchmarks/specs/real_tiny.yaml]
 
-    python benchmarks/search_efficiency.py --family cliffs [--seeds 2]
+    python benchmarks/search_efficiency.py --family cliffs|noise-scale [--seeds 2]
 
 Targets: the answer equals the truth in >= 0.90 of answers and never less often than a 12-lr x 2-seed
-grid on the same problems; the report's bracket holds the truth in >= 95% of answers; <= 0.5 of that
-grid's tokens. The last line gives the three figures. Two families of problems: "bowls" (below, the
+grid on the same problems; the report's bracket holds the truth in >= 95% of answers, and of the answers
+resting on an edge-bound cell; <= 0.5 of that grid's tokens. The last line gives the three figures. Three
+families of problems: "bowls" (below, the
 family the search was first tuned on) and "cliffs" (`make_cliff_problem`: valleys 2-4x steeper above
 the optimum, a divergence cliff that closes in on the optimum as the batch grows, lr* from B^0 to B^1
 or saturating, optima up to 2.5x past lr.max, seed noise that grows with the batch size and near the
-cliff and is shared by a seed across cells, 3% of runs ending on a loss spike). Peers on the same
+cliff and is shared by a seed across cells, 3% of runs ending on a loss spike), and "noise-scale"
+(`make_noise_scale_problem`, written from the literature rather than from this method's assumptions:
+the loss at the fixed budget from McCandlish et al.'s effective data E / (1 + B / B_noise), Adam's
+optimum lr rising as sqrt(B) and falling past B_noise (Li et al. 2024), a stability edge that falls with
+the batch so that the larger cells' best lr sits at the edge, with the cliffs' shared seed noise, noise
+near the edge and spikes, and the user's lr range a guess). The answers that rest on a cell whose best lr
+is the edge are a stratum of their own in the table. Peers on the same
 problems and noise: per-cell Optuna TPE (the searcher's trials + confirmation seeds), a 12-lr grid once
 + confirmation seeds, and the 12-lr x seeds grid. Accuracy comes with Wilson 95% intervals and the
 paired difference to the grid with its 95% interval.
@@ -128,6 +135,10 @@ class OptimizerTruth:
     cliff_noise: float = 0.0  # seed noise sd x (1 + cliff_noise) at the cliff, fading 5x per ln-unit below
     spike_p: float = 0.0  # chance that a run ends on a loss spike
     spike_size: float = 0.0  # the spike, added to the final loss
+    # The "noise-scale" family sets these (> 0): the laws of the literature in place of the forms above
+    noise_scale: float = 0.0  # B_noise: the loss at a fixed token budget rises as (1 + B / B_noise)^beta
+    data_exponent: float = 0.0  # beta: how the reducible loss falls with effective data
+    reducible: float = 0.0  # the reducible share of the loss at the smallest batch size
 
 
 @dataclass(frozen=True)
@@ -148,12 +159,30 @@ class Problem:
 
     def lr_opt(self, opt: str, b: int) -> float:
         t = self.truths[opt]
+        if t.noise_scale:
+            # Adam's optimum lr against the batch (Li et al. 2024, "Surge phenomenon"): ~sqrt(B) well below
+            # B_noise, highest at B_noise (lr0 there), falling beyond it
+            r = math.sqrt(b / t.noise_scale)
+            return t.lr0 * 2.0 / (r + 1.0 / r)
         return t.lr0 * min((b / self.b0) ** t.alpha, t.saturation)
 
     def cliff_lr(self, opt: str, b: int) -> float:
         """Runs above this lr diverge (before each seed's own jitter)."""
         t = self.truths[opt]
+        if t.noise_scale:
+            # the stability edge falls with the batch, from cliff x lr*(B0): past some size it is the edge,
+            # not the bowl, that bounds the lr (the best stable lr sits there)
+            return t.cliff * self.lr_opt(opt, self.b0) * (b / self.b0) ** -t.cliff_gamma
         return self.lr_opt(opt, b) * (1.0 + (t.cliff - 1.0) * (b / self.b0) ** -t.cliff_gamma)
+
+    def best_lr(self, opt: str, b: int) -> float:
+        """The noiseless best lr a sweep can reach: lr*(B), or the stability edge or lr bound below it."""
+        lo, hi = self.lr_bounds
+        return min(max(self.lr_opt(opt, b), lo), hi, self.cliff_lr(opt, b))
+
+    def edge_bound(self, opt: str, b: int) -> bool:
+        """Whether the stability edge (not the bowl or the lr range) sets the cell's best lr."""
+        return self.cliff_lr(opt, b) < min(self.lr_opt(opt, b), self.lr_bounds[1])
 
     def noise_sd(self, opt: str, b: int, lr: float, cliff: float) -> float:
         t = self.truths[opt]
@@ -161,13 +190,18 @@ class Problem:
         return self.sigma * (1.0 + t.noise_growth * math.log2(b / self.b0)) * (1.0 + t.cliff_noise * near)
 
     def best_loss(self, opt: str, b: int) -> float:
-        """The noiseless final loss at the best lr a sweep can reach (lr*(B), or the nearest lr bound)."""
-        lo, hi = self.lr_bounds
-        return self.loss(opt, b, min(max(self.lr_opt(opt, b), lo), hi))
+        """The noiseless final loss at the best lr a sweep can reach (`best_lr`)."""
+        return self.loss(opt, b, self.best_lr(opt, b))
 
     def loss_min(self, opt: str, b: int) -> float:
         """The noiseless final val loss at the optimum lr of batch size b."""
         t = self.truths[opt]
+        if t.noise_scale:
+            # McCandlish et al. 2018: B tokens a step buy the progress of B / (1 + B / B_noise) noiseless
+            # ones, so a fixed budget is worth E / (1 + B / B_noise) tokens; the reducible loss falls as
+            # that effective data to the -beta (normalised at B0)
+            worth = (1.0 + b / t.noise_scale) / (1.0 + self.b0 / t.noise_scale)
+            return t.loss0 * (1.0 - t.reducible + t.reducible * worth**t.data_exponent)
         over = max(0.0, math.log2(b / t.b_crit))
         return t.loss0 * (1.0 + t.drift * math.log2(b / self.b0) + t.growth * over**1.5)
 
@@ -249,7 +283,58 @@ def make_cliff_problem(
     )
 
 
-FAMILIES = {"bowls": make_problem, "cliffs": make_cliff_problem}
+def make_noise_scale_problem(
+    index: int, *, base_seed: int = 0, sigma: float = 0.01, tolerance: float = 0.01, extend: float = 4.0
+) -> Problem:
+    """Problem `index` of the "noise-scale" family, written from the literature rather than from this
+    method's assumptions: the loss at a fixed budget from McCandlish et al.'s effective data, Adam's
+    optimum lr rising as sqrt(B) and falling past B_noise, a stability edge that falls with the batch (so
+    the larger cells' best lr sits at the edge, where runs spike and diverge by seed), seed noise shared
+    across cells, and the user's lr range a guess (the optimum up to 2.5x past lr.max)."""
+    rng = np.random.default_rng([base_seed, index, 29])
+    truths: dict[str, OptimizerTruth] = {}
+    loss0 = float(rng.uniform(3.3, 3.6))
+    reducible = float(rng.uniform(0.3, 0.5))
+    beta = float(rng.uniform(0.3, 0.7))
+    # 1 % more loss at about B_noise / 20 (reducible 0.4, beta 0.5): boundaries across and past the sizes
+    b_noise = math.exp(rng.uniform(math.log(60), math.log(8000)))
+    for opt in OPTIMIZERS:
+        noise_scale = b_noise if opt == BASELINE else b_noise * float(rng.uniform(0.5, 4.0))
+        # lr* at the largest batch from well inside the range to 2.5x past lr.max
+        top = math.exp(rng.uniform(math.log(LR_MAX / 10), math.log(LR_MAX * 2.5)))
+        r = math.sqrt(BATCH_SIZES[-1] / noise_scale)
+        truths[opt] = OptimizerTruth(
+            lr0=top * (r + 1.0 / r) / 2.0,
+            alpha=0.0,
+            cliff=float(rng.uniform(3.0, 8.0)),
+            loss0=loss0 if opt == BASELINE else loss0 * (1.0 + rng.uniform(-0.01, 0.01)),
+            b_crit=noise_scale / 20.0,  # nominal (the boundary at reducible 0.4, beta 0.5); unused here
+            growth=0.0,
+            drift=0.0,
+            curvature=float(rng.uniform(0.02, 0.08)),
+            horizon_shift=float(rng.uniform(-0.8, 0.0)),
+            high_side=float(rng.uniform(1.5, 3.0)),
+            cliff_gamma=float(rng.uniform(0.0, 0.3)),
+            noise_growth=float(rng.uniform(0.0, 0.1)),
+            cliff_noise=float(rng.uniform(1.0, 3.0)),
+            spike_p=0.03,
+            spike_size=float(rng.uniform(0.03, 0.1)),
+            noise_scale=noise_scale,
+            data_exponent=beta,
+            reducible=reducible,
+        )
+    return Problem(
+        seed=int(rng.integers(2**31)),
+        sigma=sigma,
+        tolerance=tolerance,
+        truths=truths,
+        across_cells=0.6,
+        lr_bounds=(LR_MIN / extend, LR_MAX * extend),
+        family="noise-scale",
+    )
+
+
+FAMILIES = {"bowls": make_problem, "cliffs": make_cliff_problem, "noise-scale": make_noise_scale_problem}
 
 
 def largest_degradation_free(
@@ -596,7 +681,7 @@ def run_problem(problem: Problem, spec: Any) -> ProblemOutcome:
 
 def _lr_error(o: ProblemOutcome, m: MethodOutcome) -> list[float]:
     """|log(best lr / lr*)| over the cells with a best lr."""
-    return [abs(math.log(lr / o.problem.lr_opt(opt, b))) for (opt, b), lr in m.best_lrs.items() if lr is not None]
+    return [abs(math.log(lr / o.problem.best_lr(opt, b))) for (opt, b), lr in m.best_lrs.items() if lr is not None]
 
 
 def _accuracy(outcomes: Sequence[ProblemOutcome], method: str, opt: str | None, ref: str = "self") -> float:
@@ -645,11 +730,29 @@ def _near_line(outcomes: Sequence[ProblemOutcome]) -> list[bool]:
         for name in o.truth:
             for ref in REFERENCES:
                 line = (1 + p.tolerance) * p.best_loss(name if ref == "self" else BASELINE, bs[0])
-                truth = o.truth[name][ref]
-                i = -1 if truth is None else bs.index(truth)
-                near = [j for j in (i, i + 1) if 0 <= j < len(bs) and not (j == 0 and ref == "self")]
+                near = _deciding(o, name, ref)
                 out.append(any(abs(p.best_loss(name, bs[j]) / line - 1) < NEAR_LINE for j in near))
     return out
+
+
+def _deciding(o: ProblemOutcome, name: str, ref: str) -> list[int]:
+    """Indices of the batch sizes the truth of one answer rests on: its last degradation-free size and the
+    next (the reference cell of an answer against itself decides nothing)."""
+    bs = list(o.problem.batch_sizes)
+    truth = o.truth[name][ref]
+    i = -1 if truth is None else bs.index(truth)
+    return [j for j in (i, i + 1) if 0 <= j < len(bs) and not (j == 0 and ref == "self")]
+
+
+def _edge_bound(outcomes: Sequence[ProblemOutcome]) -> list[bool]:
+    """Per answer (in `_hits`' order): does the truth rest on a cell whose best lr sits at the stability
+    edge (`Problem.edge_bound`)? The noise-scale family has such cells; the others none."""
+    return [
+        any(o.problem.edge_bound(name, o.problem.batch_sizes[j]) for j in _deciding(o, name, ref))
+        for o in outcomes
+        for name in o.truth
+        for ref in REFERENCES
+    ]
 
 
 def _covered(outcomes: Sequence[ProblemOutcome], method: str) -> list[int]:
@@ -730,6 +833,17 @@ def summarize(outcomes: Sequence[ProblemOutcome], spec: Any, wall_s: float) -> l
             )
             + f"   ({n_keep} answers)"
         )
+    edge = _edge_bound(outcomes)
+    n_edge = sum(edge)
+    for label, keep in (("on an edge-bound cell", True), ("on no edge-bound cell", False)):
+        kept = {m: [h for h, x in zip(hits[m], edge, strict=True) if x == keep] for m in METHODS}
+        covered = [c for c, x in zip(cover["searcher"], edge, strict=True) if x == keep]
+        lines.append(
+            f"    truth {label}".ljust(34)
+            + cell([statistics.fmean(kept[m] or [0]) for m in METHODS])
+            + f"   ({len(kept['searcher'])} answers; searcher's bracket holds it "
+            + (f"{statistics.fmean(covered):.3f})" if covered else "-)")
+        )
     diffs = {m: [a - g for a, g in zip(hits[m], hits["grid"], strict=True)] for m in METHODS}
     lines.append(
         "  paired difference to the grid  "
@@ -756,6 +870,8 @@ def summarize(outcomes: Sequence[ProblemOutcome], spec: Any, wall_s: float) -> l
         "accuracy >= 0.90": acc_s >= 0.90,
         ">= grid": acc_s >= acc_g,
         "coverage >= 0.95": coverage >= 0.95,
+        "edge-bound coverage >= 0.95": n_edge == 0
+        or statistics.fmean(c for c, x in zip(cover["searcher"], edge, strict=True) if x) >= 0.95,
         "tokens <= 0.5": ratio <= 0.5,
     }
     lines += [
