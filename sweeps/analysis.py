@@ -368,6 +368,16 @@ class _Cell:
         return statistics.fmean(self.samples) if self.samples else None
 
     @functools.cached_property
+    def untried_below(self) -> bool:
+        """Confirmation runs diverged at the best lr and no lr below it trained to the end (none tried, or
+        pruned): the divergence says the lr may be too high, not that the batch size is bad, and nothing
+        measured says which."""
+        if self.best is None or not any(t.status == "diverged" for t in self.confirmations):
+            return False
+        below = self.best.lr * (1.0 - _LR_REL_TOL)
+        return not any(t.lr < below and t.status == "completed" for t in self.trials if t.role == "search")
+
+    @functools.cached_property
     def unstable_reason(self) -> str | None:
         """Why the planned confirmation runs at the best lr did not all complete, or why the cell has no
         best lr although its search ran (every lr tried diverged, with the lrs); None when neither."""
@@ -381,6 +391,7 @@ class _Cell:
         return (
             f"{len(self.completed)} of {self.planned} confirmation runs at lr={self.best.lr:.3g} completed "
             f"({parts}): unstable at its best lr"
+            + ("; no lower lr trained to the end, so the bracket leaves it undecided" if self.untried_below else "")
         )
 
 
@@ -687,6 +698,8 @@ def _verdicts(
         broken = c.unstable_reason is not None and any(t.status in ("diverged", "failed") for t in c.confirmations)
         if is_ref_cell(c):
             verdict: Verdict | None = "degraded" if broken else "fine"
+        elif broken and c.untried_below and not any(t.status == "failed" for t in c.confirmations):
+            verdict = "undecided"  # diverged at the highest lr that trained, nothing lower tried: lr or size?
         elif broken:
             verdict = "degraded"  # a degradation, whatever the mean
         elif c.mean is None:

@@ -150,10 +150,19 @@ def next_search_lr(
     - ("converged", None): that step lands within VERTEX_MIN_GAP of a tried lr (the optimum is there);
       with `narrow` (in ln lr), only once a tried lr lies within `narrow` of the best on both sides: until
       then ("step", lr) BRACKET_STEP towards the side without one, upwards first;
-    - ("explore", None): nothing completed, or no convex fit: the sampler (TPE) proposes.
+    - ("step", lr) down: nothing completed and runs diverged: 2 x BRACKET_STEP below the lowest of
+      them (a divergence says "lower"; a random draw anywhere in the range would waste the next run on
+      an lr the divergence already rules out, or far below the edge where the best lr of a large batch
+      sits);
+    - ("explore", None): nothing tried to end, or no convex fit: the sampler (TPE) proposes.
     """
     if not done:
-        return ("explore", None)
+        if not diverged:
+            return ("explore", None)
+        lr = max(min(diverged) * math.exp(-2 * BRACKET_STEP), lr_min)
+        if min(abs(math.log(lr / t)) for t in tried) < VERTEX_MIN_GAP:
+            return ("explore", None)  # that step was tried (it ended without a loss, or is running)
+        return ("step", lr)
     best_lr = min(done, key=lambda p: p[1])[0]
     below = any(lr < best_lr for lr, _ in done)
     above = any(lr > best_lr for lr, _ in done)

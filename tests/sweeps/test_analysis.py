@@ -582,7 +582,9 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
     different seeds and the point estimate now compares them on the same ones (`seed_adjusted_means`); the
     reference cells' `val_loss_fitted`, null before, now the reference's fitted value (11 values, no answer
     moved); 24 `val_loss_fitted` values of the list and search cases by 2e-5 to 6e-4, where the seed
-    adjustment became a robust (Huber) fit (no answer, verdict or other value moved)."""
+    adjustment became a robust (Huber) fit (no answer, verdict or other value moved); lion's cells at 16
+    and 32 in the list case, unstable at lr 0.06 with no lower lr trained to the end, are undecided rather
+    than degraded (their `unstable_reason` says so), so its bracket has no smallest degraded size."""
     data = json.loads((Path(__file__).parent / "data" / "report_baseline.json").read_text())[case]
     report = build_report(data["results"], inputs=AnalysisInput(**data["inputs"]), steps=data["steps"])
     assert isinstance(report, Report)
@@ -679,9 +681,22 @@ def test_confirmation_runs_that_diverge_at_the_chosen_lr_break_the_chain():
     assert c32["best_lr"] == LR and c32["search_best_val_loss"] == 3.0
     assert c32["val_loss_mean"] is None and c32["seeds"] == 0 and c32["stable"] is False
     assert c32["unstable_reason"] == (
-        "0 of 3 confirmation runs at lr=0.001 completed (2 diverged, 1 missing): unstable at its best lr"
+        "0 of 3 confirmation runs at lr=0.001 completed (2 diverged, 1 missing): unstable at its best lr; "
+        "no lower lr trained to the end, so the bracket leaves it undecided"
     )
     assert answer(report, "merit") == {"self": 16, "baseline": 16}
+    # the divergence says lr 1e-3 may be too high for 32, not that 32 is worse: no lower lr trained, so
+    # the verdict is undecided (the point estimate's walk still stops there)
+    assert c32["verdict"].model_dump() == {"self": "undecided", "baseline": "undecided"}
+
+    # a lower lr trained to the end, and the confirmation runs of the retreat there diverged too: no lr
+    # stable for every seed (nothing lies below the lowest divergence, so the cell stays at its best lr)
+    rows += [search("merit", 32, 3.1, lr=LR / 2, seed=0)]
+    rows += [seed_run("merit", 32, None, s, lr=LR / 2, status="diverged") for s in (1, 2, 3)]
+    c32 = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"][1]
+    assert c32["best_lr"] == LR and c32["retreated_from_lr"] is None
+    assert "no lower lr" not in c32["unstable_reason"]
+    assert c32["verdict"].model_dump() == {"self": "degraded", "baseline": "degraded"}
 
 
 def test_a_cell_with_fewer_confirmations_than_planned_is_a_degradation_even_with_a_good_mean():

@@ -137,7 +137,15 @@ def test_the_line_search_steps_out_or_halves_the_gap_below_a_divergence() -> Non
     coarse = [1e-4 * math.exp(0.5 + k) for k in range(3)]
     kind, lr = next_search_lr([(coarse[0], 3.5), (coarse[1], 3.4)], [coarse[2]], coarse, lr_min=lo, lr_max=hi)
     assert kind == "step" and lr == pytest.approx(math.sqrt(coarse[1] * coarse[2]))
-    assert next_search_lr([], [1e-2], [1e-2], lr_min=lo, lr_max=hi) == ("explore", None)
+    # nothing completed: step down from the lowest divergence (clipped to the range); once that step was
+    # tried without a loss, the sampler proposes; with nothing diverged either, it does from the start
+    assert next_search_lr([], [1e-2, 3e-2], [1e-2, 3e-2], lr_min=lo, lr_max=hi) == (
+        "step",
+        pytest.approx(1e-2 / math.e),
+    )
+    assert next_search_lr([], [2e-4], [2e-4], lr_min=lo, lr_max=hi) == ("step", pytest.approx(lo))
+    assert next_search_lr([], [1e-2], [1e-2, 1e-2 / math.e], lr_min=lo, lr_max=hi) == ("explore", None)
+    assert next_search_lr([], [], [1e-2], lr_min=lo, lr_max=hi) == ("explore", None)
 
 
 def test_warm_start_refuses_nonsense() -> None:

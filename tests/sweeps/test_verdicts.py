@@ -159,18 +159,30 @@ def test_near_the_line_and_with_independent_noise_it_is_undecided_not_guessed() 
     }
 
 
-def test_an_unstable_cell_is_degraded_and_a_fine_one_above_it_contradicts_monotonicity() -> None:
+def test_a_cell_unstable_at_every_lr_trained_is_degraded_and_a_fine_one_above_it_contradicts_monotonicity() -> None:
     samples = {8: [3.0, 3.01, 3.0], 16: [3.0, 3.01, 3.0], 32: [3.0, 3.01, 3.0]}
     results = rows(samples)
-    # batch 16: the only search trial's lr diverged for seed 2, and nothing lies below to retreat to
+    # batch 16: seed 2 diverged at the best lr, and at the lower lr the search also trained (so there was
+    # a retreat, and seed 2 diverged there too): no lr stable for every seed, a degradation
     results = [r for r in results if not (r.batch_size == 16 and r.seed == 2)]
     results.append(TrialResult("adamw", 16, 1e-3, 2, "seed", "diverged", None, 1, 1))
+    results.append(TrialResult("adamw", 16, 5e-4, 0, "search", "completed", 3.2, 1, 2))
+    results.append(TrialResult("adamw", 16, 5e-4, 2, "seed", "diverged", None, 1, 3))
     report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16, 32)))
     assert cells(report) == {8: "fine", 16: "degraded", 32: "fine"}
     assert report.optimizers["adamw"].bracket.self.model_dump() == {
         "largest_fine": 8,
         "smallest_degraded": 16,
         "contradictions": [32],
+    }
+    # without the lower lr, nothing measured says whether 16 is worse or its lr too high: undecided
+    results = results[:-2]
+    report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16, 32)))
+    assert cells(report) == {8: "fine", 16: "undecided", 32: "fine"}
+    assert report.optimizers["adamw"].bracket.self.model_dump() == {
+        "largest_fine": 8,
+        "smallest_degraded": None,
+        "contradictions": [],
     }
 
 
