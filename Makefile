@@ -55,7 +55,7 @@ test: $(STAMP) $(SYSDEPS)
 	$(VENV)/bin/lint-imports --no-cache
 	@tmp=$$(mktemp -d /tmp/bst.XXXXXX) && echo "TMPDIR=$$tmp" && \
 	  TMPDIR=$$tmp PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n 2 --dist worksteal -m "not ($(HEAVY))" -q; quick=$$?; \
-	  TMPDIR=$$tmp PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -m "$(HEAVY)" --durations=15; rest=$$?; \
+	  TMPDIR=$$tmp PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -m "$(HEAVY)" --durations=30; rest=$$?; \
 	  rm -rf "$$tmp"; [ $$quick = 0 ] && [ $$rest = 0 ]
 
 clean:
