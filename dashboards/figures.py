@@ -49,6 +49,8 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from plotly.subplots import make_subplots
 
 from dashboards.data import (
+    NoiseTable,
+    StepsTable,
     SweepData,
     attention_curves,
     best_lr_fit,
@@ -780,8 +782,8 @@ def attention_figure(sweep: SweepData) -> FigureSpec:
 class StepsAndNoise:
     """Figure 6's two tables: steps to the target loss (left panel), B_simple over tokens (right)."""
 
-    steps: Any  # dashboards.data.StepsTable
-    noise: Any  # dashboards.data.NoiseTable
+    steps: StepsTable
+    noise: NoiseTable
 
 
 NO_NOISE = (
@@ -810,41 +812,9 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
     widths = {b: 1.0 + 1.2 * i / max(len(sizes) - 1, 1) for i, b in enumerate(sizes)}  # pt; thicker = larger B
     for opt in sweep.optimizers:
         c = opt_color(sweep, opt)
-        pts = [p for p in st.points if p.optimizer == opt and p.steps]
-        never = [p for p in st.points if p.optimizer == opt and p.steps is None and p.target_loss is not None]
-        left.append(
-            Series(
-                "line",
-                opt,
-                Style(c, symbol="circle"),
-                x=tuple(float(p.batch_size) for p in pts),
-                y=_f([p.steps for p in pts]),
-                legend=True,
-                group=opt,
-                hover=tuple(f"{opt} B={p.batch_size}\n{p.steps} steps ({p.tokens} tokens)" for p in pts),
-            )
-        )
-        # the count itself: log ticks alone leave most values unreadable
-        left_notes += [
-            Annotation(str(p.steps), p.batch_size, _known(p.steps), offset=(5, 4), color=c, size=7) for p in pts
-        ]
-        if never:
-            left.append(
-                Series(
-                    "scatter",
-                    f"{opt}: target not reached",
-                    Style(c, None, symbol="triangle-up", size=7.7, hollow=True),
-                    x=tuple(float(p.batch_size) for p in never),
-                    y=(top,) * len(never),
-                    legend=True,
-                    group=opt,
-                    top=0.95,
-                )
-            )
-        for line in (p for p in st.perfect if p.optimizer == opt):
-            xs = (float(line.anchor_batch), float(max(sizes)))
-            label = f"{opt} perfect scaling (steps ∝ 1/B from B={line.anchor_batch})"
-            left.append(curve(label, Style(c, dash="dash", width=1.2, alpha=0.7), xs, line, opt))
+        series, notes = _steps_series(st, opt, c, top, sizes)
+        left += series
+        left_notes += notes
         for crit in (k for k in ns.critical if k.optimizer == opt):
             label = f"{opt} B_crit ≈ {crit.b_crit:.3g} (final B_simple at B={crit.batch_size}, {crit.runs} run(s))"
             left.append(
@@ -858,33 +828,9 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
                     f"{opt} B_crit ≈ {crit.b_crit:.3g}", 0.01, crit.b_crit, xref="panel", offset=(2, 3), color=c, size=7
                 )
             )
-        runs = sorted({(p.batch_size, p.seed, p.run_name) for p in ns.points if p.optimizer == opt})
-        lead: dict[int, int] = {}  # batch size -> its lowest seed drawn: the first confirmation run
-        for bs, seed, _ in runs:
-            lead.setdefault(bs, seed)
-        for bs, seed, name in runs:
-            pts_n = [p for p in ns.points if p.optimizer == opt and p.run_name == name]
-            is_lead = seed == lead[bs]
-            # the first confirmation run solid and labelled with its batch size at its end; the others faint
-            right.append(
-                Series(
-                    "line",
-                    f"{opt} B_simple (label: the run's batch size)",
-                    Style(c, width=widths.get(bs, 1.0), alpha=0.95 if is_lead else 0.35),
-                    x=tuple(float(p.tokens) for p in pts_n),
-                    y=tuple(p.b_simple for p in pts_n),
-                    legend=(bs, seed) == runs[0][:2],
-                    group=opt,
-                    text=(name,) * len(pts_n),
-                    hover=tuple(f"{name}\nB_simple {p.b_simple:.3g} sequences at {p.tokens} tokens" for p in pts_n),
-                )
-            )
-            if is_lead:
-                right_notes.append(
-                    Annotation(
-                        f"B={bs}", pts_n[-1].tokens, pts_n[-1].b_simple, offset=(4, 0), color=c, size=7, middle=True
-                    )
-                )
+        series, notes = _noise_series(ns, opt, c, widths)
+        right += series
+        right_notes += notes
     if not reached:  # nothing to place on a log axis (matplotlib refuses an empty one)
         left_notes.append(note("no cell reached its target"))
     if not ns.points:
@@ -913,6 +859,77 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
         ),
     )
     return FigureSpec("steps_to_target", StepsAndNoise(st, ns), FigureDesc(title, panels, size=(13.0, 4.8)))
+
+
+def _steps_series(st: Any, opt: str, c: str, top: float, sizes: Sequence[int]) -> tuple[list[Series], list[Annotation]]:
+    """One optimizer on the left panel: its steps to target, the cells that never reached it, its
+    perfect-scaling line."""
+    pts = [p for p in st.points if p.optimizer == opt and p.steps]
+    never = [p for p in st.points if p.optimizer == opt and p.steps is None and p.target_loss is not None]
+    series = [
+        Series(
+            "line",
+            opt,
+            Style(c, symbol="circle"),
+            x=tuple(float(p.batch_size) for p in pts),
+            y=_f([p.steps for p in pts]),
+            legend=True,
+            group=opt,
+            hover=tuple(f"{opt} B={p.batch_size}\n{p.steps} steps ({p.tokens} tokens)" for p in pts),
+        )
+    ]
+    # the count itself: log ticks alone leave most values unreadable
+    notes = [Annotation(str(p.steps), p.batch_size, _known(p.steps), offset=(5, 4), color=c, size=7) for p in pts]
+    if never:
+        series.append(
+            Series(
+                "scatter",
+                f"{opt}: target not reached",
+                Style(c, None, symbol="triangle-up", size=7.7, hollow=True),
+                x=tuple(float(p.batch_size) for p in never),
+                y=(top,) * len(never),
+                legend=True,
+                group=opt,
+                top=0.95,
+            )
+        )
+    for line in (p for p in st.perfect if p.optimizer == opt):
+        xs = (float(line.anchor_batch), float(max(sizes)))
+        label = f"{opt} perfect scaling (steps ∝ 1/B from B={line.anchor_batch})"
+        series.append(curve(label, Style(c, dash="dash", width=1.2, alpha=0.7), xs, line, opt))
+    return series, notes
+
+
+def _noise_series(ns: Any, opt: str, c: str, widths: dict[int, float]) -> tuple[list[Series], list[Annotation]]:
+    """One optimizer on the right panel: B_simple over tokens of each confirmation run, the first run of
+    each batch size solid and labelled with its batch size at its end, the others faint."""
+    series: list[Series] = []
+    notes: list[Annotation] = []
+    runs = sorted({(p.batch_size, p.seed, p.run_name) for p in ns.points if p.optimizer == opt})
+    lead: dict[int, int] = {}  # batch size -> its lowest seed drawn: the first confirmation run
+    for bs, seed, _ in runs:
+        lead.setdefault(bs, seed)
+    for bs, seed, name in runs:
+        pts_n = [p for p in ns.points if p.optimizer == opt and p.run_name == name]
+        is_lead = seed == lead[bs]
+        series.append(
+            Series(
+                "line",
+                f"{opt} B_simple (label: the run's batch size)",
+                Style(c, width=widths.get(bs, 1.0), alpha=0.95 if is_lead else 0.35),
+                x=tuple(float(p.tokens) for p in pts_n),
+                y=tuple(p.b_simple for p in pts_n),
+                legend=(bs, seed) == runs[0][:2],
+                group=opt,
+                text=(name,) * len(pts_n),
+                hover=tuple(f"{name}\nB_simple {p.b_simple:.3g} sequences at {p.tokens} tokens" for p in pts_n),
+            )
+        )
+        if is_lead:
+            notes.append(
+                Annotation(f"B={bs}", pts_n[-1].tokens, pts_n[-1].b_simple, offset=(4, 0), color=c, size=7, middle=True)
+            )
+    return series, notes
 
 
 # --------------------------------------------------------------------------------------------------

@@ -823,129 +823,30 @@ def build_report(
         inputs = AnalysisInput(**kwargs)
     elif kwargs:
         raise TypeError(f"pass either inputs= or keyword arguments, not both (got {sorted(kwargs)})")
-    trials = [r if isinstance(r, TrialResult) else TrialResult.from_dict(r) for r in results]
-
-    by_cell: dict[tuple[str, int], list[TrialResult]] = {
-        (o, b): [] for o in inputs.optimizers for b in inputs.batch_sizes
-    }
-    stray = sorted({(t.optimizer, t.batch_size) for t in trials if (t.optimizer, t.batch_size) not in by_cell})
-    if stray:
-        raise ValueError(
-            f"results for cells outside the sweep {stray}; optimizers {list(inputs.optimizers)}, "
-            f"batch_sizes {list(inputs.batch_sizes)}"
-        )
-    for t in trials:
-        by_cell[(t.optimizer, t.batch_size)].append(t)
-
-    ref_b = inputs.batch_sizes[0]
-    search = inputs.batch_search
+    by_cell = _by_cell(inputs, [r if isinstance(r, TrialResult) else TrialResult.from_dict(r) for r in results])
     steps = steps or {}
     chosen = {(o, st["batch_size"]): st["chosen"] for o, sts in steps.items() for st in sts}
-
-    def sizes_of(o: str) -> list[int]:
-        """A list sweep judges every batch size; a search the reference and the sizes it tested."""
-        if search is None:
-            return list(inputs.batch_sizes)
-        tested = {b for (opt, b), ts in by_cell.items() if opt == o and ts} | {b for opt, b in chosen if opt == o}
-        return sorted(tested | {ref_b})
-
-    cells = {o: [_make_cell(o, b, by_cell[(o, b)], inputs.seeds) for b in sizes_of(o)] for o in inputs.optimizers}
-    # a search chooses the sizes it tests from the verdicts: the level must hold for every size it could test
-    comparisons = len(inputs.batch_sizes) - 1 if search is not None else None
-    tol = inputs.tolerance
-    baseline_ref = cells[inputs.baseline][0]
+    cells = {
+        o: [_make_cell(o, b, by_cell[(o, b)], inputs.seeds) for b in _sizes_of(inputs, o, by_cell, chosen)]
+        for o in inputs.optimizers
+    }
     # the point estimate compares every stable cell on the same seeds (cells given more runs by adaptive
     # confirmation are the answer's two and their references)
     means = seed_adjusted_means(
         {(c.optimizer, c.batch_size): c.by_seed for row in cells.values() for c in row if c.unstable_reason is None}
     )
-
     ref_values = {o: _reference_value(row, means) for o, row in cells.items()}
-
-    optimizers: dict[str, OptimizerReport] = {}
-    for o in inputs.optimizers:
-        row = cells[o]
-        self_ref = row[0]
-        level = noise_level(inputs.noise_looks)
-
-        def is_self_ref(c: _Cell) -> bool:
-            return c.batch_size == ref_b
-
-        def is_base_ref(c: _Cell) -> bool:
-            return c.optimizer == inputs.baseline and c.batch_size == ref_b
-
-        v_self, ans_self, noise_self, checks_self, fit_self = _judge(
-            row, self_ref, tol, is_self_ref, level, means, ref_values[o]
-        )
-        v_base, ans_base, noise_base, checks_base, fit_base = _judge(
-            row, baseline_ref, tol, is_base_ref, level, means, ref_values[inputs.baseline]
-        )
-        verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
-        verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
-        cell_reports = []
-        for i, c in enumerate(row):
-            to_ref_steps, tokens = _to_reference(c, ref_values[o], tol, inputs.seq_len)
-            if c.samples:
-                mean, lo, hi, avail = mean_ci95(c.samples)
-                ci: tuple[float | None, float | None] = (lo, hi)
-            else:
-                mean, ci, avail = None, (None, None), False
-            best_lr = c.best.lr if c.best is not None else None
-            trained = {t.tokens for t in c.completed}
-            cell_reports.append(
-                CellReport(
-                    batch_size=c.batch_size,
-                    best_lr=best_lr,
-                    search_best_val_loss=c.best.val_loss if c.best is not None else None,
-                    search_best_run_id=c.best.run_id if c.best is not None else None,
-                    search_best_trial_number=c.best.number if c.best is not None else None,
-                    val_loss_mean=mean,
-                    val_loss_ci95=ci,
-                    ci_available=avail,
-                    val_losses=list(c.samples),
-                    seeds=len(c.samples),
-                    confirmation_run_ids=[t.run_id for t in c.confirmations],
-                    stable=c.unstable_reason is None if c.best is not None else None,
-                    unstable_reason=c.unstable_reason,
-                    tokens_trained=max(trained) if trained else None,
-                    trials=len(c.trials),
-                    trial_status=TrialStatusCounts(**{s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}),
-                    lr_at_edge=_lr_at_edge(best_lr, *inputs.lr_bounds) if best_lr is not None else None,
-                    lr_outside_range=None
-                    if best_lr is None
-                    else not inputs.lr_min * (1 - _LR_REL_TOL) <= best_lr <= inputs.lr_max * (1 + _LR_REL_TOL),
-                    val_loss_fitted=ByReference(self=fit_self[i], baseline=fit_base[i]),
-                    degradation_free=ByReference(self=v_self[i], baseline=v_base[i]),
-                    verdict=ByReference(self=verdict_self[i], baseline=verdict_base[i]),
-                    verdict_diff_ci=ByReference(self=ci_self[i], baseline=ci_base[i]),
-                    retreated_from_lr=c.retreated_from,
-                    warmup=c.warmup,
-                    warmups_tried=c.warmups_tried,
-                    steps_to_reference=to_ref_steps,
-                    tokens_to_reference=tokens,
-                    chosen=chosen.get((o, c.batch_size), "listed" if search is None else None),
-                )
-            )
-        brackets = ByReference(self=_bracket(row, verdict_self), baseline=_bracket(row, verdict_base))
-        optimizers[o] = OptimizerReport(
-            cells=cell_reports,
-            reference_val_loss=ByReference(self=self_ref.mean, baseline=baseline_ref.mean),
-            largest_degradation_free_batch_size=ByReference(self=ans_self, baseline=ans_base),
-            bracket=brackets,
-            smallest_degraded_batch_size=ByReference(
-                self=brackets.self.smallest_degraded, baseline=brackets.baseline.smallest_degraded
-            ),
-            search_steps=[SearchStep(**st, order=i + 1) for i, st in enumerate(steps.get(o, []))],
-            within_noise=ByReference(self=noise_self, baseline=noise_base),
-            noise_checks=ByReference(self=checks_self, baseline=checks_base),
-        )
-
+    optimizers = {
+        o: _optimizer_report(inputs, cells[o], cells[inputs.baseline][0], means, ref_values, chosen, steps.get(o, []))
+        for o in inputs.optimizers
+    }
+    search = inputs.batch_search
     return Report(
         schema_version=SCHEMA_VERSION,
         sweep=inputs.sweep,
-        reference_batch_size=ref_b,
+        reference_batch_size=inputs.batch_sizes[0],
         baseline=inputs.baseline,
-        tolerance=tol,
+        tolerance=inputs.tolerance,
         seq_len=inputs.seq_len,
         lr_range=(inputs.lr_min, inputs.lr_max),
         lr_bounds=inputs.lr_bounds,
@@ -958,6 +859,147 @@ def build_report(
         batch_search=None if search is None else BatchSearchReport(**search, assumption=_MONOTONE),
         optimizers=optimizers,
         warnings=[],  # filled by the driver: data repeated, best lr at the edge of the range
+    )
+
+
+def _by_cell(inputs: AnalysisInput, trials: list[TrialResult]) -> dict[tuple[str, int], list[TrialResult]]:
+    """The trials of each (optimizer, batch size) of the spec; ValueError for one outside it."""
+    by_cell: dict[tuple[str, int], list[TrialResult]] = {
+        (o, b): [] for o in inputs.optimizers for b in inputs.batch_sizes
+    }
+    stray = sorted({(t.optimizer, t.batch_size) for t in trials if (t.optimizer, t.batch_size) not in by_cell})
+    if stray:
+        raise ValueError(
+            f"results for cells outside the sweep {stray}; optimizers {list(inputs.optimizers)}, "
+            f"batch_sizes {list(inputs.batch_sizes)}"
+        )
+    for t in trials:
+        by_cell[(t.optimizer, t.batch_size)].append(t)
+    return by_cell
+
+
+def _sizes_of(
+    inputs: AnalysisInput,
+    optimizer: str,
+    by_cell: dict[tuple[str, int], list[TrialResult]],
+    chosen: dict[tuple[str, int], str],
+) -> list[int]:
+    """A list sweep judges every batch size; a search the reference and the sizes it tested."""
+    if inputs.batch_search is None:
+        return list(inputs.batch_sizes)
+    tested = {b for (o, b), ts in by_cell.items() if o == optimizer and ts}
+    tested |= {b for o, b in chosen if o == optimizer}
+    return sorted(tested | {inputs.batch_sizes[0]})
+
+
+def _optimizer_report(
+    inputs: AnalysisInput,
+    row: list[_Cell],
+    baseline_ref: _Cell,
+    means: dict[tuple[str, int], float],
+    ref_values: dict[str, float | None],
+    chosen: dict[tuple[str, int], str],
+    steps: list[dict[str, Any]],
+) -> OptimizerReport:
+    """One optimizer's cells judged against itself at the smallest batch size and against the baseline."""
+    ref_b, tol, o = inputs.batch_sizes[0], inputs.tolerance, row[0].optimizer
+    self_ref = row[0]
+    level = noise_level(inputs.noise_looks)
+    # a search chooses the sizes it tests from the verdicts: the level must hold for every size it could test
+    comparisons = len(inputs.batch_sizes) - 1 if inputs.batch_search is not None else None
+
+    def is_self_ref(c: _Cell) -> bool:
+        return c.batch_size == ref_b
+
+    def is_base_ref(c: _Cell) -> bool:
+        return c.optimizer == inputs.baseline and c.batch_size == ref_b
+
+    v_self, ans_self, noise_self, checks_self, fit_self = _judge(
+        row, self_ref, tol, is_self_ref, level, means, ref_values[o]
+    )
+    v_base, ans_base, noise_base, checks_base, fit_base = _judge(
+        row, baseline_ref, tol, is_base_ref, level, means, ref_values[inputs.baseline]
+    )
+    verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
+    verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
+    cell_reports = [
+        _cell_report(
+            inputs,
+            c,
+            ref_values[o],
+            chosen.get((o, c.batch_size), "listed" if inputs.batch_search is None else None),
+            fitted=ByReference(self=fit_self[i], baseline=fit_base[i]),
+            degradation_free=ByReference(self=v_self[i], baseline=v_base[i]),
+            verdict=ByReference(self=verdict_self[i], baseline=verdict_base[i]),
+            verdict_diff_ci=ByReference(self=ci_self[i], baseline=ci_base[i]),
+        )
+        for i, c in enumerate(row)
+    ]
+    brackets = ByReference(self=_bracket(row, verdict_self), baseline=_bracket(row, verdict_base))
+    return OptimizerReport(
+        cells=cell_reports,
+        reference_val_loss=ByReference(self=self_ref.mean, baseline=baseline_ref.mean),
+        largest_degradation_free_batch_size=ByReference(self=ans_self, baseline=ans_base),
+        bracket=brackets,
+        smallest_degraded_batch_size=ByReference(
+            self=brackets.self.smallest_degraded, baseline=brackets.baseline.smallest_degraded
+        ),
+        search_steps=[SearchStep(**st, order=i + 1) for i, st in enumerate(steps)],
+        within_noise=ByReference(self=noise_self, baseline=noise_base),
+        noise_checks=ByReference(self=checks_self, baseline=checks_base),
+    )
+
+
+def _cell_report(
+    inputs: AnalysisInput,
+    c: _Cell,
+    ref_value: float | None,
+    chosen: str | None,
+    *,
+    fitted: ByReference[float | None],
+    degradation_free: ByReference[bool | None],
+    verdict: ByReference[Verdict | None],
+    verdict_diff_ci: ByReference[tuple[float, float] | None],
+) -> CellReport:
+    to_ref_steps, tokens = _to_reference(c, ref_value, inputs.tolerance, inputs.seq_len)
+    if c.samples:
+        mean, lo, hi, avail = mean_ci95(c.samples)
+        ci: tuple[float | None, float | None] = (lo, hi)
+    else:
+        mean, ci, avail = None, (None, None), False
+    best_lr = c.best.lr if c.best is not None else None
+    trained = {t.tokens for t in c.completed}
+    return CellReport(
+        batch_size=c.batch_size,
+        best_lr=best_lr,
+        search_best_val_loss=c.best.val_loss if c.best is not None else None,
+        search_best_run_id=c.best.run_id if c.best is not None else None,
+        search_best_trial_number=c.best.number if c.best is not None else None,
+        val_loss_mean=mean,
+        val_loss_ci95=ci,
+        ci_available=avail,
+        val_losses=list(c.samples),
+        seeds=len(c.samples),
+        confirmation_run_ids=[t.run_id for t in c.confirmations],
+        stable=c.unstable_reason is None if c.best is not None else None,
+        unstable_reason=c.unstable_reason,
+        tokens_trained=max(trained) if trained else None,
+        trials=len(c.trials),
+        trial_status=TrialStatusCounts(**{s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}),
+        lr_at_edge=_lr_at_edge(best_lr, *inputs.lr_bounds) if best_lr is not None else None,
+        lr_outside_range=None
+        if best_lr is None
+        else not inputs.lr_min * (1 - _LR_REL_TOL) <= best_lr <= inputs.lr_max * (1 + _LR_REL_TOL),
+        val_loss_fitted=fitted,
+        degradation_free=degradation_free,
+        verdict=verdict,
+        verdict_diff_ci=verdict_diff_ci,
+        retreated_from_lr=c.retreated_from,
+        warmup=c.warmup,
+        warmups_tried=c.warmups_tried,
+        steps_to_reference=to_ref_steps,
+        tokens_to_reference=tokens,
+        chosen=chosen,
     )
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray import tune
+
 from sweeps.analysis import Report, lr_edge_warnings
 from sweeps.detached import DriverOnly
 from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
@@ -64,10 +66,8 @@ def run_sweep(
     soon as it exists (before any trial), so that a running sweep's runs can be linked. `trial_fn`
     replaces the trial function (`sweeps.trial.run_trial`, training) with another that reports as it
     does, such as `sweeps.simulate.objective_trial`: the same sweep against a model of the problem."""
-    from ray import tune
-
     from sweeps.record import SweepRecorder
-    from worker.data import prepare_data, train_sequences_available
+    from worker.data import prepare_data  # torch: imported by the driver's run only
     from worker.launch import init_ray
 
     started = time.perf_counter()
@@ -76,22 +76,7 @@ def run_sweep(
     runtime.ensure()
 
     # the data first, in the driver: a bad source fails here, before any trial, and trials share the cache
-    data = prepare_data(spec.data)
-    warnings: list[str] = []
-    available = train_sequences_available(data, spec.model.seq_len) * spec.model.seq_len
-    trained = spec.trained_tokens
-    if trained != spec.token_budget:
-        warnings.append(
-            f"token_budget={spec.token_budget} was rounded down to {trained} tokens, a multiple of "
-            f"lcm({'the lattice' if spec.batch_search else 'batch_sizes'}) x seq_len, so that every batch size "
-            f"trains on exactly the same tokens"
-        )
-    if trained > available:
-        warnings.append(
-            f"token budget {trained} exceeds the {available} training tokens of {data.description}: "
-            f"trials repeat data ({trained / available:.2f} epochs), which favours small batches"
-        )
-        log.warning(warnings[-1])
+    warnings = _data_warnings(spec, prepare_data(spec.data))
 
     init_ray(runtime.ray_address)
     check_storage(runtime, nodes=alive_nodes())
@@ -109,45 +94,7 @@ def run_sweep(
     if on_experiment:
         on_experiment(recorder.experiment_id)  # the live runs are there from now on: link them at once
 
-    class _Progress(DriverOnly, tune.Callback):
-        last_result = 0.0  # the curves of running trials move the progress at most every RESULT_PROGRESS_S
-
-        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            if on_progress:
-                on_progress(searcher.progress())
-
-        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-            if on_progress and time.monotonic() - self.last_result >= RESULT_PROGRESS_S:
-                self.last_result = time.monotonic()
-                on_progress(searcher.progress())
-
-        on_trial_error = on_trial_complete
-
-        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            if on_progress:
-                on_progress(searcher.progress())
-
-    class _DropCheckpoints(DriverOnly, tune.Callback):
-        """While a trial runs Tune keeps its last checkpoint (num_to_keep=1), for a restart after a lost
-        worker or node; once it has ended (or is given up, to be run again whole) they are deleted."""
-
-        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            drop_checkpoints(trial)
-
-        on_trial_error = on_trial_complete
-
-    class _Cancel(DriverOnly, tune.Stopper):
-        def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-            return False
-
-        def stop_all(self) -> bool:
-            stop = bool(should_stop and should_stop())
-            if stop:
-                searcher.cancelling = True
-            return stop
-
     res = spec.resources
-    scheduler = make_scheduler(spec)
     if res.workers_per_trial == 1:
         resources: dict[str, float] = {"cpu": res.cpus_per_worker, "gpu": res.gpus_per_worker}
     else:  # the trial function only drives a TorchTrainer, whose workers ask for the real resources
@@ -156,7 +103,7 @@ def run_sweep(
         tune.with_resources(trial_fn or run_trial, resources),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
-            scheduler=scheduler,
+            scheduler=make_scheduler(spec),
             metric=METRIC,
             mode=MODE,
             num_samples=-1,
@@ -166,8 +113,8 @@ def run_sweep(
         run_config=tune.RunConfig(
             name=f"{sweep_id}-{int(time.time())}",
             storage_path=runtime.trial_storage,
-            callbacks=[recorder, _Progress(), _DropCheckpoints()],
-            stop=_Cancel(),
+            callbacks=[recorder, _Progress(searcher, on_progress), _DropCheckpoints()],
+            stop=_Cancel(searcher, should_stop),
             verbose=0,
             # a trial whose worker died is restarted; training errors are results (`run_trial`)
             failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
@@ -211,6 +158,75 @@ def run_sweep(
         trial_train_time_s=train_times,
         warnings=report.warnings,
     )
+
+
+def _data_warnings(spec: SweepSpec, data: Any) -> list[str]:
+    """What the report should say of the data: a budget rounded down to whole steps, repeated epochs."""
+    from worker.data import train_sequences_available
+
+    warnings: list[str] = []
+    available = train_sequences_available(data, spec.model.seq_len) * spec.model.seq_len
+    trained = spec.trained_tokens
+    if trained != spec.token_budget:
+        warnings.append(
+            f"token_budget={spec.token_budget} was rounded down to {trained} tokens, a multiple of "
+            f"lcm({'the lattice' if spec.batch_search else 'batch_sizes'}) x seq_len, so that every batch size "
+            f"trains on exactly the same tokens"
+        )
+    if trained > available:
+        warnings.append(
+            f"token budget {trained} exceeds the {available} training tokens of {data.description}: "
+            f"trials repeat data ({trained / available:.2f} epochs), which favours small batches"
+        )
+        log.warning(warnings[-1])
+    return warnings
+
+
+class _Progress(DriverOnly, tune.Callback):
+    """The searcher's progress to `on_progress` at each trial's start and end, and with the curves of
+    running trials at most every RESULT_PROGRESS_S."""
+
+    def __init__(self, searcher: CellSearcher, on_progress: Callable[[Progress], None] | None) -> None:
+        self.searcher, self.on_progress = searcher, on_progress
+        self.last_result = 0.0
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self.on_progress:
+            self.on_progress(self.searcher.progress())
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if self.on_progress and time.monotonic() - self.last_result >= RESULT_PROGRESS_S:
+            self.last_result = time.monotonic()
+            self.on_progress(self.searcher.progress())
+
+    on_trial_error = on_trial_complete
+    on_trial_start = on_trial_complete
+
+
+class _DropCheckpoints(DriverOnly, tune.Callback):
+    """While a trial runs Tune keeps its last checkpoint (num_to_keep=1), for a restart after a lost
+    worker or node; once it has ended (or is given up, to be run again whole) they are deleted."""
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        drop_checkpoints(trial)
+
+    on_trial_error = on_trial_complete
+
+
+class _Cancel(DriverOnly, tune.Stopper):
+    """Stops every trial once `should_stop()` says so, and marks the searcher cancelling."""
+
+    def __init__(self, searcher: CellSearcher, should_stop: Callable[[], bool] | None) -> None:
+        self.searcher, self.should_stop = searcher, should_stop
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        stop = bool(self.should_stop and self.should_stop())
+        if stop:
+            self.searcher.cancelling = True
+        return stop
 
 
 def drop_checkpoints(trial: Any) -> int:

@@ -550,115 +550,137 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _cross(self, info: ValidationInfo) -> SweepSpec:
-        problems: list[FieldProblem] = []
+        self._check_batch_search()  # raises: nothing below can be judged without the lattice
+        problems = [
+            p
+            for p in (
+                self._baseline_problem(),
+                self._budget_problem(),
+                *self._split_problems(),
+                self._trial_cap_problem(info),
+            )
+            if p is not None
+        ]
+        if problems:
+            raise SpecError(problems)
+        self._check_cells_train()
+        return self
+
+    def _baseline_problem(self) -> FieldProblem | None:
         names = [o.name for o in self.optimizers]
+        if self.degradation.baseline in names:
+            return None
+        return FieldProblem(
+            "degradation.baseline",
+            f"degradation.baseline={excerpt(self.degradation.baseline)} is not among the spec's optimizers "
+            f"{names}; add it to optimizers or pick one of them",
+            self.degradation.baseline,
+        )
 
-        if self.degradation.baseline not in names:
-            problems.append(
-                FieldProblem(
-                    "degradation.baseline",
-                    f"degradation.baseline={excerpt(self.degradation.baseline)} is not among the spec's optimizers "
-                    f"{names}; add it to optimizers or pick one of them",
-                    self.degradation.baseline,
-                )
-            )
-
+    def _check_batch_search(self) -> None:
+        """A search of the batch axis must span a lattice of 2 to MAX_LATTICE sizes (SpecError otherwise)."""
         search = self.batch_search
-        if search is not None:
-            try:
-                sizes = lattice(search.min, search.max, search.resolution, self.resources.workers_per_trial)
-            except ValueError as exc:
-                raise _problem("batch_sizes.min", f"batch_sizes.{exc}", search.min) from None
-            if len(sizes) > MAX_LATTICE:
-                raise _problem(
-                    "batch_sizes.resolution",
-                    f"batch_sizes from {search.min} to {search.max} at resolution={search.resolution} is a lattice of "
-                    f"more than {MAX_LATTICE} sizes; raise resolution or narrow [min, max]",
-                    search.resolution,
-                )
-            if len(sizes) < 2:
-                raise _problem(
-                    "batch_sizes.max",
-                    f"batch_sizes.max={search.max} leaves nothing to search above min={search.min}: the next lattice "
-                    f"size is {lattice(search.min, 4 * search.min, search.resolution, self.resources.workers_per_trial)[1]}",
-                    search.max,
-                )
-        seq_len = self.model.seq_len
-        if self.trained_tokens < 1:
-            lcm, unit = math.lcm(*self.lattice), token_unit(self.lattice, seq_len)
-            unit_text = str(unit) if unit < 10**15 else f"about 10^{len(str(unit)) - 1}"
-            problems.append(
-                FieldProblem(
-                    "token_budget",
-                    f"token_budget={self.token_budget} is smaller than the least every batch size can train on "
-                    f"in whole steps: lcm({'the lattice' if search else 'batch_sizes'}) = {lcm} x model.seq_len "
-                    f"{seq_len} = {unit_text} tokens; "
-                    f"every cell trains on the same tokens, token_budget rounded down to a multiple of that",
-                    self.token_budget,
-                )
+        if search is None:
+            return
+        workers = self.resources.workers_per_trial
+        try:
+            sizes = lattice(search.min, search.max, search.resolution, workers)
+        except ValueError as exc:
+            raise _problem("batch_sizes.min", f"batch_sizes.{exc}", search.min) from None
+        if len(sizes) > MAX_LATTICE:
+            raise _problem(
+                "batch_sizes.resolution",
+                f"batch_sizes from {search.min} to {search.max} at resolution={search.resolution} is a lattice of "
+                f"more than {MAX_LATTICE} sizes; raise resolution or narrow [min, max]",
+                search.resolution,
+            )
+        if len(sizes) < 2:
+            raise _problem(
+                "batch_sizes.max",
+                f"batch_sizes.max={search.max} leaves nothing to search above min={search.min}: the next lattice "
+                f"size is {lattice(search.min, 4 * search.min, search.resolution, workers)[1]}",
+                search.max,
             )
 
-        workers = self.resources.workers_per_trial
+    def _budget_problem(self) -> FieldProblem | None:
+        """Every cell trains on the same tokens in whole steps: the budget must hold one step of each."""
+        if self.trained_tokens >= 1:
+            return None
+        seq_len = self.model.seq_len
+        lcm, unit = math.lcm(*self.lattice), token_unit(self.lattice, seq_len)
+        unit_text = str(unit) if unit < 10**15 else f"about 10^{len(str(unit)) - 1}"
+        return FieldProblem(
+            "token_budget",
+            f"token_budget={self.token_budget} is smaller than the least every batch size can train on "
+            f"in whole steps: lcm({'the lattice' if self.batch_search else 'batch_sizes'}) = {lcm} x model.seq_len "
+            f"{seq_len} = {unit_text} tokens; "
+            f"every cell trains on the same tokens, token_budget rounded down to a multiple of that",
+            self.token_budget,
+        )
+
+    def _split_problems(self) -> list[FieldProblem]:
+        """Every batch size split over the workers, and (builtin corpus) enough sequences for a step."""
+        workers, max_micro = self.resources.workers_per_trial, self.resources.max_micro_batch
         unsplittable = []
         for b in self.lattice:
             try:
-                split_batch(b, workers, self.resources.max_micro_batch)
+                split_batch(b, workers, max_micro)
             except ValueError:
                 unsplittable.append(b)
         if unsplittable:
-            problems.append(
+            return [
                 FieldProblem(
                     "resources.workers_per_trial",
                     f"resources.workers_per_trial={workers} must divide every batch size; "
                     f"batch_sizes {unsplittable} cannot be split evenly over {workers} workers",
                     workers,
                 )
-            )
+            ]
+        if self.data.source != "builtin":
+            return []
+        # sequences the corpus cannot hold fail every trial; the builtin corpus's size is known without
+        # reading it (worker.names.BUILTIN_CORPUS_TOKENS). The service checks file sources against their
+        # sizes (service/policy.py); hf: datasets meet worker.data.TrainBatches' check.
+        seq_len = self.model.seq_len
+        short = corpus_shortfall(
+            builtin_corpus_tokens(self.data.vocab_size),
+            seq_len=seq_len,
+            micro_batch=max(split_batch(b, workers, max_micro)[0] for b in self.lattice),
+            num_workers=workers,
+            val_fraction=self.data.val_fraction,
+            what=f"the builtin corpus at data.vocab_size={self.data.vocab_size}",
+        )
+        return [FieldProblem("model.seq_len", short, seq_len)] if short else []
 
-        if not unsplittable and self.data.source == "builtin":
-            # sequences the corpus cannot hold fail every trial; the builtin corpus's size is known
-            # without reading it (worker.names.BUILTIN_CORPUS_TOKENS). The service checks file sources
-            # against their sizes (service/policy.py); hf: datasets meet worker.data.TrainBatches' check.
-            short = corpus_shortfall(
-                builtin_corpus_tokens(self.data.vocab_size),
-                seq_len=seq_len,
-                micro_batch=max(split_batch(b, workers, self.resources.max_micro_batch)[0] for b in self.lattice),
-                num_workers=workers,
-                val_fraction=self.data.val_fraction,
-                what=f"the builtin corpus at data.vocab_size={self.data.vocab_size}",
-            )
-            if short:
-                problems.append(FieldProblem("model.seq_len", short, seq_len))
-
+    def _trial_cap_problem(self, info: ValidationInfo) -> FieldProblem | None:
         cap: float = DEFAULT_MAX_TRIALS
         if info.context and info.context.get("stored"):
             cap = math.inf  # validated at submit against the service's own cap (`from_stored`)
         elif info.context and info.context.get("max_trials") is not None:
             cap = int(info.context["max_trials"])
         total = self.total_trials
-        if total > cap:
-            sizes_text = (
-                f"{self.sizes_per_optimizer[1]} batch sizes at most" if search else f"{len(self.lattice)} batch sizes"
-            )
-            n_warmups = len(self.schedule.warmup_search)
-            warmups = f"{n_warmups} schedule.warmup_search + " if n_warmups else ""
-            problems.append(
-                FieldProblem(
-                    "total_trials",
-                    f"total trials {total} = {len(self.optimizers)} optimizers x {sizes_text} "
-                    f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {warmups}{self.seeds_max} seeds) "
-                    f"exceeds the cap max_trials={cap}; reduce optimizers, batch_sizes, "
-                    f"lr.trials_per_batch_size{', schedule.warmup_search' if warmups else ''} or seeds",
-                    total,
-                )
-            )
+        if total <= cap:
+            return None
+        sizes_text = (
+            f"{self.sizes_per_optimizer[1]} batch sizes at most"
+            if self.batch_search
+            else f"{len(self.lattice)} batch sizes"
+        )
+        n_warmups = len(self.schedule.warmup_search)
+        warmups = f"{n_warmups} schedule.warmup_search + " if n_warmups else ""
+        return FieldProblem(
+            "total_trials",
+            f"total trials {total} = {len(self.optimizers)} optimizers x {sizes_text} "
+            f"x ({self.lr.trials_per_batch_size} lr.trials_per_batch_size + {warmups}{self.seeds_max} seeds) "
+            f"exceeds the cap max_trials={cap}; reduce optimizers, batch_sizes, "
+            f"lr.trials_per_batch_size{', schedule.warmup_search' if warmups else ''} or seeds",
+            total,
+        )
 
-        if problems:
-            raise SpecError(problems)
-
-        # Last guard: every cell must map onto a valid TrainConfig (the worker's own checks), so a spec
-        # that passes here cannot fail at launch for a config reason. Both lr ends are tried: at most
-        # 5 optimizers x MAX_LATTICE x 2 TrainConfigs, ~10 ms.
+    def _check_cells_train(self) -> None:
+        """Last guard: every cell must map onto a valid TrainConfig (the worker's own checks), so a spec
+        that passes here cannot fail at launch for a config reason. Both lr ends are tried: at most
+        5 optimizers x MAX_LATTICE x 2 TrainConfigs, ~10 ms."""
         for opt, b in self.cells():
             for lr in self.lr.bounds:
                 try:
@@ -670,7 +692,6 @@ class SweepSpec(_Strict):
                         f"cell optimizer={opt!r}, batch_size={b}, lr={lr} is not a valid training run: {detail}",
                         {"optimizer": opt, "batch_size": b, "lr": lr},
                     ) from None
-        return self
 
     # ---- derived --------------------------------------------------------------------------------
 

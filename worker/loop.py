@@ -155,17 +155,7 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
         )
 
     # --- model and optimizer --------------------------------------------------------------------
-    raw_model = build_model(cfg.model, vocab_size=data.vocab_size, seed=cfg.seed).to(layout.device)
-    model: torch.nn.Module = raw_model  # what trains: DDP around it, compiled; evaluation runs raw_model
-    if layout.distributed:
-        # gradient bucketing is DDP's own (25 MiB buckets, all-reduced while the backward pass goes on)
-        model = torch.nn.parallel.DistributedDataParallel(
-            raw_model, device_ids=[layout.device.index] if layout.device.type == "cuda" else None
-        )
-    if cfg.compile:
-        # compiled on the first step (inductor; a graph per distinct input shape, and the training shape is
-        # fixed); around DDP, so dynamo splits the graph at DDP's buckets and the all-reduces still overlap
-        model = torch.compile(model)
+    raw_model, model = build_models(cfg, vocab_size=data.vocab_size, layout=layout)
     optimizer = build_optimizer(cfg.optimizer, raw_model, tokens_per_step=cfg.tokens_per_step)
     params = [p for p in raw_model.parameters() if p.requires_grad]
 
@@ -230,12 +220,8 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
             "tokens_per_s": tokens_per_s,
             "epoch": batches.epoch,
             **evals,
+            **speed_metrics(state, tokens_per_s, raw_model, seq_len=seq_len, device=layout.device),
         }
-        if state.noise.value is not None:
-            state.last["noise_scale"] = state.noise.value  # B_simple, sequences
-        peak = peak_flops(layout.device)
-        if peak:
-            state.last["mfu"] = tokens_per_s * flops_per_token(raw_model, seq_len) / peak
         window = Window()
         report = report_metrics(state, status="completed" if done else "running", started=started)
         every = cfg.checkpoint_every_evals
@@ -257,6 +243,36 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     elif layout.distributed:
         report = {**report, "ranks_in_sync": _ranks_in_sync(params)}
     return report
+
+
+def build_models(cfg: TrainConfig, *, vocab_size: int, layout: Layout) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(the model, what trains): DDP around it on several workers, compiled where asked; evaluation and
+    checkpoints use the model itself."""
+    raw_model = build_model(cfg.model, vocab_size=vocab_size, seed=cfg.seed).to(layout.device)
+    model: torch.nn.Module = raw_model
+    if layout.distributed:
+        # gradient bucketing is DDP's own (25 MiB buckets, all-reduced while the backward pass goes on)
+        model = torch.nn.parallel.DistributedDataParallel(
+            raw_model, device_ids=[layout.device.index] if layout.device.type == "cuda" else None
+        )
+    if cfg.compile:
+        # compiled on the first step (inductor; a graph per distinct input shape, and the training shape is
+        # fixed); around DDP, so dynamo splits the graph at DDP's buckets and the all-reduces still overlap
+        model = torch.compile(model)
+    return raw_model, model
+
+
+def speed_metrics(
+    state: RunState, tokens_per_s: float, model: torch.nn.Module, *, seq_len: int, device: torch.device
+) -> Metrics:
+    """The gradient noise scale (B_simple, sequences) once estimated, and MFU where the device's peak is known."""
+    out: Metrics = {}
+    if state.noise.value is not None:
+        out["noise_scale"] = state.noise.value
+    peak = peak_flops(device)
+    if peak:
+        out["mfu"] = tokens_per_s * flops_per_token(model, seq_len) / peak
+    return out
 
 
 def report_metrics(state: RunState, *, status: str, started: float) -> Metrics:
