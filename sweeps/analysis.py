@@ -14,21 +14,41 @@ Every rule and formula: docs/researchers.md, "How a verdict is reached".
 from __future__ import annotations
 
 import functools
-import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
-
-import numpy as np
-import scipy.optimize
-import scipy.special
-from pydantic import BaseModel, ConfigDict
+from typing import Any, TypeVar
 
 from sweeps.batch_axis import bracket_of
 from sweeps.plan import PARABOLA_WINDOW, neighbourhood, parabola_vertex
-from sweeps.status import RESULT_STATUSES
+from sweeps.report import (
+    BatchSearchReport,
+    Bracket,
+    ByReference,
+    CellReport,
+    NoiseCheck,
+    OptimizerReport,
+    Report,
+    SearchStep,
+    TrialStatusCounts,
+    Verdict,
+    describe_bracket,
+    lr_edge_warnings,
+    read_report,
+    report_to_json,
+    validate_report,
+)
+from sweeps.results import ROLES, STATUSES, AnalysisInput, TrialResult
+from sweeps.stats import (
+    CI_LEVEL,
+    mean_ci95,
+    monotone_fit,
+    paired_diff_ci,
+    seed_adjusted_means,
+    t_quantile,
+    welch_diff_ci95,
+)
 
 __all__ = [
     "CI_LEVEL",
@@ -64,204 +84,9 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
-CI_LEVEL = 0.95
 # best lr within this factor of lr_min or lr_max (log distance ln 1.5) is "at the edge" of the search.
 LR_EDGE_FACTOR = 1.5
-# "search": chooses the lr; "warmup": at the best lr with another warm-up (the spec's schedule.warmup_search);
-# "seed": a confirmation run at the best lr and warm-up
-ROLES = ("search", "seed", "warmup")
-STATUSES = tuple(str(s) for s in RESULT_STATUSES)  # the statuses a trial of the analysis may have
 _LR_REL_TOL = 1e-9  # seed runs match the best lr up to float round-off (it travels through JSON/MLflow)
-
-
-# --------------------------------------------------------------------------------------------------
-# Input
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """One finished trial. `val_loss` is the final val loss (required when completed);
-    `curve` holds (tokens seen, val loss) at each evaluation."""
-
-    optimizer: str
-    batch_size: int
-    lr: float
-    seed: int
-    role: Literal["search", "seed", "warmup"]
-    status: Literal["completed", "pruned", "diverged", "failed"]
-    val_loss: float | None
-    tokens: int
-    steps: int
-    curve: tuple[tuple[int, float], ...] = field(default=())
-    number: int | None = None  # Optuna trial number in its cell's study: tie-breaks, and the report names it
-    run_id: str | None = None  # MLflow run id: the report names it
-    # the warm-up it trained with, in the spec's unit (schedule.warmup_unit); None: the spec's own
-    warmup: int | float | None = None
-
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got role={self.role!r}")
-        if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got status={self.status!r}")
-        if not self.batch_size > 0:
-            raise ValueError(f"batch_size must be > 0, got batch_size={self.batch_size}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got lr={self.lr}")
-        if self.status == "completed" and (self.val_loss is None or not math.isfinite(self.val_loss)):
-            raise ValueError(f"a completed trial needs a finite val_loss, got val_loss={self.val_loss}")
-        object.__setattr__(self, "curve", tuple((int(t), float(v)) for t, v in self.curve))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
-        return cls(**{**d, "curve": tuple(tuple(p) for p in d.get("curve", ()))})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "optimizer": self.optimizer,
-            "batch_size": self.batch_size,
-            "lr": self.lr,
-            "seed": self.seed,
-            "role": self.role,
-            "status": self.status,
-            "val_loss": self.val_loss,
-            "tokens": self.tokens,
-            "steps": self.steps,
-            "curve": [list(p) for p in self.curve],
-            "number": self.number,
-            "run_id": self.run_id,
-            "warmup": self.warmup,
-        }
-
-
-@dataclass(frozen=True)
-class AnalysisInput:
-    """The spec's numbers the analysis needs (`from_spec` takes them from a `SweepSpec`)."""
-
-    sweep: str
-    batch_sizes: tuple[int, ...]
-    optimizers: tuple[str, ...]
-    baseline: str
-    tolerance: float
-    lr_min: float
-    lr_max: float
-    seeds: int  # confirmation runs planned per cell
-    seq_len: int
-    trained_tokens: int | None = None  # tokens every trial trains on (the spec's token_budget, rounded once)
-    # planned looks at each boundary verdict (adaptive confirmation: 1 + (max - min) / step); each
-    # noise check is a Welch interval at 1 - 0.05 / noise_looks (Bonferroni)
-    noise_looks: int = 1
-    lr_extend: float = 1.0  # the search may step past [lr_min, lr_max] by this factor (the spec's lr.extend)
-    warmup: str = ""  # how the lr warms up (the spec's schedule, in words): reported
-    # a search of the batch axis (the spec's BatchSearchSpec, as a dict, with its "lattice"): batch_sizes is
-    # then the lattice, each optimizer's cells are the sizes it tested, and every verdict is made at the
-    # level that holds for all the lattice's sizes (the search chooses which to test from the verdicts)
-    batch_search: dict[str, Any] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "batch_sizes", tuple(int(b) for b in self.batch_sizes))
-        object.__setattr__(self, "optimizers", tuple(self.optimizers))
-        b = self.batch_sizes
-        if not b or any(x <= 0 for x in b) or any(b[i] <= b[i - 1] for i in range(1, len(b))):
-            raise ValueError(f"batch_sizes must be non-empty, > 0 and strictly increasing, got {list(b)}")
-        if not self.optimizers or len(set(self.optimizers)) != len(self.optimizers):
-            raise ValueError(f"optimizers must be non-empty and distinct, got {list(self.optimizers)}")
-        if self.baseline not in self.optimizers:
-            raise ValueError(f"baseline={self.baseline!r} is not among optimizers {list(self.optimizers)}")
-        if not self.tolerance >= 0:
-            raise ValueError(f"tolerance must be >= 0, got tolerance={self.tolerance}")
-        if not 0 < self.lr_min < self.lr_max:
-            raise ValueError(f"need 0 < lr_min < lr_max, got lr_min={self.lr_min}, lr_max={self.lr_max}")
-        if not self.lr_extend >= 1.0:
-            raise ValueError(f"lr_extend must be >= 1, got lr_extend={self.lr_extend}")
-        if self.seeds < 1 or self.seq_len < 1:
-            raise ValueError(f"seeds and seq_len must be >= 1, got seeds={self.seeds}, seq_len={self.seq_len}")
-
-    @classmethod
-    def from_spec(cls, spec: Any) -> AnalysisInput:
-        """From a `sweeps.spec.SweepSpec` (duck-typed: this module does not import the spec)."""
-        return cls(
-            sweep=spec.name,
-            optimizers=tuple(o.name for o in spec.optimizers),
-            baseline=spec.degradation.baseline,
-            tolerance=spec.degradation.tolerance,
-            lr_min=spec.lr.min,
-            lr_max=spec.lr.max,
-            seeds=spec.seeds_min,
-            seq_len=spec.model.seq_len,
-            trained_tokens=spec.trained_tokens,
-            noise_looks=spec.noise_looks,
-            lr_extend=spec.lr.extend,
-            warmup=spec.schedule.describe_warmup(),
-            batch_sizes=tuple(spec.lattice),
-            batch_search=None
-            if spec.batch_search is None
-            else {**spec.batch_search.model_dump(mode="json"), "lattice": list(spec.lattice)},
-        )
-
-    @property
-    def lr_bounds(self) -> tuple[float, float]:
-        """The lrs the search could reach: [lr_min / lr_extend, lr_max x lr_extend]."""
-        return self.lr_min / self.lr_extend, self.lr_max * self.lr_extend
-
-
-# --------------------------------------------------------------------------------------------------
-# Statistics
-# --------------------------------------------------------------------------------------------------
-
-
-def t_quantile(p: float, df: float) -> float:
-    """Quantile of Student's t with `df` (> 0, real: Welch's degrees of freedom) degrees of freedom."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must lie in (0, 1), got p={p}")
-    if not df > 0:
-        raise ValueError(f"df must be > 0, got df={df}")
-    # the ufunc behind scipy.stats.t.ppf (its `_ppf`), called directly: the same value, without ~70 us of
-    # argument checking per call (every verdict of every look of a simulated sweep asks for one)
-    return float(scipy.special.stdtrit(df, p))
-
-
-def sample_variance(samples: Sequence[float]) -> float:
-    """Unbiased sample variance (n - 1 in the denominator) of >= 2 samples, in floats (two passes, fsum):
-    `statistics.variance` works in exact fractions, ~30x slower, and every verdict of every look of a
-    simulated sweep asks for it. Exactly 0 when the samples are all equal."""
-    n = len(samples)
-    if n < 2:
-        raise ValueError(f"sample_variance needs at least 2 samples, got {n}")
-    if min(samples) == max(samples):
-        return 0.0
-    mean = math.fsum(samples) / n
-    return math.fsum((x - mean) ** 2 for x in samples) / (n - 1)
-
-
-def mean_ci95(samples: Sequence[float]) -> tuple[float, float, float, bool]:
-    """(mean, lo, hi, ci_available): Student-t 95% interval of the mean; n = 1 gives (m, m, m, False)."""
-    n = len(samples)
-    if n == 0:
-        raise ValueError("mean_ci95 needs at least one sample")
-    mean = statistics.fmean(samples)
-    if n == 1:
-        return mean, mean, mean, False
-    half = t_quantile(0.5 + CI_LEVEL / 2, n - 1) * math.sqrt(sample_variance(samples) / n)
-    return mean, mean - half, mean + half, True
-
-
-def welch_diff_ci95(
-    x: Sequence[float], y: Sequence[float], scale: float = 1.0, level: float = CI_LEVEL
-) -> tuple[float, float, float] | None:
-    """(d, lo, hi) for d = mean(x) - scale x mean(y), Welch interval at `level` (95% by default);
-    None with < 2 samples in either."""
-    if len(x) < 2 or len(y) < 2:
-        return None
-    d = statistics.fmean(x) - scale * statistics.fmean(y)
-    a = sample_variance(x) / len(x)
-    b = scale * scale * sample_variance(y) / len(y)
-    var = a + b
-    if var == 0.0:
-        return d, d, d
-    df = var * var / (a * a / (len(x) - 1) + b * b / (len(y) - 1))
-    half = t_quantile(0.5 + level / 2, df) * math.sqrt(var)
-    return d, d - half, d + half
 
 
 # --------------------------------------------------------------------------------------------------
@@ -455,106 +280,6 @@ def noise_level(looks: int) -> float:
     return 1.0 - (1.0 - CI_LEVEL) / looks
 
 
-def monotone_fit(values: Sequence[float], weights: Sequence[float]) -> list[float]:
-    """The non-decreasing sequence nearest `values` in weighted least squares: isotonic regression (scipy's
-    pool-adjacent-violators). Cell means in batch-size order, weighted by their samples: one noisy cell
-    pooled with its neighbours instead of ending the walk alone."""
-    if not values:
-        return []
-    fit = scipy.optimize.isotonic_regression(list(values), weights=list(weights), increasing=True)
-    return [float(v) for v in fit.x]
-
-
-# Huber's constant, in units of the runs' noise scale: a residual up to this far counts in full (95 %
-# efficiency where the noise is normal), one farther (a loss spike) by its distance only
-HUBER_K = 1.345
-
-
-def _seeds_connect(ran: np.ndarray) -> bool:
-    """Whether the runs link every cell to every other through shared seeds: the cells x seeds layout
-    `ran` (1 where the cell ran the seed) as a bipartite graph is connected. Then mu and alpha of the
-    two-way fit are unique up to one shared constant. By hand: scipy's `connected_components` takes
-    0.5 ms a call on graphs this small, this search 0.09 ms, once per report."""
-    linked = ran > 0  # (cells, seeds)
-    reached = linked[:, 0]
-    while True:
-        seeds = linked[reached].any(axis=0)  # the seeds the reached cells ran
-        grown = linked[:, seeds].any(axis=1)  # the cells that ran one of them
-        if grown.sum() == reached.sum():
-            return bool(grown.all())
-        reached = grown
-
-
-def _two_way_fit(y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The weighted least-squares fit of y[c, s] = mu[c] + alpha[s] with weights w[c, s] (0 where cell c
-    did not run seed s), alpha centred on 0, for a layout whose seeds connect every cell (`_seeds_connect`).
-    The cells' block of the normal equations is diagonal, so mu is eliminated and a seeds x seeds system
-    is left: L alpha = A - W' (Y / d), L = diag(e) - W' diag(1/d) W, d and e the weights' row and column
-    sums. L is singular along the constant only, and the right side sums to 0, so (L + 1 1') alpha = the
-    same right side has the one solution with sum(alpha) = 0: a plain solve (LAPACK's LU; the least-squares
-    solve that finds the same alpha took 1.7x as long in the adaptive-seed test)."""
-    d, e = w.sum(axis=1), w.sum(axis=0)  # (cells,), (seeds,)
-    wy = w * y
-    system = np.diag(e) - w.T @ (w / d[:, None]) + 1.0  # (seeds, seeds)
-    rhs = wy.sum(axis=0) - w.T @ (wy.sum(axis=1) / d)
-    alpha = np.linalg.solve(system, rhs)
-    alpha -= alpha.mean()  # 0 up to round-off
-    mu = (wy.sum(axis=1) - w @ alpha) / d
-    return mu, alpha
-
-
-def seed_adjusted_means(samples: dict[K, dict[int, float]]) -> dict[K, float]:
-    """Per cell, its mean loss over every seed run in any of the cells, with what a seed shares across
-    cells taken out: the fit of loss(c, s) = mu_c + alpha_s (seed s has the same init and data order in
-    every cell, the pairing the verdicts use), and mu_c + the mean of alpha_s over those seeds. A cell with
-    2 seeds beside cells with 6 is moved by how seeds 3..6 ran in the cells that have them, so that every
-    cell is compared on the same seeds.
-
-    The fit is robust (Huber, `HUBER_K` x the noise scale, that scale 1.4826 x the median absolute
-    residual, read from the fit before, 3 rounds from least squares): one run that ended on a loss spike
-    moves its cell by about HUBER_K x scale / n instead of spike / n, which at 10 seeds is still a few
-    tenths of a percent, as much as the margins most answers rest on. Where the runs are too few to tell a
-    spike from the noise (fewer than 3 residual degrees of freedom) it is least squares, which gives cells
-    that ran the same seeds their plain means. Where the seeds do not connect every cell to the rest (no
-    seed in common, never the case for seeds 1..n), all keep their plain means. Where Huber's minimum is not
-    unique (a seed whose few runs all lie beyond the threshold, as many above as below), the one the
-    reweighting converges to is taken: deterministic, and as good by Huber's criterion. By hand: iteratively
-    reweighted least squares on the two-way layout's own normal equations (a seeds x seeds solve), where
-    scipy's general `least_squares` on the (runs x cells + seeds) design made the benchmark 1.7x slower."""
-    cells = [c for c, by_seed in samples.items() if by_seed]
-    seeds = sorted({s for c in cells for s in samples[c]})
-    plain = {c: statistics.fmean(samples[c].values()) for c in cells}
-    runs = sum(len(samples[c]) for c in cells)
-    dof = runs - (len(cells) + len(seeds) - 1)  # mu and alpha are identifiable up to one shared constant
-    if len(cells) < 2 or (dof < 3 and all(len(samples[c]) == len(seeds) for c in cells)):
-        return plain  # least squares gives exactly these where every cell ran the same seeds
-    column = {s: j for j, s in enumerate(seeds)}
-    y = np.zeros((len(cells), len(seeds)))  # (cells, seeds), losses
-    ran = np.zeros_like(y)  # 1 where the cell ran the seed
-    for i, c in enumerate(cells):
-        for s, v in samples[c].items():
-            y[i, column[s]], ran[i, column[s]] = v, 1.0
-    centre = float(y.sum() / runs)  # fitted around the runs' mean: the spike's few thousandths against 3.x
-    y = np.where(ran > 0, y - centre, 0.0)
-    if not _seeds_connect(ran):
-        return plain
-    mu, alpha = _two_way_fit(y, ran)
-    for _ in range(3 if dof >= 3 else 0):
-        residual = np.abs(y - mu[:, None] - alpha[None, :])[ran > 0]  # (runs,)
-        scale = 1.4826 * float(np.median(residual)) * math.sqrt(runs / dof)
-        if not scale > 0:
-            break
-        for _ in range(100):  # Huber's weights from the residuals, refitted until the fit stops moving
-            r = np.abs(y - mu[:, None] - alpha[None, :])
-            w = ran * np.minimum(1.0, HUBER_K * scale / np.maximum(r, 1e-300))
-            new_mu, new_alpha = _two_way_fit(y, w)  # w > 0 where ran > 0: connected as `ran` is
-            moved = max(float(np.max(np.abs(new_mu - mu))), float(np.max(np.abs(new_alpha - alpha))))
-            mu, alpha = new_mu, new_alpha
-            if moved <= 1e-13:
-                break
-    return {c: float(mu[i]) + centre for i, c in enumerate(cells)}
-
-
 def _reference_value(row: Sequence[_Cell], means: dict[tuple[str, int], float]) -> float | None:
     """The reference's value for the point estimate: the seed-adjusted mean of the optimizer's first cell,
     fitted non-decreasing together with its larger stable cells (`monotone_fit`, weighted by samples; the
@@ -647,24 +372,6 @@ def _judge(
     else:
         within = None
     return verdicts, answer, within, checks, fitted
-
-
-Verdict = Literal["fine", "degraded", "undecided"]
-
-
-def paired_diff_ci(
-    x: dict[int, float], y: dict[int, float], scale: float, level: float
-) -> tuple[float, float, float, int] | None:
-    """(d, lo, hi, n) for d = mean over the seeds s in both of x[s] - scale x y[s]: the Student-t interval
-    at `level` of the mean paired difference (seed s has the same init and data order in both cells, so
-    what the seed shares cancels). None with fewer than 2 common seeds."""
-    seeds = sorted(set(x) & set(y))
-    if len(seeds) < 2:
-        return None
-    diffs = [x[s] - scale * y[s] for s in seeds]
-    d = statistics.fmean(diffs)
-    half = t_quantile(0.5 + level / 2, len(diffs) - 1) * math.sqrt(sample_variance(diffs) / len(diffs))
-    return d, d - half, d + half, len(diffs)
 
 
 def verdict_level(looks: int, comparisons: int) -> float:
@@ -1008,244 +715,3 @@ _MONOTONE = (
     "one fine; the search tests only the sizes that move the bracket, so a tested size that contradicts this "
     "(fine above a degraded one) is listed in the bracket's contradictions, and the bracket there is in doubt"
 )
-
-
-def describe_bracket(bracket: Bracket | dict[str, Any]) -> str:
-    """The bracket in words, as the CLI, the pages and the dashboard lead with it."""
-    b = bracket if isinstance(bracket, Bracket) else Bracket.model_validate(bracket)
-    lo, hi = b.largest_fine, b.smallest_degraded
-    if lo is not None and hi is not None:
-        text = f"fine up to {lo}, degraded from {hi}"
-    elif lo is not None:
-        text = f"fine up to {lo}; nothing larger decided degraded"
-    elif hi is not None:
-        text = f"degraded from {hi}; nothing decided fine"
-    else:
-        text = "undecided: more seeds would decide it"
-    if b.contradictions:
-        text += f" (not monotone: fine again at {', '.join(map(str, b.contradictions))})"
-    return text
-
-
-def lr_edge_warnings(report: Report) -> list[str]:
-    """One line per cell whose best lr is at the edge of what the search could reach (`lr_at_edge`: the
-    optimum may lie beyond, the cell reads worse than it is), or past lr.min/lr.max (`lr_outside_range`)."""
-    out = []
-    lo, hi = report.lr_bounds or report.lr_range
-    for name, opt in report.optimizers.items():
-        for cell in opt.cells:
-            where = f"{name} bs={cell.batch_size}: best lr {cell.best_lr:.2e}" if cell.best_lr else ""
-            if cell.lr_at_edge:
-                out.append(
-                    f"{where} is at the edge of the searched range [{lo:.2e}, {hi:.2e}]; widen lr.min/lr.max "
-                    f"or lr.extend"
-                )
-            elif cell.lr_outside_range:
-                out.append(f"{where} lies outside lr.min/lr.max: the search stepped past the range to find it")
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Schema
-# --------------------------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-class _Schema(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    # Read-only mapping access by JSON name (report["optimizers"]["adamw"]["bracket"]["self"], .get, in):
-    # `build_report` returned the report as a dict before it returned this model, and readers of that dict
-    # (outside checks of `sweeps.simulate` among them) index it so
-    def __getitem__(self, key: str) -> Any:
-        name = _json_names(type(self)).get(key)
-        if name is None:
-            raise KeyError(key)
-        return getattr(self, name)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self else default
-
-    def keys(self) -> list[str]:
-        return list(_json_names(type(self)))
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(key, self[key]) for key in self.keys()]
-
-    def __contains__(self, key: object) -> bool:
-        return key in _json_names(type(self))
-
-
-@functools.cache
-def _json_names(model: type[BaseModel]) -> dict[str, str]:
-    """JSON name -> attribute name of each field of a schema model (they differ where a field has an alias)."""
-    return {f.serialization_alias or f.alias or name: name for name, f in model.model_fields.items()}
-
-
-class ByReference(_Schema, Generic[T]):
-    """One value per reference: "self" (the optimizer at the reference batch) and "baseline"."""
-
-    self: T
-    baseline: T
-
-
-class TrialStatusCounts(_Schema):
-    completed: int
-    pruned: int
-    diverged: int
-    failed: int
-
-
-class NoiseCheck(_Schema):
-    """d = mean(B) - (1 + tol) x reference mean at one boundary cell, with its Welch 95% interval."""
-
-    batch_size: int
-    diff_mean: float
-    diff_ci95: tuple[float, float] | None  # None: fewer than 2 samples in B or in the reference cell
-    straddles_zero: bool | None
-
-
-class Bracket(_Schema):
-    """The answer with its confidence (`verdict_rule`): the largest degradation-free batch size lies in
-    [largest_fine, smallest_degraded); either end None where no tested batch size decided it."""
-
-    largest_fine: int | None = None  # every batch size up to it is fine with confidence
-    smallest_degraded: int | None = None  # degraded with confidence, above largest_fine
-    contradictions: list[int] = []  # batch sizes found fine above a degraded one: degradation was not monotone
-
-
-# Every ByReference of the report parametrized here, at module level, where pydantic registers the class as
-# a name of this module: a Report then pickles (a process pool's result, a Ray object); a class parametrized
-# while pydantic builds a model's fields is registered nowhere, and pickle cannot find it
-for _value in (
-    float | None,
-    int | None,
-    bool | None,
-    Verdict | None,
-    tuple[float, float] | None,
-    Bracket,
-    list[NoiseCheck],
-):
-    _parametrized = ByReference[_value]
-del _value, _parametrized
-
-
-class CellReport(_Schema):
-    batch_size: int
-    best_lr: float | None  # None: no completed search trial
-    # the best search trial's own loss: it chose the lr, and is biased low (a minimum); never in the statistics
-    search_best_val_loss: float | None
-    search_best_run_id: str | None  # MLflow run id of the best search trial
-    search_best_trial_number: int | None  # its Optuna trial number in the cell's study
-    val_loss_mean: float | None  # mean over the completed confirmation runs
-    val_loss_ci95: tuple[float | None, float | None]  # [mean, mean] with one run; [None, None] without a mean
-    ci_available: bool  # at least 2 confirmation runs completed
-    val_losses: list[float]  # the samples: completed confirmation runs at the best lr, by seed
-    seeds: int  # len(val_losses)
-    confirmation_run_ids: list[str | None]  # MLflow run ids of every confirmation run at the best lr, by seed
-    stable: bool | None  # every planned confirmation run completed; None: no best lr
-    unstable_reason: str | None  # what diverged, failed or is missing; None when stable
-    tokens_trained: int | None  # tokens each completed confirmation run trained on: equal in every cell
-    trials: int  # all trials of the cell, search and seed, any status
-    trial_status: TrialStatusCounts  # sums to trials
-    lr_at_edge: bool | None  # at the edge of the lr bounds (the optimum may lie beyond); None: no best lr
-    lr_outside_range: bool | None = None  # the search stepped past lr.min or lr.max to find it
-    # the cell means fitted non-decreasing in batch size per reference (the reference cell and unstable
-    # cells left out: None); degradation_free compares these. None in reports written before
-    val_loss_fitted: ByReference[float | None] = ByReference(self=None, baseline=None)
-    degradation_free: ByReference[bool | None]
-    # fine / degraded / undecided with confidence (`verdict_rule`); None without a reference
-    verdict: ByReference[Verdict | None] = ByReference(self=None, baseline=None)
-    # the paired interval of loss - (1 + tolerance) x reference the verdict rests on (None: not compared)
-    verdict_diff_ci: ByReference[tuple[float, float] | None] = ByReference(self=None, baseline=None)
-    # a confirmation run diverged at this lr (the lowest such): the cell retreated to best_lr below it
-    retreated_from_lr: float | None = None
-    # the warm-up of the confirmation runs, in the spec's unit (schedule.warmup_unit); None: no best lr, or a
-    # report written before warm-up was recorded
-    warmup: int | float | None = None
-    # schedule.warmup_search: (warm-up, final val loss of seed 0; None: diverged or failed) of each warm-up
-    # tried at best_lr, the spec's own first; empty when warm-up was not searched
-    warmups_tried: list[tuple[int | float | None, float | None]] = []
-    steps_to_reference: int | None
-    tokens_to_reference: int | None
-    # why this size was tested: "listed" (a list sweep), or by a search of the batch axis "reference",
-    # "step up", "bisect", "speculative" (sweeps/batch_axis.py); None in reports written before
-    chosen: str | None = None
-
-
-class SearchStep(_Schema):
-    """One size a search of the batch axis chose, in order, and why (`order` last: report.json's key order)."""
-
-    batch_size: int
-    chosen: str  # reference | step up | bisect | speculative
-    why: str  # the decision in words: "1920 is fine, nothing degraded yet: x2", "between 1920 (fine) and ..."
-    seeds_added: int = 0  # confirmation runs adaptive confirmation added there beyond the first
-    order: int  # 1, 2, ...: the order the search chose the sizes in
-
-
-class BatchSearchReport(_Schema):
-    """The spec's search of the batch axis, its lattice and what the answer assumes."""
-
-    min: int
-    max: int
-    resolution: float
-    step: float
-    against: str  # the reference the search narrowed the bracket against: "baseline" or "self"
-    lattice: list[int]  # every size it could test (the token budget is a multiple of their lcm x seq_len)
-    assumption: str
-
-
-class OptimizerReport(_Schema):
-    cells: list[CellReport]  # batch size ascending
-    reference_val_loss: ByReference[float | None]
-    largest_degradation_free_batch_size: ByReference[int | None]  # the point estimate: walk of the means
-    bracket: ByReference[Bracket] = ByReference(self=Bracket(), baseline=Bracket())  # what is decided with confidence
-    # the bracket's upper end: the smallest batch size degraded with confidence above largest_fine
-    smallest_degraded_batch_size: ByReference[int | None] = ByReference(self=None, baseline=None)
-    search_steps: list[SearchStep] = []  # a search of the batch axis: the sizes in the order it chose them
-    within_noise: ByReference[bool | None]
-    noise_checks: ByReference[list[NoiseCheck]]
-
-
-class Report(_Schema):
-    """The sweep's report, as `build_report` makes it and report.json holds it (rules: the module docstring)."""
-
-    schema_version: Literal[2]
-    sweep: str
-    reference_batch_size: int  # the smallest batch size of the spec (a search's min)
-    baseline: str
-    tolerance: float
-    seq_len: int
-    lr_range: tuple[float, float]  # the spec's lr.min, lr.max: where every search starts
-    # where the line search could step to past an edge (lr.extend); None in reports written before it
-    lr_bounds: tuple[float, float] | None = None
-    seeds_planned: int  # confirmation runs planned per cell
-    # tokens every trial trains on: the spec's token_budget rounded down once for the whole sweep (the
-    # spec's `trained_tokens`; None in reports written before the name)
-    trained_tokens: int | None = None
-    token_budget: int | None  # the same value under its first name, kept for readers of schema 2
-    noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
-    verdict_rule: str = ""  # how each verdict and the bracket are decided, and what they assume
-    warmup: str = ""  # how the lr warmed up, and whether warm-up was searched with it (each cell's warmup)
-    batch_search: BatchSearchReport | None = None  # None: the spec listed its batch sizes
-    optimizers: dict[str, OptimizerReport]  # in the spec's order
-    warnings: list[str] = []  # things a reader must know before trusting the answer
-
-
-def validate_report(report: dict[str, Any] | Report) -> Report:
-    """A report dict, or a `Report` again (the driver adds its warnings after `build_report`), checked
-    against the schema (pydantic ValidationError if it does not match)."""
-    return Report.model_validate(report.model_dump(warnings=False) if isinstance(report, Report) else report)
-
-
-def read_report(raw: dict[str, Any] | Report) -> Report:
-    """A report as a reader gets it (report.json, the HTTP API; or a `Report` already): top-level keys
-    outside the schema, a newer writer's additions, are left out; anything else that does not match is
-    refused (pydantic ValidationError)."""
-    return validate_report({k: v for k, v in raw.items() if k in Report.model_fields} if isinstance(raw, dict) else raw)
-
-
-def report_to_json(report: dict[str, Any] | Report, *, indent: int | None = 2) -> str:
-    """Strict JSON (no NaN/Infinity) of a validated report: what report.json holds."""
-    return json.dumps(validate_report(report).model_dump(mode="json"), indent=indent, allow_nan=False)

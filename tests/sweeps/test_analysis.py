@@ -18,17 +18,14 @@ from sweeps.analysis import (
     AnalysisInput,
     Report,
     TrialResult,
-    _Schema,
     build_report,
-    mean_ci95,
     read_report,
     report_to_json,
-    sample_variance,
-    t_quantile,
     validate_report,
-    welch_diff_ci95,
 )
+from sweeps.report import _Schema
 from sweeps.spec import SweepSpec
+from sweeps.stats import mean_ci95, sample_variance, t_quantile, welch_diff_ci95
 
 BATCHES = (16, 32, 64, 128)
 SEQ_LEN = 128

@@ -1,0 +1,251 @@
+"""The report of a sweep, as pydantic models: what `sweeps.analysis.build_report` returns,
+`report_to_json` writes (report.json) and `read_report` reads back, and every page and tool reads."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+Verdict = Literal["fine", "degraded", "undecided"]
+
+T = TypeVar("T")
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Read-only mapping access by JSON name (report["optimizers"]["adamw"]["bracket"]["self"], .get, in):
+    # `build_report` returned the report as a dict before it returned this model, and readers of that dict
+    # (outside checks of `sweeps.simulate` among them) index it so
+    def __getitem__(self, key: str) -> Any:
+        name = _json_names(type(self)).get(key)
+        if name is None:
+            raise KeyError(key)
+        return getattr(self, name)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def keys(self) -> list[str]:
+        return list(_json_names(type(self)))
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(key, self[key]) for key in self.keys()]
+
+    def __contains__(self, key: object) -> bool:
+        return key in _json_names(type(self))
+
+
+@functools.cache
+def _json_names(model: type[BaseModel]) -> dict[str, str]:
+    """JSON name -> attribute name of each field of a schema model (they differ where a field has an alias)."""
+    return {f.serialization_alias or f.alias or name: name for name, f in model.model_fields.items()}
+
+
+class ByReference(_Schema, Generic[T]):
+    """One value per reference: "self" (the optimizer at the reference batch) and "baseline"."""
+
+    self: T
+    baseline: T
+
+
+class TrialStatusCounts(_Schema):
+    completed: int
+    pruned: int
+    diverged: int
+    failed: int
+
+
+class NoiseCheck(_Schema):
+    """d = mean(B) - (1 + tol) x reference mean at one boundary cell, with its Welch 95% interval."""
+
+    batch_size: int
+    diff_mean: float
+    diff_ci95: tuple[float, float] | None  # None: fewer than 2 samples in B or in the reference cell
+    straddles_zero: bool | None
+
+
+class Bracket(_Schema):
+    """The answer with its confidence (`verdict_rule`): the largest degradation-free batch size lies in
+    [largest_fine, smallest_degraded); either end None where no tested batch size decided it."""
+
+    largest_fine: int | None = None  # every batch size up to it is fine with confidence
+    smallest_degraded: int | None = None  # degraded with confidence, above largest_fine
+    contradictions: list[int] = []  # batch sizes found fine above a degraded one: degradation was not monotone
+
+
+# Every ByReference of the report parametrized here, at module level, where pydantic registers the class as
+# a name of this module: a Report then pickles (a process pool's result, a Ray object); a class parametrized
+# while pydantic builds a model's fields is registered nowhere, and pickle cannot find it
+for _value in (
+    float | None,
+    int | None,
+    bool | None,
+    Verdict | None,
+    tuple[float, float] | None,
+    Bracket,
+    list[NoiseCheck],
+):
+    _parametrized = ByReference[_value]
+del _value, _parametrized
+
+
+class CellReport(_Schema):
+    batch_size: int
+    best_lr: float | None  # None: no completed search trial
+    # the best search trial's own loss: it chose the lr, and is biased low (a minimum); never in the statistics
+    search_best_val_loss: float | None
+    search_best_run_id: str | None  # MLflow run id of the best search trial
+    search_best_trial_number: int | None  # its Optuna trial number in the cell's study
+    val_loss_mean: float | None  # mean over the completed confirmation runs
+    val_loss_ci95: tuple[float | None, float | None]  # [mean, mean] with one run; [None, None] without a mean
+    ci_available: bool  # at least 2 confirmation runs completed
+    val_losses: list[float]  # the samples: completed confirmation runs at the best lr, by seed
+    seeds: int  # len(val_losses)
+    confirmation_run_ids: list[str | None]  # MLflow run ids of every confirmation run at the best lr, by seed
+    stable: bool | None  # every planned confirmation run completed; None: no best lr
+    unstable_reason: str | None  # what diverged, failed or is missing; None when stable
+    tokens_trained: int | None  # tokens each completed confirmation run trained on: equal in every cell
+    trials: int  # all trials of the cell, search and seed, any status
+    trial_status: TrialStatusCounts  # sums to trials
+    lr_at_edge: bool | None  # at the edge of the lr bounds (the optimum may lie beyond); None: no best lr
+    lr_outside_range: bool | None = None  # the search stepped past lr.min or lr.max to find it
+    # the cell means fitted non-decreasing in batch size per reference (the reference cell and unstable
+    # cells left out: None); degradation_free compares these. None in reports written before
+    val_loss_fitted: ByReference[float | None] = ByReference(self=None, baseline=None)
+    degradation_free: ByReference[bool | None]
+    # fine / degraded / undecided with confidence (`verdict_rule`); None without a reference
+    verdict: ByReference[Verdict | None] = ByReference(self=None, baseline=None)
+    # the paired interval of loss - (1 + tolerance) x reference the verdict rests on (None: not compared)
+    verdict_diff_ci: ByReference[tuple[float, float] | None] = ByReference(self=None, baseline=None)
+    # a confirmation run diverged at this lr (the lowest such): the cell retreated to best_lr below it
+    retreated_from_lr: float | None = None
+    # the warm-up of the confirmation runs, in the spec's unit (schedule.warmup_unit); None: no best lr, or a
+    # report written before warm-up was recorded
+    warmup: int | float | None = None
+    # schedule.warmup_search: (warm-up, final val loss of seed 0; None: diverged or failed) of each warm-up
+    # tried at best_lr, the spec's own first; empty when warm-up was not searched
+    warmups_tried: list[tuple[int | float | None, float | None]] = []
+    steps_to_reference: int | None
+    tokens_to_reference: int | None
+    # why this size was tested: "listed" (a list sweep), or by a search of the batch axis "reference",
+    # "step up", "bisect", "speculative" (sweeps/batch_axis.py); None in reports written before
+    chosen: str | None = None
+
+
+class SearchStep(_Schema):
+    """One size a search of the batch axis chose, in order, and why (`order` last: report.json's key order)."""
+
+    batch_size: int
+    chosen: str  # reference | step up | bisect | speculative
+    why: str  # the decision in words: "1920 is fine, nothing degraded yet: x2", "between 1920 (fine) and ..."
+    seeds_added: int = 0  # confirmation runs adaptive confirmation added there beyond the first
+    order: int  # 1, 2, ...: the order the search chose the sizes in
+
+
+class BatchSearchReport(_Schema):
+    """The spec's search of the batch axis, its lattice and what the answer assumes."""
+
+    min: int
+    max: int
+    resolution: float
+    step: float
+    against: str  # the reference the search narrowed the bracket against: "baseline" or "self"
+    lattice: list[int]  # every size it could test (the token budget is a multiple of their lcm x seq_len)
+    assumption: str
+
+
+class OptimizerReport(_Schema):
+    cells: list[CellReport]  # batch size ascending
+    reference_val_loss: ByReference[float | None]
+    largest_degradation_free_batch_size: ByReference[int | None]  # the point estimate: walk of the means
+    bracket: ByReference[Bracket] = ByReference(self=Bracket(), baseline=Bracket())  # what is decided with confidence
+    # the bracket's upper end: the smallest batch size degraded with confidence above largest_fine
+    smallest_degraded_batch_size: ByReference[int | None] = ByReference(self=None, baseline=None)
+    search_steps: list[SearchStep] = []  # a search of the batch axis: the sizes in the order it chose them
+    within_noise: ByReference[bool | None]
+    noise_checks: ByReference[list[NoiseCheck]]
+
+
+class Report(_Schema):
+    """The sweep's report, as `build_report` makes it and report.json holds it (rules: the module docstring)."""
+
+    schema_version: Literal[2]
+    sweep: str
+    reference_batch_size: int  # the smallest batch size of the spec (a search's min)
+    baseline: str
+    tolerance: float
+    seq_len: int
+    lr_range: tuple[float, float]  # the spec's lr.min, lr.max: where every search starts
+    # where the line search could step to past an edge (lr.extend); None in reports written before it
+    lr_bounds: tuple[float, float] | None = None
+    seeds_planned: int  # confirmation runs planned per cell
+    # tokens every trial trains on: the spec's token_budget rounded down once for the whole sweep (the
+    # spec's `trained_tokens`; None in reports written before the name)
+    trained_tokens: int | None = None
+    token_budget: int | None  # the same value under its first name, kept for readers of schema 2
+    noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
+    verdict_rule: str = ""  # how each verdict and the bracket are decided, and what they assume
+    warmup: str = ""  # how the lr warmed up, and whether warm-up was searched with it (each cell's warmup)
+    batch_search: BatchSearchReport | None = None  # None: the spec listed its batch sizes
+    optimizers: dict[str, OptimizerReport]  # in the spec's order
+    warnings: list[str] = []  # things a reader must know before trusting the answer
+
+
+def validate_report(report: dict[str, Any] | Report) -> Report:
+    """A report dict, or a `Report` again (the driver adds its warnings after `build_report`), checked
+    against the schema (pydantic ValidationError if it does not match)."""
+    return Report.model_validate(report.model_dump(warnings=False) if isinstance(report, Report) else report)
+
+
+def read_report(raw: dict[str, Any] | Report) -> Report:
+    """A report as a reader gets it (report.json, the HTTP API; or a `Report` already): top-level keys
+    outside the schema, a newer writer's additions, are left out; anything else that does not match is
+    refused (pydantic ValidationError)."""
+    return validate_report({k: v for k, v in raw.items() if k in Report.model_fields} if isinstance(raw, dict) else raw)
+
+
+def report_to_json(report: dict[str, Any] | Report, *, indent: int | None = 2) -> str:
+    """Strict JSON (no NaN/Infinity) of a validated report: what report.json holds."""
+    return json.dumps(validate_report(report).model_dump(mode="json"), indent=indent, allow_nan=False)
+
+
+# ---- the report in words ----------------------------------------------------------------------
+
+
+def describe_bracket(bracket: Bracket | dict[str, Any]) -> str:
+    """The bracket in words, as the CLI, the pages and the dashboard lead with it."""
+    b = bracket if isinstance(bracket, Bracket) else Bracket.model_validate(bracket)
+    lo, hi = b.largest_fine, b.smallest_degraded
+    if lo is not None and hi is not None:
+        text = f"fine up to {lo}, degraded from {hi}"
+    elif lo is not None:
+        text = f"fine up to {lo}; nothing larger decided degraded"
+    elif hi is not None:
+        text = f"degraded from {hi}; nothing decided fine"
+    else:
+        text = "undecided: more seeds would decide it"
+    if b.contradictions:
+        text += f" (not monotone: fine again at {', '.join(map(str, b.contradictions))})"
+    return text
+
+
+def lr_edge_warnings(report: Report) -> list[str]:
+    """One line per cell whose best lr is at the edge of what the search could reach (`lr_at_edge`: the
+    optimum may lie beyond, the cell reads worse than it is), or past lr.min/lr.max (`lr_outside_range`)."""
+    out = []
+    lo, hi = report.lr_bounds or report.lr_range
+    for name, opt in report.optimizers.items():
+        for cell in opt.cells:
+            where = f"{name} bs={cell.batch_size}: best lr {cell.best_lr:.2e}" if cell.best_lr else ""
+            if cell.lr_at_edge:
+                out.append(
+                    f"{where} is at the edge of the searched range [{lo:.2e}, {hi:.2e}]; widen lr.min/lr.max "
+                    f"or lr.extend"
+                )
+            elif cell.lr_outside_range:
+                out.append(f"{where} lies outside lr.min/lr.max: the search stepped past the range to find it")
+    return out
