@@ -17,14 +17,8 @@ from ray import tune
 from sweeps.analysis import Report, lr_edge_warnings
 from sweeps.detached import DriverOnly
 from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
-from sweeps.search import (
-    METRIC,
-    MODE,
-    TRIAL_RETRIES,
-    CellSearcher,
-    collect_results,
-    make_scheduler,
-)
+from sweeps.scheduler import METRIC, MODE, make_scheduler
+from sweeps.search import TRIAL_RETRIES, CellSearcher, collect_results
 from sweeps.settings import runtime_from_env
 from sweeps.spec import SweepSpec
 from sweeps.status import SweepStatus

@@ -38,9 +38,8 @@ from sweeps.detached import DriverOnly
 from sweeps.layout import MLFLOW_STATUS, Role, Tag
 from sweeps.plan import cell_key, run_name
 from sweeps.runtime import MLFLOW_OUTAGE_S
-from sweeps.search import trial_status
 from sweeps.spec import SweepSpec
-from sweeps.status import TrialStatus
+from sweeps.status import TrialStatus, trial_status
 from sweeps.stores import Recorded, close_running_runs
 from worker.session import NODE_ID
 
@@ -283,7 +282,7 @@ class SweepRecorder(DriverOnly, Callback):
         self._queue.put(lambda: self._end_trial(trial.trial_id, status))
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        # Tune's restarts are spent: the infrastructure lost it (search.trial_status), it is run again
+        # Tune's restarts are spent: the infrastructure lost it (sweeps.status.trial_status), it is run again
         status = trial_status(trial.last_result, error=True)
         self._started.discard(trial.trial_id)
         self._queue.put(lambda: self._end_trial(trial.trial_id, status))

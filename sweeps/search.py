@@ -42,8 +42,6 @@ from typing import Any, TypeVar
 import optuna
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
-from ray.tune.experiment import Trial
-from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from sweeps.analysis import (
@@ -57,7 +55,6 @@ from sweeps.analysis import (
     pick_warmup,
 )
 from sweeps.detached import DriverOnly
-from sweeps.layout import VAL_LOSS
 from sweeps.logs import log_context
 from sweeps.plan import (
     REFERENCE_NARROW,
@@ -68,14 +65,14 @@ from sweeps.plan import (
     study_name,
     warm_start_lrs,
 )
+from sweeps.scheduler import METRIC, MODE, TIME_ATTR
 from sweeps.spec import SweepSpec, cell_search_trials
-from sweeps.status import RERUN_STATUSES, TrialStatus
+from sweeps.status import RERUN_STATUSES, TrialStatus, trial_status
 from sweeps.stores import close_running_trials, rerun_design_point
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 
-METRIC, MODE, TIME_ATTR = VAL_LOSS, "min", "tokens"
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # FAIL trials with these statuses were cut short by the sweep itself or by the infrastructure (a killed
 # worker, a lost node, a lost driver): they are no search result and are run again (sweeps/status.py)
@@ -943,84 +940,3 @@ def collect_results(
                 )
                 times.append(float(t.user_attrs.get("train_time_s", 0.0)))
     return results, times
-
-
-def trial_status(result: dict[str, Any] | None, error: bool, *, cancelling: bool = False) -> TrialStatus:
-    """How a trial ended, from its last result: the one rule, for the Optuna record (the searcher)
-    and the MLflow record (the recorder) alike, so the two always agree.
-
-    - An error that reaches Tune is the infrastructure's (the trial's process died: `run_trial` turns
-      every exception of training itself into a `failed` result), and once Tune's restarts are spent
-      the trial is `interrupted`: no result, run again.
-    - A trial that reported its end is `completed`, `diverged` or `failed`, also while the sweep is
-      being cancelled: those are results.
-    - One cut short before its end was stopped by ASHA (`pruned`, a result) or, while the sweep is
-      being cancelled, by the cancel (`cancelled`, run again on resume).
-    """
-    if error:
-        return TrialStatus.interrupted
-    status = (result or {}).get("status")
-    if status in (TrialStatus.completed, TrialStatus.diverged, TrialStatus.failed):
-        return TrialStatus(status)
-    return TrialStatus.cancelled if cancelling else TrialStatus.pruned
-
-
-def make_scheduler(spec: SweepSpec) -> PerCellASHA | None:
-    """The trial scheduler of a sweep: per-cell ASHA when the spec prunes, else Tune's FIFO (None)."""
-    if not spec.pruning.enabled:
-        return None
-    return PerCellASHA(
-        max_t=spec.trained_tokens,
-        grace_period=max(1, int(spec.pruning.grace_fraction * spec.trained_tokens)),
-        reduction_factor=spec.pruning.reduction_factor,
-    )
-
-
-class PerCellASHA(DriverOnly, FIFOScheduler):
-    """ASHA per cell: a search trial is compared only with trials of its own cell, at equal tokens
-    seen (`tokens` is the time attribute). Seed re-runs are never stopped."""
-
-    def __init__(self, *, max_t: int, grace_period: int, reduction_factor: int) -> None:
-        super().__init__()
-        self._kw = dict(
-            time_attr=TIME_ATTR,
-            metric=METRIC,
-            mode=MODE,
-            max_t=max_t,
-            grace_period=grace_period,
-            reduction_factor=reduction_factor,
-            brackets=1,
-        )
-        self._asha: dict[str, AsyncHyperBandScheduler] = {}
-        self._cell_of: dict[str, str] = {}
-
-    def _for(self, trial: Trial) -> AsyncHyperBandScheduler | None:
-        if trial.config.get("role") != "search" or not trial.config.get("prunable", True):
-            return None
-        cell = trial.config["cell"]
-        if cell not in self._asha:
-            self._asha[cell] = AsyncHyperBandScheduler(**self._kw)  # type: ignore[arg-type]
-        return self._asha[cell]
-
-    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
-        if (asha := self._for(trial)) is not None:
-            asha.on_trial_add(tune_controller, trial)
-
-    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
-        if (asha := self._for(trial)) is None or not math.isfinite(result.get(METRIC, math.inf)):
-            return TrialScheduler.CONTINUE
-        return asha.on_trial_result(tune_controller, trial, result)
-
-    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
-        if (asha := self._for(trial)) is not None and trial.trial_id in asha._trial_info:
-            if METRIC in result and TIME_ATTR in result and math.isfinite(result[METRIC]):
-                asha.on_trial_complete(tune_controller, trial, result)
-            else:
-                asha.on_trial_remove(tune_controller, trial)
-
-    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
-        if (asha := self._for(trial)) is not None and trial.trial_id in asha._trial_info:
-            asha.on_trial_remove(tune_controller, trial)
-
-    def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
-        self.on_trial_remove(tune_controller, trial)

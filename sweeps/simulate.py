@@ -158,7 +158,7 @@ class _ResultChecks:
         from ray.tune.execution.tune_controller import TuneController
         from ray.tune.utils import flatten_dict
 
-        from sweeps.search import METRIC
+        from sweeps.scheduler import METRIC
 
         self._metric, self._scheduler_alg, self._search_alg = METRIC, scheduler, searcher
         self._validate, self._flatten = TuneController._validate_result_metrics, flatten_dict
@@ -175,7 +175,8 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
     from ray.tune.schedulers import FIFOScheduler, TrialScheduler
     from ray.tune.search import Searcher
 
-    from sweeps.search import METRIC, MODE, CellSearcher, collect_results, make_scheduler
+    from sweeps.scheduler import METRIC, MODE, make_scheduler
+    from sweeps.search import CellSearcher, collect_results
 
     searcher = CellSearcher(spec, f"{spec.name}-simulated", optuna.storages.InMemoryStorage(), seed=seed)
     scheduler = make_scheduler(spec) or FIFOScheduler()  # as sweeps.driver.run_sweep builds it

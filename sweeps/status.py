@@ -5,6 +5,7 @@ sent as its plain value)."""
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class SweepStatus(enum.StrEnum):
@@ -37,3 +38,23 @@ class TrialStatus(enum.StrEnum):
 RESULT_STATUSES = (TrialStatus.completed, TrialStatus.pruned, TrialStatus.diverged, TrialStatus.failed)
 # cut short by the sweep or the infrastructure: no result, the trial is run again
 RERUN_STATUSES = (TrialStatus.interrupted, TrialStatus.cancelled)
+
+
+def trial_status(result: dict[str, Any] | None, error: bool, *, cancelling: bool = False) -> TrialStatus:
+    """How a trial ended, from its last result: the one rule, for the Optuna record (the searcher)
+    and the MLflow record (the recorder) alike, so the two always agree.
+
+    - An error that reaches Tune is the infrastructure's (the trial's process died: `run_trial` turns
+      every exception of training itself into a `failed` result), and once Tune's restarts are spent
+      the trial is `interrupted`: no result, run again.
+    - A trial that reported its end is `completed`, `diverged` or `failed`, also while the sweep is
+      being cancelled: those are results.
+    - One cut short before its end was stopped by ASHA (`pruned`, a result) or, while the sweep is
+      being cancelled, by the cancel (`cancelled`, run again on resume).
+    """
+    if error:
+        return TrialStatus.interrupted
+    status = (result or {}).get("status")
+    if status in (TrialStatus.completed, TrialStatus.diverged, TrialStatus.failed):
+        return TrialStatus(status)
+    return TrialStatus.cancelled if cancelling else TrialStatus.pruned

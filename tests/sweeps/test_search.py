@@ -297,8 +297,7 @@ def test_a_changed_spec_cannot_reuse_a_sweep_id(storage: optuna.storages.BaseSto
 
 
 def test_optuna_and_mlflow_records_share_one_status_rule() -> None:
-    from sweeps.search import trial_status
-    from sweeps.status import TrialStatus
+    from sweeps.status import TrialStatus, trial_status
 
     # a diverged trial ending while the sweep is cancelled is a result in both records (before: the
     # searcher made it "cancelled" and re-ran it on resume, MLflow kept it "diverged")

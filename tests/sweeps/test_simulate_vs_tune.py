@@ -145,7 +145,8 @@ def test_a_simulated_result_without_the_metric_fails_as_tune_fails_it() -> None:
 def _asha_and_searcher() -> tuple[Any, Any]:
     import optuna
 
-    from sweeps.search import METRIC, MODE, CellSearcher, make_scheduler
+    from sweeps.scheduler import METRIC, MODE, make_scheduler
+    from sweeps.search import CellSearcher
 
     spec = _spec()
     searcher = CellSearcher(spec, "checks", optuna.storages.InMemoryStorage())
