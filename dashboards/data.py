@@ -10,60 +10,8 @@ batch_size, lr, seed, status, optuna_number; metrics logged with step = tokens s
 run (role=summary) whose artifact report.json is the sweep's answer (`sweeps.analysis.Report`,
 schema version 2).
 
-Rules of the tables
--------------------
-The report decides, the tables draw. Means, CIs, best lrs, the largest degradation-free batch sizes
-and the steps/tokens to the reference come from the report; which runs a figure draws is named by
-the report (MLflow run ids), never chosen again here (`sweeps.analysis.pick_best` is the one rule for
-a cell's best trial, and only the analysis applies it).
-
-Named runs. A cell's best run is the trial run whose MLflow run id is the report's
-`search_best_run_id`: the best search trial, which chose the cell's lr (its loss is the report's
-`search_best_val_loss`, biased low, and in no statistic). A cell's sample runs are the runs named by
-its `confirmation_run_ids` whose status is completed, in the report's order (by seed): the
-confirmation runs whose final val losses are the report's `val_losses`. The search trial is never a
-sample. A named run is looked up by run id only (no lr or loss comparison); an id that is null, not
-among the recorded trial runs, or names a run of another cell leaves that run out, with a logged
-warning (so does a count of sample runs that differs from the report's `seeds`). A cell without a
-named best run is absent from `best_runs`; one without a completed named confirmation run is absent
-from `sample_runs`.
-
-Target loss. `target_loss`: (1 + tolerance) x the optimizer's "self" reference loss (its mean at
-the reference batch size), as in the report; the one place it is computed (the top of figure 1's
-tolerance band, figure 6's target).
-
-Final val loss. The last recorded val_loss (MLflow's latest value = the largest step) of a trial
-whose status tag is "completed". A pruned trial keeps its last val loss as `val_loss` (the loss when
-the scheduler stopped it, drawn hollow); diverged and failed trials have none (drawn as 'x' markers
-at the top of their LR panel and counted in the legend). Cancelled, interrupted and still-running
-trials are left out of every table: a resumed sweep runs them again.
-
-LR sensitivity (figure 2). Every shown trial, search and confirmation; `is_best` marks the cell's
-best run (the report's `search_best_run_id`), and no other run, even one at the same lr with a lower
-loss.
-
-Loss curves (figure 4). Per cell, the curves of its first sample run (the first completed
-confirmation run, the lowest seed): the run the analysis reads `steps_to_reference` from, and one
-draw of the runs the cell's mean is made of. The search best is not drawn: it was picked as the
-minimum of several noisy trials, so its curve is biased low. A cell without a completed confirmation
-run draws no curve.
-
-Steps to target (figure 6a). Per cell, the report's `tokens_to_reference` and `steps_to_reference`
-(the analysis: first evaluation of the first confirmation run at or below the target;
-steps = tokens // (batch_size x seq_len)); never recomputed from curves here. Perfect scaling from the
-smallest batch size B0 with steps > 0: steps(B) = steps(B0) x B0 / B.
-
-Noise scale (figure 6b). B_simple (sequences) over tokens for every sample run that logged
-`noise_scale` (it needs more than one micro-batch per optimizer step: with accumulation 1 there is
-none). The critical batch size B_crit of an optimizer is taken as B_simple at the end of training
-(McCandlish et al. 2018: B_crit ~ B_simple, best measured late in training): the mean over the
-sample runs of the final (largest-tokens) B_simple, at the smallest batch size whose sample runs
-logged any. The smallest batch is used because it reaches the lowest loss per token seen, where
-B_simple is meant to be read, and it is the cell the reference is taken from.
-
-Attention (figure 5). Per optimizer, at the largest batch size with any per-layer attention probe
-(`attn_logit_max/layer_{i}`): the cell's best run if it has the probe, else the trial there with the
-most tokens seen (ties: the smaller lr) — often a diverged run, which is the mechanism to show.
+The rules of the tables (which runs each figure draws, and why): docs/researchers.md, "What each
+figure draws".
 """
 
 from __future__ import annotations
@@ -362,7 +310,7 @@ def _named_run(
 
 
 def best_runs(sweep: SweepData) -> dict[tuple[str, int], TrialRun]:
-    """(optimizer, batch size) -> the run named by the cell's `search_best_run_id` (module docstring:
+    """(optimizer, batch size) -> the run named by the cell's `search_best_run_id` (rules: docs/researchers.md:
     looked up by run id, never re-selected). Cells without a best lr, or whose named run is missing, are
     absent (the latter logged)."""
     by_id = sweep.runs_by_id()
@@ -544,7 +492,7 @@ class LrTable:
 
 
 def lr_points(sweep: SweepData) -> LrTable:
-    """Figure 2's data: every shown trial (module docstring), ordered by optimizer, batch size, lr, seed;
+    """Figure 2's data: every shown trial (rules: docs/researchers.md), ordered by optimizer, batch size, lr, seed;
     the report's best search trial of each cell marked (`is_best`, by run id)."""
     best_ids = {t.run_id for t in best_runs(sweep).values()}
     order = {o: i for i, o in enumerate(sweep.optimizers)}
@@ -673,7 +621,7 @@ class CurvePoint:
 
 def loss_curves(sweep: SweepData, metrics: Sequence[str] = ("val_loss", "train_loss")) -> tuple[CurvePoint, ...]:
     """Figure 4's data: per cell, the curves of its first sample run (the first completed confirmation
-    run, the one the report's steps_to_reference is read from; module docstring), by optimizer, batch
+    run, the one the report's steps_to_reference is read from; rules: docs/researchers.md), by optimizer, batch
     size, metric, tokens. Cells without a completed confirmation run draw none."""
     out: list[CurvePoint] = []
     for (opt, bs), runs in sample_runs(sweep).items():
@@ -707,7 +655,7 @@ class AttentionTable:
 
 
 def attention_curves(sweep: SweepData) -> AttentionTable:
-    """Figure 5's data: per optimizer, one run's per-layer max attention logit (module docstring)."""
+    """Figure 5's data: per optimizer, one run's per-layer max attention logit (rules: docs/researchers.md)."""
     best = best_runs(sweep)
     points: list[AttentionPoint] = []
     runs: dict[str, tuple[int, str, str]] = {}
@@ -768,7 +716,7 @@ class StepsTable:
 
 def steps_to_target(sweep: SweepData) -> StepsTable:
     """Figure 6a's data: every cell's steps_to_reference and tokens_to_reference as the report holds
-    them (never recomputed from curves), the target line, and perfect scaling (module docstring)."""
+    them (never recomputed from curves), the target line, and perfect scaling (rules: docs/researchers.md)."""
     r = sweep.report
     points, perfect = [], []
     for opt, o in r.optimizers.items():
@@ -794,7 +742,7 @@ class NoisePoint:
 
 @dataclass(frozen=True)
 class CriticalBatch:
-    """B_crit ~ the final B_simple (module docstring): mean over `runs` sample runs at `batch_size`."""
+    """B_crit ~ the final B_simple (rules: docs/researchers.md): mean over `runs` sample runs at `batch_size`."""
 
     optimizer: str
     batch_size: int

@@ -698,7 +698,7 @@ def _over_tokens(
 
 def loss_figure(sweep: SweepData) -> FigureSpec:
     """Val (solid) and train (dashed) loss vs tokens of each cell's first confirmation run (the run the
-    report's steps to reference come from; `dashboards.data` docstring), one panel per optimizer."""
+    report's steps to reference come from; rules: docs/researchers.md), one panel per optimizer."""
     t = loss_curves(sweep)
     opts = sweep.optimizers
     colors = batch_colors(sweep.batch_sizes)
@@ -861,7 +861,9 @@ def steps_figure(sweep: SweepData) -> FigureSpec:
     return FigureSpec("steps_to_target", StepsAndNoise(st, ns), FigureDesc(title, panels, size=(13.0, 4.8)))
 
 
-def _steps_series(st: Any, opt: str, c: str, top: float, sizes: Sequence[int]) -> tuple[list[Series], list[Annotation]]:
+def _steps_series(
+    st: StepsTable, opt: str, c: str, top: float, sizes: Sequence[int]
+) -> tuple[list[Series], list[Annotation]]:
     """One optimizer on the left panel: its steps to target, the cells that never reached it, its
     perfect-scaling line."""
     pts = [p for p in st.points if p.optimizer == opt and p.steps]
@@ -900,7 +902,7 @@ def _steps_series(st: Any, opt: str, c: str, top: float, sizes: Sequence[int]) -
     return series, notes
 
 
-def _noise_series(ns: Any, opt: str, c: str, widths: dict[int, float]) -> tuple[list[Series], list[Annotation]]:
+def _noise_series(ns: NoiseTable, opt: str, c: str, widths: dict[int, float]) -> tuple[list[Series], list[Annotation]]:
     """One optimizer on the right panel: B_simple over tokens of each confirmation run, the first run of
     each batch size solid and labelled with its batch size at its end, the others faint."""
     series: list[Series] = []
