@@ -272,15 +272,7 @@ def make_cliff_problem(
             spike_p=0.03,
             spike_size=float(rng.uniform(0.03, 0.1)),
         )
-    return Problem(
-        seed=int(rng.integers(2**31)),
-        sigma=sigma,
-        tolerance=tolerance,
-        truths=truths,
-        across_cells=0.6,
-        lr_bounds=(LR_MIN / extend, LR_MAX * extend),
-        family="cliffs",
-    )
+    return _shared_noise_problem(rng, truths, sigma=sigma, tolerance=tolerance, extend=extend, family="cliffs")
 
 
 def make_noise_scale_problem(
@@ -323,6 +315,20 @@ def make_noise_scale_problem(
             data_exponent=beta,
             reducible=reducible,
         )
+    return _shared_noise_problem(rng, truths, sigma=sigma, tolerance=tolerance, extend=extend, family="noise-scale")
+
+
+def _shared_noise_problem(
+    rng: np.random.Generator,
+    truths: dict[str, OptimizerTruth],
+    *,
+    sigma: float,
+    tolerance: float,
+    extend: float,
+    family: str,
+) -> Problem:
+    """A problem whose seeds share 60 % of their noise across cells (same init, same data order) and whose
+    lrs reach `extend`x past the range, as the cliffs and noise-scale families have."""
     return Problem(
         seed=int(rng.integers(2**31)),
         sigma=sigma,
@@ -330,7 +336,7 @@ def make_noise_scale_problem(
         truths=truths,
         across_cells=0.6,
         lr_bounds=(LR_MIN / extend, LR_MAX * extend),
-        family="noise-scale",
+        family=family,
     )
 
 
