@@ -17,10 +17,10 @@ from typing import Any
 import anyio.to_thread
 from pydantic import ValidationError
 
-from service.api.errors import ApiError, not_found
 from service.api.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary, public_error
 from service.api.views import ViewCache
 from service.cluster.supervisor import Supervisor
+from service.errors import Conflict, Invalid, TooMany, not_found
 from service.policy import (
     CAP_PRICING,
     capped_price,
@@ -70,8 +70,7 @@ def price_config(dry_run: bool, **given: Any) -> PriceConfig:
     bad parameter and value, or any of them on a submit that is not a dry run."""
     asked = sorted(k for k, v in given.items() if v is not None)
     if asked and not dry_run:
-        raise ApiError(
-            422,
+        raise Invalid(
             "invalid_request",
             f"{', '.join(asked)} price a dry run; add dry_run=true",
             [
@@ -91,7 +90,7 @@ def price_config(dry_run: bool, **given: Any) -> PriceConfig:
             for e in exc.errors()
         ]
         fields = ", ".join(d["field"] for d in details)
-        raise ApiError(422, "invalid_request", f"invalid request: {fields}", details) from None
+        raise Invalid("invalid_request", f"invalid request: {fields}", details) from None
 
 
 def _validated_and_priced(
@@ -157,19 +156,17 @@ async def submit(
         )
     except IdempotencyConflict as exc:
         # draft-ietf-httpapi-idempotency-key-header: a key reused with another payload is a 422
-        raise ApiError(
-            422,
+        raise Invalid(
             "idempotency_key_reused",
             f"Idempotency-Key was already used for sweep {exc.existing.id} with a different spec",
             [{"field": "Idempotency-Key", "message": "reused with a different spec", "value": idempotency_key}],
         ) from None
     except TooManyActive as exc:
-        raise ApiError(
-            429,
+        raise TooMany(
             "too_many_sweeps",
             f"{owner} has {exc.active} sweeps queued or running; the limit is {exc.limit}. "
             f"Wait for one to finish or cancel one.",
-            headers={"Retry-After": str(max(1, int(settings.poll_interval_s * 5)))},
+            retry_after_s=max(1, int(settings.poll_interval_s * 5)),
         ) from None
     except OverBudget as exc:
         raise over_owner_cap(owner, exc, settings) from None
@@ -228,7 +225,7 @@ async def page(
 async def cancel(store: Store, settings: Settings, supervisor: Supervisor, sweep_id: str, owner: str) -> SweepSummary:
     row = await get_row(store, sweep_id, owner)
     if row.final:
-        raise ApiError(409, "already_finished", f"sweep {sweep_id!r} is already {row.status}; nothing to cancel")
+        raise Conflict("already_finished", f"sweep {sweep_id!r} is already {row.status}; nothing to cancel")
     updated = await supervisor.cancel(sweep_id)
     row = updated or row
     return SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
@@ -237,10 +234,10 @@ async def cancel(store: Store, settings: Settings, supervisor: Supervisor, sweep
 async def report(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
     row = await get_row(store, sweep_id, owner)
     if not row.final:
-        raise ApiError(409, "not_finished", f"sweep {sweep_id!r} is {row.status}; its report comes when it finishes")
+        raise Conflict("not_finished", f"sweep {sweep_id!r} is {row.status}; its report comes when it finishes")
     if row.report is None:
         why = public_error(row.error) or "no error recorded"
-        raise ApiError(409, "no_report", f"sweep {sweep_id!r} {row.status} without a report: {why}")
+        raise Conflict("no_report", f"sweep {sweep_id!r} {row.status} without a report: {why}")
     return row.report
 
 
@@ -302,9 +299,9 @@ async def dashboard(
 
     row = await get_row(store, sweep_id, owner)
     if not row.final or row.report is None:
-        raise ApiError(409, "not_finished", f"sweep {sweep_id!r} is {row.status}; its dashboard comes with its report")
+        raise Conflict("not_finished", f"sweep {sweep_id!r} is {row.status}; its dashboard comes with its report")
     key = (settings.tracking_uri, sweep_id, str(row.finished_at), plotlyjs_src or "")
     try:
         return await pages.get(key, partial(dashboard_page, settings.tracking_uri, sweep_id, plotlyjs_src=plotlyjs_src))
     except SweepDataError as exc:
-        raise ApiError(409, "no_dashboard", f"sweep {sweep_id!r} has no recorded figures yet: {exc}") from exc
+        raise Conflict("no_dashboard", f"sweep {sweep_id!r} has no recorded figures yet: {exc}") from exc

@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.api.errors import ApiError, invalid
 from service.api.schemas import GpuHoursCaps
+from service.errors import Invalid, ServiceError, TooMany, Unsupported, invalid
 from service.settings import Settings
 from service.store.database import Budget, OverBudget, frees_at, utcnow
 from sweeps.cost import PriceConfig, price
@@ -53,8 +53,7 @@ def parse_body(body: bytes, content_type: str | None) -> Any:
     """The submitted document: JSON by default, YAML when the Content-Type says so."""
     media = (content_type or "application/json").split(";", 1)[0].strip().lower()
     if media not in JSON_TYPES | YAML_TYPES:
-        raise ApiError(
-            415,
+        raise Unsupported(
             "unsupported_media_type",
             f"Content-Type {excerpt(media)} is not accepted; send application/json or application/yaml",
         )
@@ -76,7 +75,7 @@ def parse_body(body: bytes, content_type: str | None) -> Any:
 
 
 def validate_spec(data: dict[str, Any], settings: Settings) -> SweepSpec:
-    """The spec, or `ApiError(422)` naming every refused field and its value."""
+    """The spec, or `Invalid` naming every refused field and its value."""
     try:
         spec = SweepSpec.model_validate(data, context={"max_trials": settings.max_trials})
     except ValidationError as exc:
@@ -87,7 +86,7 @@ def validate_spec(data: dict[str, Any], settings: Settings) -> SweepSpec:
     return spec
 
 
-def refused(problems: list[dict[str, Any]]) -> ApiError:
+def refused(problems: list[dict[str, Any]]) -> Invalid:
     """422 listing the first MAX_DETAILS problems (a spec of 10,000 unknown keys is not answered in full)."""
     shown = problems[:MAX_DETAILS]
     if len(problems) > MAX_DETAILS:
@@ -164,7 +163,7 @@ def check_sweep_cap(hours: float, settings: Settings) -> None:
     """422 when `sweep_cap_problem` says so. 422, not 403 or 429: like the caps on trials and tokens it is this
     spec that this deployment refuses, on every retry; a smaller spec (fewer trials, tokens or parameters) passes."""
     if (problem := sweep_cap_problem(hours, settings)) is not None:
-        raise ApiError(422, "gpu_hours_per_sweep", problem)
+        raise Invalid("gpu_hours_per_sweep", problem)
 
 
 def owner_cap_problem(owner: str, spent: float, hours: float, settings: Settings) -> str | None:
@@ -180,19 +179,14 @@ def owner_cap_problem(owner: str, spent: float, hours: float, settings: Settings
     )
 
 
-def over_owner_cap(owner: str, exc: OverBudget, settings: Settings) -> ApiError:
+def over_owner_cap(owner: str, exc: OverBudget, settings: Settings) -> ServiceError:
     """429 with Retry-After: the seconds until enough of the owner's sweeps have left the window for this one.
     429, not 403 or 422: the spec is acceptable and the same submit passes later, like too_many_sweeps."""
     message = owner_cap_problem(owner, exc.spent, exc.price, settings) or str(exc)
     if exc.frees_at is None:  # the store's own check said the price alone is over (the caps changed between)
-        return ApiError(422, "gpu_hours_per_sweep", message)
+        return Invalid("gpu_hours_per_sweep", message)
     wait = max(1, math.ceil((exc.frees_at - utcnow()).total_seconds()))
-    return ApiError(
-        429,
-        "gpu_hours_per_owner",
-        f"{message}; room for it again in {_span(wait)}",
-        headers={"Retry-After": str(wait)},
-    )
+    return TooMany("gpu_hours_per_owner", f"{message}; room for it again in {_span(wait)}", retry_after_s=wait)
 
 
 def caps_verdict(

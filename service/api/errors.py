@@ -18,8 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.errors import Conflict, Invalid, NotFound, ServiceError, TooMany, Unsupported
 from sweeps.spec import json_value
-from worker.messages import excerpt
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +45,15 @@ def unauthorized(message: str = "missing or invalid bearer token") -> ApiError:
     return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
 
 
-def not_found(sweep_id: str) -> ApiError:
-    # the same answer whether the sweep does not exist or belongs to another owner
-    return ApiError(404, "not_found", f"no sweep {excerpt(sweep_id)}")
+# The status each kind of the domain layer's refusals answers with (service/errors.py)
+STATUS_OF: dict[type[ServiceError], int] = {Invalid: 422, NotFound: 404, Conflict: 409, TooMany: 429, Unsupported: 415}
 
 
-def invalid(message: str, details: list[dict[str, Any]]) -> ApiError:
-    return ApiError(422, "invalid_spec", message, details)
+def as_api_error(exc: ServiceError) -> ApiError:
+    """A refusal of the domain layer as the HTTP answer: its kind's status, Retry-After where it has one."""
+    status = next(code for kind, code in STATUS_OF.items() if isinstance(exc, kind))
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
+    return ApiError(status, exc.code, exc.message, exc.details, headers)
 
 
 class PayloadTooLarge(ApiError):
@@ -93,6 +95,11 @@ async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
 
 
+async def _service_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    return await _api_error(request, as_api_error(exc))
+
+
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     # Starlette's own 404s (unknown path) and 405s, in our shape
     assert isinstance(exc, StarletteHTTPException)
@@ -128,6 +135,7 @@ def _json_safe(value: Any) -> Any:
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _request_validation_error)
     app.add_exception_handler(Exception, _unhandled)

@@ -22,9 +22,10 @@ from pydantic import ValidationError
 
 from service import manager
 from service.api.auth import wants_page, web_session
-from service.api.errors import ApiError
+from service.api.errors import ApiError, as_api_error
 from service.api.schemas import SweepSummary
 from service.api.sessions import COOKIE, WebSession
+from service.errors import ServiceError
 from service.settings import Settings
 from service.store.database import Store, SweepRow
 from sweeps.documents import compose_yaml
@@ -239,17 +240,17 @@ async def dashboard(request: Request, sweep_id: str, owner: str, settings: Setti
     browser = wants_page(request)
     try:
         row = await manager.get_row(store, sweep_id, owner)
-    except ApiError as exc:
+    except ServiceError as exc:
         if not browser:
             raise
-        return error_page(request, exc)
+        return error_page(request, as_api_error(exc))
     summary = sweep_json(row, settings)
     note = None
     if (row.final and row.report is not None) or not browser:
         try:
             pages = request.app.state.pages
             html = await manager.dashboard(store, settings, pages, sweep_id, owner, plotlyjs_src=PLOTLYJS_URL)
-        except ApiError as exc:
+        except ServiceError as exc:
             if not browser:
                 raise
             note = exc.message

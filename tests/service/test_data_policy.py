@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from harness import tiny_spec
 
-from service.api.errors import ApiError
+from service.errors import Invalid, Unsupported
 from service.policy import data_source_problem, parse_body, validate_spec
 from service.settings import Settings
 
@@ -79,17 +79,16 @@ def test_configured_hf_datasets_by_name_or_with_config(roots: tuple[Settings, Pa
 
 
 def test_limits_and_cache_dir_are_refused_by_field() -> None:
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(Invalid) as info:
         validate_spec(
             tiny_spec(token_budget=6000, data={"source": "builtin", "cache_dir": "/tmp/x"}),
             Settings(max_token_budget=5000),
         )
     fields = {d["field"]: d["value"] for d in info.value.details}
-    assert info.value.status_code == 422
     assert fields == {"token_budget": 6000, "data.cache_dir": "/tmp/x"}
     assert validate_spec(tiny_spec(), Settings(max_token_budget=6000)).token_budget == 6000
     # the trial cap is SweepSpec's own rule, fed with the service's setting
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(Invalid) as info:
         validate_spec(tiny_spec(), Settings(max_trials=3))
     assert [d["field"] for d in info.value.details] == ["total_trials"]
     assert info.value.details[0]["value"] == 7  # 2 x (2 search + 1 seed) + the reference's one more
@@ -98,12 +97,12 @@ def test_limits_and_cache_dir_are_refused_by_field() -> None:
 def test_parse_body_json_yaml_and_media_types() -> None:
     assert parse_body(b'{"name": "x"}', None) == {"name": "x"}
     assert parse_body(b"name: x\nseeds: 2\n", "application/yaml; charset=utf-8") == {"name": "x", "seeds": 2}
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(Unsupported) as info:
         parse_body(b"name: x", "text/plain")
-    assert info.value.status_code == 415
-    with pytest.raises(ApiError) as info:
+    assert info.value.code == "unsupported_media_type"
+    with pytest.raises(Invalid) as info:
         parse_body(b"{nope", "application/json")
-    assert (info.value.status_code, info.value.details[0]["field"]) == (422, "body")
-    with pytest.raises(ApiError) as info:
+    assert info.value.details[0]["field"] == "body"
+    with pytest.raises(Invalid) as info:
         parse_body(b"- a\n- b\n", "application/yaml")
-    assert info.value.status_code == 422 and "mapping" in info.value.details[0]["message"]
+    assert "mapping" in info.value.details[0]["message"]

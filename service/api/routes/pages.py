@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from service import manager
 from service.api.auth import BearerOnly, Owner, check_csrf, safe_next, web_session
 from service.api.deps import IDEMPOTENCY_KEY_PATTERN, LimitsDep, SettingsDep, StoreDep, SupervisorDep
-from service.api.errors import ApiError
+from service.api.errors import ApiError, as_api_error
 from service.api.pages import (
     EXAMPLE_SPEC,
     IMMUTABLE,
@@ -55,6 +55,7 @@ from service.api.pages import (
 )
 from service.api.schemas import error_responses
 from service.api.sessions import COOKIE, Sessions, SignInLimiter, client_address
+from service.errors import ServiceError
 from worker.messages import excerpt
 
 log = logging.getLogger(__name__)
@@ -265,7 +266,8 @@ async def submit_form(
             supervisor=supervisor,
             work=limits.specs,
         )
-    except ApiError as exc:
+    except (ApiError, ServiceError) as refusal:
+        exc = refusal if isinstance(refusal, ApiError) else as_api_error(refusal)
         problems, lines = await limits.specs.run(owner, annotate, text, exc.details)
         retry = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "retry-after"}
         return submit_page(
