@@ -654,7 +654,20 @@ def verdict(soak: Soak, windows: list[Window], urls: dict[str, str], drain_s: fl
     return failures
 
 
+def stop_on_signals() -> None:
+    """SIGTERM, and SIGINT even where the shell started the soak in the background (which ignores SIGINT
+    in it), end the soak through its `finally`: the service, its Ray head and the PostgreSQL server it
+    started are stopped, not left behind."""
+
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGINT, terminated)
+
+
 def main(argv: list[str] | None = None) -> int:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--postgres", action="store_true", help="the store and Optuna on a PostgreSQL server")

@@ -4,7 +4,11 @@ and seed, and took the reference's second search trial, seed 0 like the first, f
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -14,6 +18,8 @@ from bench_helpers import load_bench
 
 from sweeps.layout import trial_tags
 from sweeps.spec import SweepSpec, cell_search_trials
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +127,25 @@ def test_a_trial_lost_doubled_or_told_apart_is_found(soak: ModuleType) -> None:
     assert "without a Tune trial id in Optuna" in check([replace(o[0], trial_id=None), *o[1:]], m)
     for change in ({"cell": "adamw/bs8"}, {"role": "seed"}, {"seed": 3}, {"number": 7}):
         assert f"trial {m[0].trial_id} is" in check(o, [replace(m[0], **change), *m[1:]]), change
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_soak_runs_its_cleanup(tmp_path: Path, signum: int) -> None:
+    # the soak's `finally` stops the service, its head and PostgreSQL; a signal must reach it, SIGINT too in
+    # a process started as a background job, which ignores SIGINT (`preexec_fn` does as such a shell does)
+    marker = tmp_path / "cleaned"
+    code = (
+        "import sys, time; sys.path[:0] = ['benchmarks', 'tests']; import soak; soak.stop_on_signals()\n"
+        f"try:\n    print('ready', flush=True); time.sleep(60)\nfinally:\n    open({str(marker)!r}, 'w').write('x')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signum)
+    assert proc.wait(timeout=30) == 128 + signum
+    assert marker.exists()
