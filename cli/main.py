@@ -267,6 +267,7 @@ def _print_report(report: dict[str, Any] | Report) -> None:
     from pydantic import ValidationError
 
     from sweeps.analysis import describe_bracket, read_report
+    from sweeps.report import describe_noise
 
     try:
         r = read_report(report)
@@ -329,6 +330,10 @@ def _print_report(report: dict[str, Any] | Report) -> None:
             str(ans.baseline if ans.baseline is not None else "none"),
         )
     console.print(answer)
+    for name, opt in r.optimizers.items():  # where the seeds cannot tell the answer from its neighbour
+        for ref, against in (("self", "itself"), ("baseline", r.baseline)):
+            if (noise := describe_noise(opt, ref)) and not (ref == "baseline" and name == r.baseline):
+                console.print(f"{name} vs {against}: {noise} (more seeds at those sizes would decide it)")
     if r.verdict_rule:
         console.print(f"[dim]{r.verdict_rule}[/]")
     for w in r.warnings:

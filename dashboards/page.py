@@ -26,6 +26,7 @@ from dashboards.data import SweepData
 from dashboards.figures import PLOTLYJS_FILE, FigureSpec
 from sweeps.analysis import Report, describe_bracket
 from sweeps.batch_axis import bracket_of
+from sweeps.report import OptimizerReport, describe_noise
 
 __all__ = ["PLOTLYJS_TAG", "inline_plotlyjs", "plotlyjs_from", "render_dashboard"]
 
@@ -77,7 +78,7 @@ def answer_list(report: Report, *, steps: bool) -> str:
             if opt == report.baseline
             else (
                 f"; vs baseline <b>{_e(report.baseline)}</b>: <b>{_e(describe_bracket(o.bracket.baseline))}</b> "
-                f'<span class="meta">(estimate {_e(_bs(a.baseline))})</span>'
+                f'<span class="meta">(estimate {_e(_bs(a.baseline))}{_noise(o, "baseline")})</span>'
             )
         )
         tested = ""
@@ -86,9 +87,14 @@ def answer_list(report: Report, *, steps: bool) -> str:
             tested = f'<div class="meta search-steps">tested in order: {_e(order)}</div>'
         items.append(
             f"<li><b>{_e(opt)}</b>: vs itself: <b>{_e(describe_bracket(o.bracket.self))}</b> "
-            f'<span class="meta">(estimate {_e(_bs(a.self))})</span>{vs_base}{tested}</li>'
+            f'<span class="meta">(estimate {_e(_bs(a.self))}{_noise(o, "self")})</span>{vs_base}{tested}</li>'
         )
     return f'<ul class="answer-list">{"".join(items)}</ul>'
+
+
+def _noise(o: OptimizerReport, ref: str) -> str:
+    noise = describe_noise(o, ref)
+    return f"; {_e(noise)}" if noise else ""
 
 
 def _answer(sweep: SweepData) -> str:

@@ -249,3 +249,31 @@ def lr_edge_warnings(report: Report) -> list[str]:
             elif cell.lr_outside_range:
                 out.append(f"{where} lies outside lr.min/lr.max: the search stepped past the range to find it")
     return out
+
+
+def noise_allows(opt: OptimizerReport, ref: str) -> list[int] | None:
+    """The batch sizes the seeds cannot tell apart as the answer against `ref` ("self" or "baseline"), where a
+    noise check at the boundary straddles zero (`within_noise`): the point estimate; the next size tested
+    above it, where its own check straddles (it may be fine too); the size below it, where the estimate's
+    check straddles (it may be degraded). None where the boundary is not within noise."""
+    if getattr(opt.within_noise, ref) is not True:
+        return None
+    answer = getattr(opt.largest_degradation_free_batch_size, ref)
+    tested = [c.batch_size for c in opt.cells]
+    sizes = {answer} if answer is not None else set()
+    for check in getattr(opt.noise_checks, ref):
+        if not check.straddles_zero:
+            continue
+        if answer is not None and check.batch_size > answer:
+            sizes.add(check.batch_size)
+        elif (i := tested.index(check.batch_size)) > 0:
+            sizes.add(tested[i - 1])
+    return sorted(sizes)
+
+
+def describe_noise(opt: OptimizerReport, ref: str) -> str | None:
+    """`noise_allows` in words, as the CLI and the pages put it beside the bracket: "32 or 64, within noise"."""
+    sizes = noise_allows(opt, ref)
+    if not sizes:
+        return None
+    return f"{' or '.join(map(str, sizes))}, within noise"

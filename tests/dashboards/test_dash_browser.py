@@ -23,6 +23,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, Response
 
 from dashboards import build_figures, load_sweep, publish, render_dashboard
 from sweeps.analysis import describe_bracket
+from sweeps.report import describe_noise
 
 pytestmark = pytest.mark.ray
 
@@ -108,7 +109,9 @@ def test_dashboard_page_renders_without_errors(tiny_sweep, browser: Browser, tmp
         for opt, o in outcome.report["optimizers"].items():
             bs = o["largest_degradation_free_batch_size"]["self"]
             decided = describe_bracket(o["bracket"]["self"])
-            assert f"{opt}: vs itself: {decided} (estimate {'none' if bs is None else f'B = {bs}'})" in answer
+            noise = describe_noise(o, "self")
+            estimate = f"{'none' if bs is None else f'B = {bs}'}{f'; {noise}' if noise else ''}"
+            assert f"{opt}: vs itself: {decided} (estimate {estimate})" in answer
             stars = page.evaluate(
                 f"document.getElementById('fig-scaling').data.filter(t => t.name.startsWith('{opt}: largest "
                 "degradation-free B = ') && t.name.includes('itself')).map(t => t.x[0])"

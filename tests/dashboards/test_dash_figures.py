@@ -37,6 +37,7 @@ from dashboards.figures import (
 )
 from dashboards.page import PLOTLYJS_TAG, inline_plotlyjs, render_dashboard
 from dashboards.publish import build_figures
+from sweeps.report import describe_noise
 
 NAMES = ["scaling", "lr_sensitivity", "best_lr", "loss_curves", "attention_logits", "steps_to_target"]
 TRACE_KINDS = ("line", "scatter", "errorbar")
@@ -678,7 +679,13 @@ def test_page_is_self_contained_and_escaped(rich: tuple) -> None:
     assert page.count('<noscript><img alt="') == len(figs)
     # the answer first: before the first figure
     assert page.index('id="answer"') < page.index('class="figure"')
-    assert "(estimate B = 8)" in page and "(estimate B = 32)" in page and "(estimate B = 16)" in page
+    assert all(re.search(rf"\(estimate B = {b}[;)]", page) for b in (8, 32, 16))
+    # beside an estimate the seeds cannot tell from its neighbour: which sizes they cannot tell apart
+    report = s.report
+    for opt, o in report.optimizers.items():
+        for ref in ("self",) if opt == report.baseline else ("self", "baseline"):
+            if (noise := describe_noise(o, ref)) is not None:
+                assert f"; {noise})" in page, (opt, ref, noise)
     assert "vs itself: <b>" in page and "Bonferroni" in page  # what could be decided leads, and how
     assert "largest degradation-free batch size" in page.lower()  # the question the page answers, by name
     # text from the sweep is escaped (the warning holds <exceeds> and &)

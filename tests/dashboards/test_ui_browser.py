@@ -304,9 +304,10 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
     # ---- back on the list: the answer, and the MLflow link opens the sweep's runs
     page.goto(f"{stack.url}/", wait_until="load")
     answer = page.inner_text(f'[data-sweep="{first}"] .answer')
-    assert re.search(r"adamw: vs itself: (fine up to|degraded from|undecided).*\(estimate (B = \d+|none)\)", answer), (
-        answer
-    )
+    assert re.search(
+        r"adamw: vs itself: (fine up to|degraded from|undecided).*\(estimate (B = \d+|none)(; [\d or]+, within noise)?\)",
+        answer,
+    ), answer
     with context.expect_page() as opened:
         page.click(f'[data-sweep="{first}"] a[data-link="mlflow"]')
     mlflow = opened.value

@@ -380,3 +380,45 @@ def test_missing_confirmation_runs_leave_a_batch_size_undecided_not_degraded() -
     cell = report["optimizers"]["adamw"]["cells"][1]
     assert cell["best_lr"] == 5e-4 and cell["retreated_from_lr"] == 1e-3 and cell["stable"] is False
     assert cells(report) == {8: "fine", 16: "undecided"}
+
+
+def test_an_answer_within_noise_names_the_sizes_the_seeds_cannot_tell_apart() -> None:
+    from sweeps.report import describe_noise, noise_allows
+
+    clear = {8: [3.000, 3.001, 3.002, 3.000], 16: [3.000, 3.001, 3.002, 3.001], 32: [3.50, 3.50, 3.51, 3.50]}
+    # 32's mean 3.04 is past the line 1.01 x 3.00075 = 3.0308, but its four seeds spread 0.06: it may be fine
+    near_above = {**clear, 32: [3.02, 3.06, 3.01, 3.07]}
+    # 16's two seeds straddle the line: the estimate 16 may be degraded, so 8 may be the answer
+    near_below = {8: [3.00, 3.02], 16: [3.00, 3.05], 32: [3.10, 3.12]}
+    expected = [
+        (clear, 4, None, None),
+        (near_above, 4, [16, 32], "16 or 32, within noise"),
+        (near_below, 2, [8, 16], "8 or 16, within noise"),
+    ]
+    for samples, seeds, sizes, words in expected:
+        opt = build_report(rows(samples), inputs=inputs(batches=tuple(samples), seeds=seeds)).optimizers["adamw"]
+        assert opt.largest_degradation_free_batch_size.self == 16
+        assert opt.within_noise.self is (sizes is not None)
+        assert noise_allows(opt, "self") == sizes
+        assert describe_noise(opt, "self") == words
+
+
+def test_the_terminal_and_the_page_say_what_the_noise_allows(tmp_path: Any) -> None:
+    import json as json_
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from dashboards.page import answer_list
+    from sweeps.analysis import report_to_json
+
+    samples = {8: [3.000, 3.001, 3.002, 3.000], 16: [3.000, 3.001, 3.002, 3.001], 32: [3.02, 3.06, 3.01, 3.07]}
+    report = build_report(rows(samples), inputs=inputs(batches=(8, 16, 32), seeds=4))
+    path = tmp_path / "report.json"
+    path.write_text(report_to_json(report))
+    out = CliRunner().invoke(app, ["show", str(path)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "adamw vs itself: 16 or 32, within noise" in out.output
+    assert "adamw vs adamw" not in out.output  # the baseline against itself says nothing twice
+    assert "(estimate B = 16; 16 or 32, within noise)" in answer_list(report, steps=False)
+    assert json_.loads(path.read_text())["optimizers"]["adamw"]["within_noise"]["self"] is True
