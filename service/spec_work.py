@@ -41,5 +41,5 @@ class SpecWork:
                 del self._owners[owner]
 
     def owners(self) -> int:
-        """Owners with spec work held or waiting (bounded by the rate limits: a test reads it)."""
+        """Owners with spec work held or waiting (bounded by the rate limits; none once all work is done)."""
         return len(self._owners)
