@@ -420,10 +420,13 @@ def submit(
         if dry_run:
             console.print(f"valid: [bold]{out['spec']['name']}[/], {out['cells']} cells, {out['total_trials']} trials")
             _print_cost(out["spec"]["name"], out["cost"])
-            from service.api.schemas import GpuHoursCaps
+            from service.api.schemas import ClusterFit, GpuHoursCaps
 
             caps = GpuHoursCaps.model_validate(out["caps"])
             console.print(caps.summary(), style=None if caps.passes else "red", markup=False)
+            if out.get("cluster") is not None:
+                fit = ClusterFit.model_validate(out["cluster"])
+                console.print(fit.summary(), style=None if fit.passes else "red", markup=False)
             return
         if not watch:
             console.print(out["id"])  # bare, for scripts: ID=$(sweeps submit spec.yaml)

@@ -19,13 +19,16 @@ from pydantic import ValidationError
 
 from service.api.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary, public_error
 from service.api.views import ViewCache
+from service.cluster.launcher import Launcher
 from service.cluster.supervisor import Supervisor
 from service.errors import Conflict, Invalid, TooMany, not_found
 from service.policy import (
     CAP_PRICING,
     capped_price,
     caps_verdict,
+    check_cluster,
     check_sweep_cap,
+    cluster_fit,
     over_owner_cap,
     owner_budget,
     parse_body,
@@ -112,11 +115,17 @@ async def dry_run(
     owner: str,
     work: SpecWork,
     store: Store | None = None,
+    launcher: Launcher | None = None,
 ) -> DryRunResult:
-    """The spec validated and priced, and whether a submit would pass the GPU-hours caps (`caps`): the cap per
-    owner is judged only given the store (the owner's sweeps within the window)."""
+    """The spec validated and priced, whether a submit would pass the GPU-hours caps (`caps`: the cap per
+    owner is judged only given the store, the owner's sweeps within the window) and whether the cluster can
+    run it (`cluster`, given the launcher)."""
     pricing = pricing or PriceConfig()
     spec, cost, hours = await work.run(owner, _validated_and_priced, body, content_type, settings, pricing)
+    fit = None
+    if launcher is not None:
+        capacity = await anyio.to_thread.run_sync(launcher.capacity)
+        fit = await work.run(owner, cluster_fit, spec, capacity)
     priced = None
     if (budget := owner_budget(settings)) is not None and store is not None:
         since = utcnow() - budget.window
@@ -125,6 +134,7 @@ async def dry_run(
         spec=spec.model_dump(mode="json"), total_trials=spec.total_trials,
         cells=len(spec.optimizers) * spec.sizes_per_optimizer[1],
         trained_tokens=spec.trained_tokens, cost=cost, caps=caps_verdict(hours, settings, owner, priced),
+        cluster=fit,
     )  # fmt: skip
 
 
@@ -139,8 +149,10 @@ async def submit(
     supervisor: Supervisor,
     work: SpecWork,
 ) -> Created:
-    # Over the cap per sweep is a 422 here; over the cap per owner, the store's.
+    # Over the cap per sweep is a 422 here; over the cap per owner, the store's; a spec the cluster cannot run, 422.
     validated, hours = await work.run(owner, _validated_and_capped, body, content_type, settings)
+    capacity = await anyio.to_thread.run_sync(supervisor.launcher.capacity)
+    await work.run(owner, check_cluster, validated, capacity)
     spec = validated.model_dump(mode="json")
     try:
         created = await anyio.to_thread.run_sync(

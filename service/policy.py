@@ -13,6 +13,10 @@ the dry run's default pricing (`CAP_PRICING`), and the price is stored with the 
 is a 422 (`check_sweep_cap`); over the cap per owner, the store refuses the insert (`Store.create`'s budget,
 under the same lock as the count of active sweeps) and `over_owner_cap` makes it a 429 with Retry-After.
 
+The cluster (`sweeps.admission`): a spec whose trials no node of the cluster can hold, with the nodes its
+autoscaler can add (too little memory for the model, GPUs it has none of, more workers than fit), is a 422
+at submit (`check_cluster`), and the dry run says so (`cluster_fit`).
+
 Data roots (`SWEEPS_DATA_ROOTS`): every file a path source would read is resolved (symlinks followed)
 and must lie inside a root (worker/sources.py, the rule the worker applies again when it reads). Outside
 the roots the answer is the same whether the path exists or not.
@@ -29,10 +33,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.api.schemas import GpuHoursCaps
+from service.api.schemas import ClusterFit, GpuHoursCaps
 from service.errors import Invalid, ServiceError, TooMany, Unsupported, invalid
 from service.settings import Settings
 from service.store.database import Budget, OverBudget, frees_at, utcnow
+from sweeps.admission import ClusterCapacity, admission_problems, trial_needs
 from sweeps.cost import PriceConfig, price
 from sweeps.documents import SpecLoadError, parse_document
 from sweeps.spec import SweepSpec, format_validation_error, json_value
@@ -213,6 +218,37 @@ def caps_verdict(
         passes=not problems,
         problems=problems,
     )
+
+
+# ---- the cluster: can it run the trials at all ---------------------------------------------------------------
+
+
+def cluster_fit(spec: SweepSpec, capacity: ClusterCapacity | None) -> ClusterFit:
+    """What a dry run says of the cluster; `capacity` None: it could not be read (nothing judged)."""
+    needs = trial_needs(spec)
+    host = max(n.host for n in needs)
+    device = max(n.device for n in needs)
+    if capacity is None:
+        return ClusterFit(
+            checked=False, passes=True, memory_per_worker_bytes=host, gpu_memory_per_worker_bytes=device, cluster=""
+        )
+    problems = admission_problems(spec, capacity)
+    return ClusterFit(
+        checked=True, passes=not problems, memory_per_worker_bytes=host, gpu_memory_per_worker_bytes=device,
+        cluster=capacity.describe(), problems=[p["message"] for p in problems],
+    )  # fmt: skip
+
+
+def check_cluster(spec: SweepSpec, capacity: ClusterCapacity | None) -> None:
+    """422 naming the spec's fields the cluster cannot run (`admission_problems`). 422, as for the caps: this
+    deployment refuses this spec on every retry until its cluster grows; a smaller model or micro-batch passes."""
+    if capacity is None:
+        return
+    problems = admission_problems(spec, capacity)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        message = f"this service's cluster cannot run this sweep: {problems[0]['message']}{more}"
+        raise Invalid("cluster_cannot_run", message, problems[:MAX_DETAILS])
 
 
 def _hours(h: float) -> str:

@@ -47,29 +47,41 @@ class Accelerator:
     # the match with the most tokens wins ("NVIDIA H100 PCIe" is the PCIe part, "NVIDIA H100 80GB HBM3" SXM)
     device_tokens: frozenset[str]
     source: str  # where the figure comes from
+    # bytes of memory one GPU holds (the datasheet's GB, 10^9 bytes); None where one name covers several sizes
+    memory_bytes: int | None = None
 
 
-def _acc(name: str, tflops: float, tokens: str, source: str) -> Accelerator:
-    return Accelerator(name, tflops * 1e12, frozenset(tokens.split()), source)
+def _acc(name: str, tflops: float, tokens: str, source: str, memory_gb: int | None = None) -> Accelerator:
+    return Accelerator(
+        name, tflops * 1e12, frozenset(tokens.split()), source, memory_gb * 10**9 if memory_gb is not None else None
+    )
 
 
 # The vendors' figures "with sparsity" halved where that is how they publish them. An A10G (AWS's
 # variant of the A10) is left out on purpose: NVIDIA publishes no figure for it and its tensor
 # throughput is below the A10's, so it is not matched as an A10; pass peak_tflops for it.
 ACCELERATORS: tuple[Accelerator, ...] = (
-    _acc("H100-SXM", 989, "H100", "NVIDIA Hopper architecture: BF16 tensor 989.4 TFLOPS dense, 1,979 with sparsity"),
-    _acc("H100-PCIe", 756, "H100 PCIE", "NVIDIA H100 PCIe datasheet: BF16 tensor 1,513 TFLOPS with sparsity"),
-    _acc("H100-NVL", 835, "H100 NVL", "NVIDIA H100 NVL datasheet: BF16 tensor 1,671 TFLOPS with sparsity"),
-    _acc("H200", 989, "H200", "NVIDIA H200 SXM: the H100 SXM's GH100 compute, BF16 tensor 1,979 TFLOPS with sparsity"),
-    _acc("H200-NVL", 835, "H200 NVL", "NVIDIA H200 NVL datasheet: BF16 tensor 1,671 TFLOPS with sparsity"),
+    _acc(
+        "H100-SXM", 989, "H100", "NVIDIA Hopper architecture: BF16 tensor 989.4 TFLOPS dense, 1,979 with sparsity", 80
+    ),
+    _acc("H100-PCIe", 756, "H100 PCIE", "NVIDIA H100 PCIe datasheet: BF16 tensor 1,513 TFLOPS with sparsity", 80),
+    _acc("H100-NVL", 835, "H100 NVL", "NVIDIA H100 NVL datasheet: BF16 tensor 1,671 TFLOPS with sparsity", 94),
+    _acc(
+        "H200",
+        989,
+        "H200",
+        "NVIDIA H200 SXM: the H100 SXM's GH100 compute, BF16 tensor 1,979 TFLOPS with sparsity",
+        141,
+    ),
+    _acc("H200-NVL", 835, "H200 NVL", "NVIDIA H200 NVL datasheet: BF16 tensor 1,671 TFLOPS with sparsity", 141),
     _acc(
         "A100",
         312,
         "A100",
         "NVIDIA A100 datasheet: BF16 tensor 312 TFLOPS dense (432 tensor cores x 256 FMA x 1.41 GHz x 2)",
     ),
-    _acc("L4", 121, "L4", "NVIDIA L4 datasheet: BF16 tensor 242 TFLOPS with sparsity"),
-    _acc("A10", 125, "A10", "NVIDIA A10 datasheet: BF16 tensor 125 TFLOPS dense, 250 with sparsity"),
+    _acc("L4", 121, "L4", "NVIDIA L4 datasheet: BF16 tensor 242 TFLOPS with sparsity", 24),
+    _acc("A10", 125, "A10", "NVIDIA A10 datasheet: BF16 tensor 125 TFLOPS dense, 250 with sparsity", 24),
 )
 
 # Names that mean a table entry: the plain H100 is the SXM part (DGX/HGX, the common cluster GPU).

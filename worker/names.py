@@ -59,6 +59,9 @@ class OptimizerEntry:
     build_defaults: Mapping[str, KeywordDefault] = field(default_factory=dict)
     needs_hessian: bool = False  # the loop calls optimizer.update_hessian() after a sampled-label backward,
     hessian_interval: int = 0  # every this many steps (0 when needs_hessian is False); `bs` = tokens per step
+    # tensors of each parameter's shape the optimizer keeps (its memory: worker.memory); tests/worker/test_memory.py
+    # counts them on the real classes
+    state_tensors: int = 2
 
 
 OPTIMIZERS: dict[str, OptimizerEntry] = {
@@ -100,6 +103,7 @@ OPTIMIZERS: dict[str, OptimizerEntry] = {
             default_betas=(0.9, 0.99),
             default_eps=None,
             extra=_extra(bool="weight_decouple fixed_decay maximize", optional_bool="foreach"),
+            state_tensors=1,  # the momentum only
         ),
         # ours: element-wise max-norm trust ratios
         OptimizerEntry("merit", "worker.optim._merit:MERIT", default_betas=(0.9, 0.999), default_eps=1e-6),

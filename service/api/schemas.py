@@ -215,6 +215,30 @@ class GpuHoursCaps(_Out):
         return f"At most {self.gpu_hours:.4g} GPU-hours: {within}."
 
 
+class ClusterFit(_Out):
+    """Whether this service's Ray cluster, with what its autoscaler can add, can run the spec's trials
+    (sweeps/admission.py); a submit it cannot run is refused."""
+
+    checked: bool = Field(description="false: the cluster's nodes could not be read, nothing was judged")
+    passes: bool = Field(description="every trial fits a node the cluster has or can add (problems: why not)")
+    memory_per_worker_bytes: int = Field(
+        description="host memory one worker of the largest trial needs (worker/memory.py's estimate)"
+    )
+    gpu_memory_per_worker_bytes: int = Field(description="GPU memory one worker of the largest trial needs; 0 on CPU")
+    cluster: str = Field(description="the nodes the cluster has and its autoscaler can add, for people")
+    problems: list[str] = Field(default_factory=list, description="what a submit now would be refused with")
+
+    def summary(self) -> str:
+        """One line for people (the CLI's dry run, the submit page's check)."""
+        if not self.checked:
+            return "The cluster's nodes could not be read: whether it can run this spec was not checked."
+        if not self.passes:
+            return "This cluster cannot run it: " + "; ".join(self.problems)
+        gpu = self.gpu_memory_per_worker_bytes
+        need = f"{self.memory_per_worker_bytes / 2**30:.1f} GiB" + (f" and {gpu / 2**30:.1f} GiB of GPU" if gpu else "")
+        return f"The cluster can run it (about {need} per worker)."
+
+
 class DryRunResult(_Out):
     valid: Literal[True] = True
     spec: dict[str, Any] = Field(description="the normalised spec (defaults filled in)")
@@ -229,6 +253,9 @@ class DryRunResult(_Out):
         "for (?gpu=, ?mfu=, ?peak_tflops=; default an H100 at 0.4); see sweeps/cost.py"
     )
     caps: GpuHoursCaps | None = Field(default=None, description="whether a submit would pass the GPU-hours caps")
+    cluster: ClusterFit | None = Field(
+        default=None, description="whether this service's cluster can run the trials; null: no cluster to ask"
+    )
 
 
 class CheckResult(_Out):

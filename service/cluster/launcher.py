@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 import ray
@@ -17,6 +18,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from service.cluster import remote
 from service.cluster.ray_head import LocalRayHead
 from service.settings import Settings
+from sweeps.admission import ClusterCapacity, capacity_from_ray
 from sweeps.runtime import alive_nodes, check_storage
 from sweeps.stores import prepare_storage
 
@@ -59,6 +61,10 @@ class Launcher(Protocol):
         """Raises when the cluster cannot be reached; else a short description of it."""
         ...
 
+    def capacity(self) -> ClusterCapacity | None:
+        """The nodes the cluster has and its autoscaler can add (sweeps.admission); None: not known."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -72,10 +78,14 @@ def prepare_optuna(url: str) -> None:
         log.warning("could not prepare the Optuna storage (%s); the first drivers create it", type(exc).__name__)
 
 
+CAPACITY_TTL_S = 10.0  # a submit reads the cluster's nodes at most this often (a GCS round trip each)
+
+
 class RayLauncher:
     def __init__(self, settings: Settings, *, call_timeout_s: float = 10.0) -> None:
         self.settings = settings
         self.call_timeout_s = call_timeout_s
+        self._capacity: tuple[float, ClusterCapacity | None] | None = None  # (monotonic time read, capacity)
         # handles cached: ray.get_actor is a GCS round trip, and the poller asks every second
         self._handles: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -168,6 +178,20 @@ class RayLauncher:
             raise RuntimeError("not connected to Ray")
         resources = ray.cluster_resources()  # a GCS round trip: fails when the cluster is gone
         return {"cpus": resources.get("CPU", 0), "gpus": resources.get("GPU", 0)}
+
+    def capacity(self) -> ClusterCapacity | None:
+        with self._lock:
+            cached = self._capacity
+        if cached is not None and time.monotonic() - cached[0] < CAPACITY_TTL_S:
+            return cached[1]
+        try:
+            capacity: ClusterCapacity | None = capacity_from_ray()
+        except Exception as exc:  # the cluster unreachable: the health check says so; submits are not judged
+            log.warning("could not read the cluster's nodes (%s: %s); admission not checked", type(exc).__name__, exc)
+            capacity = None
+        with self._lock:
+            self._capacity = (time.monotonic(), capacity)
+        return capacity
 
     def close(self) -> None:
         # disconnects this process only: the cluster (the service's own local head too) and its

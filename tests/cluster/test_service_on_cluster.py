@@ -148,8 +148,71 @@ def test_a_local_path_every_node_sees_is_shared_storage(
         assert "is shared: all 3 nodes read it" in svc.tail()
         results = tmp_path / "service" / "ray_results"
         assert results.is_dir() and not list(results.glob(".batchsweep-shared-*"))
+        refused_where_no_node_can_run_the_trials(svc.url)
     finally:
         svc.stop()
+
+
+def refused_where_no_node_can_run_the_trials(url: str) -> None:
+    """Admission against what Ray reports of this cluster (no GPUs, 1 CPU a worker node, the machine's memory
+    each, no autoscaler): each spec it cannot run is a 422 naming its field; nothing is stored."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    cannot = {
+        "resources.gpus_per_worker": tiny_spec("gpu", resources={"gpus_per_worker": 1}),
+        "resources.cpus_per_worker": tiny_spec("cpus", resources={"cpus_per_worker": 2}),
+        "resources.workers_per_trial": tiny_spec("ddp", resources={"workers_per_trial": 4}),
+        # ~36 GiB a worker (gpt2-large, micro-batches of 8 x 1024 tokens): more than this machine has
+        "model": tiny_spec("large", model={"preset": "gpt2-large", "seq_len": 1024}, token_budget=65_536),
+    }
+    with httpx.Client(base_url=url, headers=auth, timeout=30) as api:
+        for field, spec in cannot.items():
+            r = api.post("/sweeps", json=spec)
+            assert r.status_code == 422, (field, r.text)
+            error = r.json()["error"]
+            assert error["code"] == "cluster_cannot_run" and error["details"][0]["field"] == field, error
+            assert "node 127.0.0.1: 1 CPUs, 0 GPUs" in error["message"], error["message"]
+        assert api.get("/sweeps").json()["total"] == 0
+        dry = api.post("/sweeps", params={"dry_run": "true"}, json=tiny_spec()).json()["cluster"]
+        assert dry["checked"] and dry["passes"], dry
+
+
+AUTOSCALER = """
+import json, sys
+import ray
+from ray._raylet import GCS_AUTOSCALER_CLUSTER_CONFIG_KEY, GCS_AUTOSCALER_STATE_NAMESPACE
+from ray.core.generated import autoscaler_pb2
+from ray.experimental.internal_kv import _internal_kv_put
+
+from sweeps.admission import admission_problems, capacity_from_ray
+from sweeps.spec import SweepSpec
+
+ray.init(address=sys.argv[1])
+gpu = SweepSpec.model_validate(json.loads(sys.argv[2]))
+before = [p["field"] for p in admission_problems(gpu, capacity_from_ray())]
+config = autoscaler_pb2.ClusterConfig()
+group = config.node_group_configs.add(name="gpu-workers", max_count=2)
+group.resources.update({"CPU": 8, "GPU": 1, "memory": 64 * 2**30, "accelerator_type:H100": 1})
+_internal_kv_put(GCS_AUTOSCALER_CLUSTER_CONFIG_KEY, config.SerializeToString(), namespace=GCS_AUTOSCALER_STATE_NAMESPACE)
+after = admission_problems(gpu, capacity_from_ray())
+_internal_kv_put(GCS_AUTOSCALER_CLUSTER_CONFIG_KEY, b"", namespace=GCS_AUTOSCALER_STATE_NAMESPACE)
+print(json.dumps({"before": before, "after": after, "nodes": capacity_from_ray().describe()}))
+"""
+
+
+def test_gpus_the_autoscaler_can_add_count_as_the_cluster_s(multinode: MultiNodeRay) -> None:
+    """The node groups of the autoscaler's cluster config, as the autoscaler stores them in Ray's GCS (the key
+    Ray Train's own resource check reads): a GPU group there admits a GPU spec the live nodes cannot run."""
+    spec = json.dumps(tiny_spec("gpu", resources={"gpus_per_worker": 1}))
+    done = subprocess.run(
+        [sys.executable, "-c", AUTOSCALER, multinode.address, spec],
+        env=venv_env({"RAY_ADDRESS": multinode.address}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["before"] == ["resources.gpus_per_worker"] and out["after"] == [], out
 
 
 def test_a_ddp_trial_spans_both_worker_nodes_and_matches_one_worker(multinode: MultiNodeRay) -> None:

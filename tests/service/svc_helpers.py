@@ -16,6 +16,7 @@ from harness import LOOPBACK, RayHead, ServiceProcess, free_port
 from service.api.app import create_app
 from service.cluster.launcher import DriverBusy
 from service.settings import Settings
+from sweeps.admission import ClusterCapacity
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789"
 TOKENS = f"alice={ALICE},bob={BOB}"
@@ -50,6 +51,7 @@ class FakeLauncher:
         self.fail_start: str | None = None  # message of the error start() raises
         self.start_delay_s = 0.0
         self.healthy = True
+        self.capacity_of: ClusterCapacity | None = None  # what capacity() answers: None, not known (no check)
         self._lock = threading.Lock()
 
     def connect(self) -> None:
@@ -115,6 +117,9 @@ class FakeLauncher:
         if not self.healthy:
             raise RuntimeError("cluster gone")
         return {"cpus": 2}
+
+    def capacity(self) -> ClusterCapacity | None:
+        return self.capacity_of
 
     def close(self) -> None:
         pass

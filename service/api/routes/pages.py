@@ -246,13 +246,19 @@ async def submit_form(
         if action == "check":
             limits.take_dry_run(owner)
             result = await manager.dry_run(
-                body, "application/yaml", settings, owner=owner, work=limits.specs, store=store
-            )
+                body, "application/yaml", settings,
+                owner=owner, work=limits.specs, store=store, launcher=supervisor.launcher,
+            )  # fmt: skip
             most = "at most " if isinstance(result.spec.get("batch_sizes"), dict) else ""  # a search of the batch axis
             message = (
                 f"Valid: {most}{result.cells} cells, {most}{result.total_trials} trials, each training on "
                 f"{result.trained_tokens:,} tokens. {result.caps.summary()}"
-                + (" Submit it to start." if result.caps.passes else "")
+                + (f" {result.cluster.summary()}" if result.cluster is not None else "")
+                + (
+                    " Submit it to start."
+                    if result.caps.passes and (result.cluster is None or result.cluster.passes)
+                    else ""
+                )
             )
             return submit_page(request, text, message=message, key=idempotency_key or None)
         limits.take_submit(owner)

@@ -94,7 +94,10 @@ async def submit_sweep(
     content_type = request.headers.get("content-type")
     if dry_run:
         response.status_code = status.HTTP_200_OK
-        return await manager.dry_run(body, content_type, settings, pricing, owner=owner, work=limits.specs, store=store)
+        return await manager.dry_run(
+            body, content_type, settings, pricing,
+            owner=owner, work=limits.specs, store=store, launcher=supervisor.launcher,
+        )  # fmt: skip
     created = await manager.submit(
         body=body,
         content_type=content_type,
