@@ -14,6 +14,7 @@ from typing import Any
 
 from ray import tune
 
+from sweeps.admission import admission_problems, capacity_from_ray
 from sweeps.analysis import Report, lr_edge_warnings
 from sweeps.detached import DriverOnly
 from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 Progress = dict[str, Any]
 # a running trial's new evaluation reports progress (its curve) at most this often
 RESULT_PROGRESS_S = 5.0
+
+
+class TrialsCannotRun(RuntimeError):
+    """The cluster cannot run the sweep's trials: no node holds them, or no cell trained (its trials ran out
+    of memory, or their processes kept dying)."""
 
 
 @dataclass
@@ -73,6 +79,10 @@ def run_sweep(
     warnings = _data_warnings(spec, prepare_data(spec.data))
 
     init_ray(runtime.ray_address)
+    # a spec no node can hold fails here, saying why, rather than waiting or being killed for memory (the
+    # service refused it at submit already; `sweeps run` has only this check)
+    if problems := admission_problems(spec, capacity_from_ray()):
+        raise TrialsCannotRun("this cluster cannot run the sweep: " + "; ".join(p["message"] for p in problems))
     check_storage(runtime, nodes=alive_nodes())
     storage = open_storage(runtime.optuna_storage)
     searcher = CellSearcher(spec, sweep_id, storage)
@@ -133,6 +143,12 @@ def run_sweep(
     if cancelled:
         recorder.mark_cancelled()
 
+    stopped = searcher.stopped_cells()
+    if not cancelled and stopped and len(stopped) == len(searcher.cells):
+        # not one cell trained: no report to write, and the sweep fails saying why (each cell's reason)
+        raise TrialsCannotRun(
+            "every cell stopped with no result: " + "; ".join(f"{key}: {why}" for key, why in stopped.items())
+        )
     run_ids = recorder.trial_run_ids()
     _, train_times = collect_results(searcher, run_ids)
     report = searcher.report(run_ids)

@@ -67,7 +67,7 @@ from sweeps.plan import (
 )
 from sweeps.scheduler import METRIC, MODE, TIME_ATTR
 from sweeps.spec import SweepSpec, cell_search_trials
-from sweeps.status import RERUN_STATUSES, TrialStatus, trial_status
+from sweeps.status import OUT_OF_MEMORY, RERUN_STATUSES, TrialStatus, trial_status
 from sweeps.stores import close_running_trials, rerun_design_point
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,15 @@ FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # worker, a lost node, a lost driver): they are no search result and are run again (sweeps/status.py)
 # Tune restarts a trial whose worker died this many times before it is given up ("interrupted", re-run)
 TRIAL_RETRIES = 2
+# A cell stops, with no result, after this many of its trials in a row ran out of memory (no lr changes the
+# memory a trial needs) or were lost with their process each time Tune started it (1 + TRIAL_RETRIES
+# deaths a trial: a trial killed by the kernel's OOM killer looks like that, and so does any trial this
+# cluster cannot run). Trials lost with a driver or a node are not counted: those are run again, unbounded.
+CELL_MEMORY_FAILURES = 2
+CELL_LOST_TRIALS = 3
+
+
+LOST_WITH_PROCESS = "process"  # a trial's `lost`: Tune gave it up after its process died each time
 
 
 class InfrastructureFailures(RuntimeError):
@@ -280,8 +289,13 @@ class Cell:
         return wanted[: max(0, self.budget() - self.spent())]
 
     def search_done(self) -> bool:
-        """All `n_search` trials finished, or the search converged early (`next_lr`)."""
-        return self.search_finished() >= self.n_search or self.next_lr()[0] == "converged"
+        """All `n_search` trials finished, or the search converged early (`next_lr`), or the cell stopped
+        (`stop_reason`: the cells that wait for its search go on without it)."""
+        return (
+            self.search_finished() >= self.n_search
+            or self.next_lr()[0] == "converged"
+            or self.stop_reason() is not None
+        )
 
     def next_lr(self) -> tuple[str, float | None]:
         """What the cell's finished search trials say to try next (`sweeps.plan.next_search_lr`), or
@@ -307,7 +321,36 @@ class Cell:
             return ("explore", None)  # TPE's trials still running could move the optimum
         return kind, lr
 
+    def stop_reason(self) -> str | None:
+        """Why the cell stopped without a result (CELL_MEMORY_FAILURES, CELL_LOST_TRIALS), or None: from its
+        trials since the last one that trained (completed, pruned or diverged), newest first."""
+
+        def reason() -> str | None:
+            memory, lost, error = 0, 0, ""
+            for t in sorted(self.all_trials(), key=lambda t: t.number, reverse=True):
+                status = t.user_attrs.get("status")
+                if status in (TrialStatus.completed, TrialStatus.pruned, TrialStatus.diverged):
+                    break
+                if status == TrialStatus.failed and t.user_attrs.get("failure") == OUT_OF_MEMORY:
+                    memory += 1
+                    error = error or str(t.user_attrs.get("error", ""))
+                elif status == TrialStatus.interrupted and t.user_attrs.get("lost") == LOST_WITH_PROCESS:
+                    lost += 1
+            if memory >= CELL_MEMORY_FAILURES:
+                return f"{memory} of its trials ran out of memory ({error[:300]})"
+            if lost >= CELL_LOST_TRIALS:
+                return (
+                    f"{lost} of its trials in a row lost their process each of the {1 + TRIAL_RETRIES} times they "
+                    "were started, most likely killed for memory (the kernel's OOM killer or Ray's memory "
+                    "monitor): see the Ray logs of its node"
+                )
+            return None
+
+        return self._once(("stop_reason",), reason)
+
     def finished(self) -> bool:
+        if self.stop_reason() is not None:
+            return not self.running
         if self.abandoned:
             return not self.running
         if not self.search_done():
@@ -499,8 +542,14 @@ class CellSearcher(DriverOnly, Searcher):
             return self._grow()
 
     def search_warnings(self) -> list[str]:
-        """What a reader of a search's answer must know: an optimizer's search stopped at the cap."""
-        return [f"{opt}: the batch search {why}" for opt, why in self.search_done_why.items() if "cap" in why]
+        """What a reader of a search's answer must know: an optimizer's search stopped at the cap; a cell
+        stopped without a result (it ran out of memory, or its trials' processes kept dying)."""
+        capped = [f"{opt}: the batch search {why}" for opt, why in self.search_done_why.items() if "cap" in why]
+        return capped + [f"{key}: stopped with no result: {why}" for key, why in self.stopped_cells().items()]
+
+    def stopped_cells(self) -> dict[str, str]:
+        """Cell key -> why it stopped without a result (`Cell.stop_reason`)."""
+        return {c.key: why for c in self.cells if (why := c.stop_reason()) is not None}
 
     def _grow(self) -> bool:
         """More runs where the verdicts ask for them; True when some were added. Looks again only after
@@ -669,6 +718,8 @@ class CellSearcher(DriverOnly, Searcher):
             if status == TrialStatus.interrupted:
                 self.lost_trials += 1
                 log.warning("trial %s of %s was lost to the infrastructure; it will be run again", trial_id, cell.key)
+            elif status == TrialStatus.failed:
+                log.warning("trial %s of %s failed: %s", trial_id, cell.key, result.get("error", "no error given"))
             val = result.get(METRIC)
             # Tune ends a trial on its final ("done") result without passing it to on_trial_result:
             # the final evaluation joins the curve here
@@ -686,6 +737,14 @@ class CellSearcher(DriverOnly, Searcher):
                 ),
                 "tune_trial_id": trial_id,
             }
+            if (
+                error
+            ):  # its process died each time Tune started it (not lost with a driver: stores.close_running_trials)
+                attrs["lost"] = LOST_WITH_PROCESS
+            if status == TrialStatus.failed:
+                attrs["error"] = str(result.get("error", ""))[:500]
+                if result.get("failure"):
+                    attrs["failure"] = str(result["failure"])
             if isinstance(handle, Rerun):  # a confirmation or warm-up run: recorded whole at the end
                 state = TrialState.COMPLETE if status == "completed" else TrialState.FAIL
                 cell.study.add_trial(
@@ -737,7 +796,7 @@ class CellSearcher(DriverOnly, Searcher):
     # ---- internals -----------------------------------------------------------------------------
 
     def _next_of(self, cell: Cell, trial_id: str) -> dict[str, Any] | None:
-        if cell.abandoned:
+        if cell.abandoned or cell.stop_reason() is not None:
             return None
         if cell.search_asked() < cell.n_search and not cell.search_done():
             prev = cell.previous
@@ -846,6 +905,7 @@ class CellSearcher(DriverOnly, Searcher):
                         if (confirmed := c.confirmed())
                         else None,
                         "finished": c.finished(),
+                        "stopped": c.stop_reason(),  # why it stopped without a result; None: it did not
                         "running": len(c.running),
                         "chosen": c.chosen,
                         "why": c.why,

@@ -58,3 +58,19 @@ def trial_status(result: dict[str, Any] | None, error: bool, *, cancelling: bool
     if status in (TrialStatus.completed, TrialStatus.diverged, TrialStatus.failed):
         return TrialStatus(status)
     return TrialStatus.cancelled if cancelling else TrialStatus.pruned
+
+
+# A failed trial's `failure` when training ran out of host or GPU memory (or its trial refused to start, its
+# estimate over what its node holds): no lr fixes that, so a cell stops after a few (sweeps.search)
+OUT_OF_MEMORY = "out_of_memory"
+# how torch and Ray word it: torch.cuda.OutOfMemoryError ("CUDA out of memory"), the CPU allocator
+# ("DefaultCPUAllocator: can't allocate memory"), MemoryError, Ray's memory monitor ("... low on memory")
+_MEMORY_WORDS = ("out of memory", "outofmemory", "allocate memory", "memoryerror", "low on memory")
+
+
+def is_memory_error(error: BaseException | str) -> bool:
+    """Whether an exception (or its text) says the process ran out of memory."""
+    if isinstance(error, MemoryError):
+        return True
+    low = (error if isinstance(error, str) else f"{type(error).__name__}: {error}").lower()
+    return any(word in low or word in low.replace(" ", "") for word in _MEMORY_WORDS)

@@ -13,8 +13,42 @@ import math
 from typing import Any
 
 from sweeps.layout import VAL_LOSS
+from sweeps.status import OUT_OF_MEMORY, TrialStatus, is_memory_error
 
 log = logging.getLogger(__name__)
+
+
+def failed(error: BaseException | str) -> dict[str, Any]:
+    """The last result of a trial whose training failed: a result, not a crash, so Tune's restarts are kept
+    for the infrastructure; `failure` says when it ran out of memory (its cell stops after a few)."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    result: dict[str, Any] = {"status": TrialStatus.failed.value, "error": text[:500], VAL_LOSS: math.nan}
+    if is_memory_error(error):
+        result["failure"] = OUT_OF_MEMORY
+    return result
+
+
+def memory_shortfall(cfg: Any) -> str | None:
+    """Why this node cannot hold the trial (worker.memory's estimate over the memory Ray finds on the node, its
+    cgroup's limit included, or the GPU's), before anything is allocated: the kernel's OOM killer ends a
+    process without a word, and Tune would start it again. None when it fits."""
+    from worker.memory import estimate_memory, gib
+
+    need = estimate_memory(cfg)
+    if need.on_gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        has = torch.cuda.get_device_properties(0).total_memory
+        needed, where = need.device_bytes, "GPU"
+    else:
+        from ray._common.utils import get_system_memory  # cgroup-aware, as Ray's own memory resource
+
+        has, needed, where = get_system_memory(), need.host_bytes, "node"
+    if needed <= has:
+        return None
+    return f"out of memory: this trial needs {need.describe()}; its {where} has {gib(has)}"
 
 
 def run_trial(config: dict[str, Any]) -> None:
@@ -28,13 +62,16 @@ def run_trial(config: dict[str, Any]) -> None:
         from worker.loop import train
         from worker.session import TuneSession
 
+        if (short := memory_shortfall(cfg)) is not None:  # this process trains: its node is the one to judge
+            log.error("trial not started: %s", short)
+            tune.report(failed(short))
+            return
         try:
             train(cfg, TuneSession())  # its last report carries the final status
         except Exception as exc:
-            # training itself failed (a bad optimizer keyword, out of memory...): a result, not a crash,
-            # so Tune's restarts are kept for the infrastructure
+            # training itself failed (a bad optimizer keyword, out of memory...): a result, not a crash
             log.exception("trial failed in training")
-            tune.report({"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500], VAL_LOSS: math.nan})
+            tune.report(failed(exc))
         return
     from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -48,4 +85,10 @@ def run_trial(config: dict[str, Any]) -> None:
         max_failures=1,
         callbacks=[TuneReportCallback()],
     )
-    trainer.fit()
+    try:
+        trainer.fit()
+    except Exception as exc:  # Ray Train's TrainingFailedError, a worker's error in its text
+        if not is_memory_error(str(exc)):
+            raise  # the infrastructure's (a lost worker past its restarts): Tune's to restart
+        log.exception("trial ran out of memory")
+        tune.report(failed(exc))

@@ -413,3 +413,61 @@ def test_a_stored_spec_resumes_its_studies_after_an_upgrade_added_fields(storage
     other = {**stored, "token_budget": stored["token_budget"] * 2}
     with pytest.raises(ValueError, match="different spec"):
         CellSearcher(SweepSpec.from_stored(other), "upgraded", storage)
+
+
+OOM = {"status": "failed", "error": "OutOfMemoryError: CUDA out of memory", "failure": "out_of_memory"}
+
+
+def test_a_cell_whose_trials_run_out_of_memory_stops_after_two_and_says_why(
+    storage: optuna.storages.BaseStorage,
+) -> None:
+    s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
+    first, second = s.suggest("t1"), s.suggest("t2")
+    assert first["cell"] == second["cell"] == "adamw/bs4"
+    s.on_trial_complete("t1", dict(OOM))
+    assert s.cells[0].stop_reason() is None  # one: another lr may still run
+    s.on_trial_complete("t2", dict(OOM))
+    why = s.cells[0].stop_reason()
+    assert why is not None and "2 of its trials ran out of memory" in why and "CUDA out of memory" in why
+    assert s.cells[0].finished()
+    third = s.suggest("t3")
+    assert third is None or third["cell"] != "adamw/bs4"  # nothing more of the stopped cell
+    assert s.progress()["cells"][0]["stopped"] == why
+    assert "adamw/bs4: stopped with no result: 2 of its trials ran out of memory" in " ".join(s.search_warnings())
+    # read again from the storage (a resumed driver): still stopped
+    again = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
+    assert again.cells[0].stop_reason() == why
+
+
+def test_a_failure_that_is_not_memory_and_a_result_between_do_not_stop_a_cell(
+    storage: optuna.storages.BaseStorage,
+) -> None:
+    s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
+    s.suggest("t1"), s.suggest("t2"), s.suggest("t3")
+    s.on_trial_complete("t1", dict(OOM))
+    s.on_trial_complete("t2", done(3.5))  # a trial that trained: the count starts again
+    s.on_trial_complete("t3", {"status": "failed", "error": "ValueError: bad keyword"})
+    assert s.cells[0].stop_reason() is None
+
+
+def test_a_cell_whose_trials_lose_their_process_every_start_stops_after_three(
+    storage: optuna.storages.BaseStorage,
+) -> None:
+    s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
+    for i in range(3):
+        trial = s.suggest(f"t{i}")
+        assert trial is not None and trial["cell"] == "adamw/bs4"
+        assert s.cells[0].stop_reason() is None
+        s.on_trial_complete(f"t{i}", None, error=True)  # Tune gave it up: its process died at every start
+    assert "3 of its trials in a row lost their process" in (s.cells[0].stop_reason() or "")
+    assert s.lost_trials == 3
+
+
+def test_trials_lost_with_their_driver_never_stop_a_cell(storage: optuna.storages.BaseStorage) -> None:
+    """A killed driver leaves its trials RUNNING; the next one closes them `interrupted` and runs them again,
+    however often that happens (the soak kills drivers): they are not the cell's failures."""
+    for i in range(4):
+        s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)  # closes the last one's running trials
+        assert s.cells[0].stop_reason() is None
+        assert s.suggest(f"t{i}") is not None
+    assert CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage).cells[0].stop_reason() is None
