@@ -57,7 +57,8 @@ def umask_of(pid: int) -> str | None:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:  # it ended meanwhile
         return None
-    return next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:"))
+    # a process that has exited and not yet been reaped (a zombie) has no Umask line
+    return next((line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), None)
 
 
 # only root can act as another user; CI and the project's machines run the suite as root
@@ -125,6 +126,7 @@ def test_other_users_reach_nothing_under_the_data_dir(tmp_path: Path, token_cach
         pids = [svc.proc.pid, head.pid, *descendants(head.pid)]
         umasks = {pid: umask_of(pid) for pid in pids}
         assert {u for u in umasks.values() if u is not None} == {"0077"}, umasks
+        assert umasks[svc.proc.pid] == umasks[head.pid] == "0077"  # these two live on: never skipped
     finally:
         svc.stop()
         LocalRayHead(data_dir).stop()
