@@ -85,6 +85,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sweeps.replay import largest_degradation_free
 from worker.local_ray import use_local_ray  # noqa: E402
 
 if TYPE_CHECKING:
@@ -341,19 +342,6 @@ def _shared_noise_problem(
 
 
 FAMILIES = {"bowls": make_problem, "cliffs": make_cliff_problem, "noise-scale": make_noise_scale_problem}
-
-
-def largest_degradation_free(
-    losses: Sequence[float], reference: float, tolerance: float, *, first_is_reference: bool
-) -> int | None:
-    """Index of the answer (`sweeps.analysis`'s rule): the last index i such that every cell up to i
-    has loss <= (1 + tolerance) x reference; the reference cell itself passes by definition."""
-    answer = None
-    for i, loss in enumerate(losses):
-        if not ((i == 0 and first_is_reference) or loss <= (1.0 + tolerance) * reference):
-            break
-        answer = i
-    return answer
 
 
 def true_answers(problem: Problem, optimizers: Sequence[str] = OPTIMIZERS) -> dict[str, dict[str, int | None]]:
