@@ -1,4 +1,6 @@
-"""Fixtures of the multi-node suite: one S3 server and one 1-head + 2-worker-node Ray cluster per module."""
+"""Fixtures of the multi-node suite: one S3 server and one 1-head + 2-worker-node Ray cluster for the whole
+package (starting a cluster takes ~9 s). A test that kills a worker node adds one in its place, so every test
+finds two worker nodes alive; each reads the nodes it asserts on from the cluster, not from a count."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 from harness import AWS_ENV, MotoS3, MultiNodeRay
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
     server = MotoS3(tmp_path_factory.mktemp("s3") / "moto.log").start()
     try:
@@ -18,7 +20,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
         server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def multinode(s3: MotoS3, token_cache: Path) -> Iterator[MultiNodeRay]:
     """Every Ray process sees the S3 credentials (as a cluster's pods get them from their Secret) and
     the session's token cache."""

@@ -37,15 +37,15 @@ def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLa
     resp = client.post("/sweeps?dry_run=true", json=spec, headers=auth())  # the evaluation defaults
     assert resp.status_code == 200, resp.text
     cost = resp.json()["cost"]
-    # tiny_spec: gpt2-nano (L=2, d=64), seq_len 32, vocab 4096, batch sizes [4, 8], 2 search + 1 seed, and
+    # tiny_spec: gpt2-nano (L=2, d=64), seq_len 32, vocab 512, batch sizes [4, 8], 2 search + 1 seed, and
     # one more search trial at batch size 4 (the reference)
     assert cost["trials"] == {"min": 7, "max": 7}
     assert cost["trained_tokens"] == 23 * 256 == 5888  # 6000 rounded down to lcm(4, 8) x 32
     assert cost["tokens_per_trial"] == cost["trained_tokens"]  # its first name, the same value
-    n = 2 * (12 * 64**2 + 13 * 64) + 4096 * 64 + 2 * 64  # without the position embeddings
-    assert cost["flop_parameters"] == n == 362_240 and cost["parameters"] == n + 32 * 64
+    n = 2 * (12 * 64**2 + 13 * 64) + 512 * 64 + 2 * 64  # without the position embeddings
+    assert cost["flop_parameters"] == n == 132_864 and cost["parameters"] == n + 32 * 64
     fpt = 6 * n + 12 * 2 * 32 * 64
-    assert cost["training_flops_per_token"] == fpt == 2_222_592
+    assert cost["training_flops_per_token"] == fpt == 846_336
     # evaluations every 588 tokens (a tenth of the budget): batch 4 every 5 of 46 steps = 10, batch 8
     # every 2 of 23 = 12; 4 trials at batch 4 and 3 at batch 8; each scores 32,768 tokens (eval_tokens' default)
     assert cost["evaluations"] == {"min": 76, "max": 76} == {"min": 4 * 10 + 3 * 12, "max": 76}
