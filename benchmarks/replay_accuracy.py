@@ -65,13 +65,19 @@ def whole_cells(rec: Recording, grid: dict[str, Any], optimizers: list[str]) -> 
     return sizes
 
 
-def spec_of(name: str, config: dict[str, Any], grid: dict[str, Any], optimizers: list[str], sizes: list[int]) -> SweepSpec:
+def spec_of(
+    name: str, config: dict[str, Any], grid: dict[str, Any], optimizers: list[str], sizes: list[int]
+) -> SweepSpec:
     lo = min(grid["lrs"][o]["min"] for o in optimizers)
     hi = max(grid["lrs"][o]["max"] for o in optimizers)
     return SweepSpec.model_validate(
         {
             "name": f"replay-{name}",
-            **{k: v for k, v in config.items() if k in ("model", "data", "token_budget", "eval_every_tokens", "eval_tokens")},
+            **{
+                k: v
+                for k, v in config.items()
+                if k in ("model", "data", "token_budget", "eval_every_tokens", "eval_tokens")
+            },
             "optimizers": [{"name": o} for o in optimizers],
             "batch_sizes": sizes,
             "lr": {"min": lo, "max": hi},
