@@ -683,6 +683,27 @@ def test_dockerfile_installs_the_pinned_torch_and_every_package() -> None:
     assert {f"!{src}" for src in copied} <= kept
 
 
+def test_the_image_installs_every_dependency_from_a_hash_lock() -> None:
+    """Every dependency but torch's family is installed from deploy/requirements.lock, each with its sha256, with
+    --require-hashes and --no-deps; the lock holds exactly the closure this virtualenv resolved and is tested
+    with (deploy/lock_requirements.py), at the same versions, so the image runs what the suite ran."""
+    import importlib.util
+
+    run = " ".join(a for w, a in dockerfile_instructions() if w == "RUN")
+    assert "pip install --require-hashes --no-deps -r deploy/requirements.lock" in run
+    assert 'pip install --no-deps ".[dashboards,postgres]"' in run and "pip check" in run
+    entries = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) \\\n((?:\s+--hash=sha256:[0-9a-f]{64}(?: \\\n)?)+)",
+                         (DEPLOY / "requirements.lock").read_text(), re.M)  # fmt: skip
+    locked = {name: version for name, version, _ in entries}
+    assert entries and len(locked) == len(entries)
+    spec = importlib.util.spec_from_file_location("lock_requirements", DEPLOY / "lock_requirements.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert locked == module.closure(), "deploy/requirements.lock is stale: run deploy/lock_requirements.py"
+    assert not [n for n in locked if module.NOT_LOCKED.match(n)]  # torch's family comes from PyTorch's index
+
+
 def test_the_image_has_a_c_compiler_and_installs_every_data_file() -> None:
     # torch.compile (Triton's CUDA launcher, inductor's CPU kernels) compiles C at run time: the slim base
     # image has no compiler until the Dockerfile installs one
