@@ -43,12 +43,22 @@ def memory_shortfall(cfg: Any) -> str | None:
         has = torch.cuda.get_device_properties(0).total_memory
         needed, where = need.device_bytes, "GPU"
     else:
-        from ray._common.utils import get_system_memory  # cgroup-aware, as Ray's own memory resource
-
-        has, needed, where = get_system_memory(), need.host_bytes, "node"
+        has, needed, where = node_memory(), need.host_bytes, "node"
     if needed <= has:
         return None
     return f"out of memory: this trial needs {need.describe()}; its {where} has {gib(has)}"
+
+
+def node_memory() -> int:
+    """Bytes of memory this process's node has: Ray's own reading (its cgroup's limit where that is lower than
+    the machine's), or the machine's where Ray's private helper has moved."""
+    try:
+        from ray._common.utils import get_system_memory
+    except ImportError:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    return int(get_system_memory())
 
 
 def run_trial(config: dict[str, Any]) -> None:
