@@ -45,10 +45,24 @@ from service.store.database import (
     TooManyActive,
     utcnow,
 )
+from sweeps.admission import ClusterCapacity
 from sweeps.cost import PriceConfig, SweepCost, price
 from sweeps.spec import SweepSpec, json_value
 
 log = logging.getLogger(__name__)
+
+
+# A submit waits this long for the cluster's nodes (a GCS round trip, cached for 10 s); past it the spec is not
+# judged against the cluster here, and the sweep's driver checks it before any trial
+CAPACITY_WAIT_S = 5.0
+
+
+async def cluster_capacity(launcher: Launcher) -> ClusterCapacity | None:
+    """The launcher's reading of the cluster, or None when it does not come within CAPACITY_WAIT_S."""
+    with anyio.move_on_after(CAPACITY_WAIT_S):
+        return await anyio.to_thread.run_sync(launcher.capacity, abandon_on_cancel=True)
+    log.warning("the cluster's nodes did not come within %s s: this submit is not judged against them", CAPACITY_WAIT_S)
+    return None
 
 
 def new_sweep_id(name: str) -> str:
@@ -124,8 +138,7 @@ async def dry_run(
     spec, cost, hours = await work.run(owner, _validated_and_priced, body, content_type, settings, pricing)
     fit = None
     if launcher is not None:
-        capacity = await anyio.to_thread.run_sync(launcher.capacity)
-        fit = await work.run(owner, cluster_fit, spec, capacity)
+        fit = await work.run(owner, cluster_fit, spec, await cluster_capacity(launcher))
     priced = None
     if (budget := owner_budget(settings)) is not None and store is not None:
         since = utcnow() - budget.window
@@ -151,8 +164,7 @@ async def submit(
 ) -> Created:
     # Over the cap per sweep is a 422 here; over the cap per owner, the store's; a spec the cluster cannot run, 422.
     validated, hours = await work.run(owner, _validated_and_capped, body, content_type, settings)
-    capacity = await anyio.to_thread.run_sync(supervisor.launcher.capacity)
-    await work.run(owner, check_cluster, validated, capacity)
+    await work.run(owner, check_cluster, validated, await cluster_capacity(supervisor.launcher))
     spec = validated.model_dump(mode="json")
     try:
         created = await anyio.to_thread.run_sync(

@@ -86,6 +86,7 @@ class RayLauncher:
         self.settings = settings
         self.call_timeout_s = call_timeout_s
         self._capacity: tuple[float, ClusterCapacity | None] | None = None  # (monotonic time read, capacity)
+        self._reading = threading.Lock()
         # handles cached: ray.get_actor is a GCS round trip, and the poller asks every second
         self._handles: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -184,11 +185,17 @@ class RayLauncher:
             cached = self._capacity
         if cached is not None and time.monotonic() - cached[0] < CAPACITY_TTL_S:
             return cached[1]
+        # one read at a time: while the GCS is slow to answer (a cluster restarting), other submits take the
+        # last reading (or none) instead of each holding a thread on the same call
+        if not self._reading.acquire(blocking=False):
+            return cached[1] if cached is not None else None
         try:
             capacity: ClusterCapacity | None = capacity_from_ray()
         except Exception as exc:  # the cluster unreachable: the health check says so; submits are not judged
             log.warning("could not read the cluster's nodes (%s: %s); admission not checked", type(exc).__name__, exc)
             capacity = None
+        finally:
+            self._reading.release()
         with self._lock:
             self._capacity = (time.monotonic(), capacity)
         return capacity

@@ -52,6 +52,7 @@ class FakeLauncher:
         self.start_delay_s = 0.0
         self.healthy = True
         self.capacity_of: ClusterCapacity | None = None  # what capacity() answers: None, not known (no check)
+        self.capacity_delay_s = 0.0  # how long capacity() takes (a slow GCS)
         self._lock = threading.Lock()
 
     def connect(self) -> None:
@@ -119,6 +120,7 @@ class FakeLauncher:
         return {"cpus": 2}
 
     def capacity(self) -> ClusterCapacity | None:
+        time.sleep(self.capacity_delay_s)
         return self.capacity_of
 
     def close(self) -> None:

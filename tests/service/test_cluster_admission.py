@@ -6,6 +6,7 @@ launcher (the real Ray path: tests/cluster/test_service_on_cluster.py)."""
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -72,3 +73,18 @@ def test_a_cluster_whose_nodes_cannot_be_read_judges_nothing(client: TestClient,
     fit = client.post("/sweeps?dry_run=true", json=LARGE, headers=auth()).json()["cluster"]
     assert fit["checked"] is False and fit["passes"] is True
     assert client.post("/sweeps", json=LARGE, headers=auth()).status_code == 201
+
+
+def test_a_cluster_slow_to_answer_does_not_hold_a_submit(
+    small: TestClient, launcher: FakeLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GCS that does not answer (a cluster restarting) costs a submit CAPACITY_WAIT_S, not the GCS client's
+    own minute: the spec is then not judged here (the driver checks it before any trial)."""
+    from service import manager
+
+    monkeypatch.setattr(manager, "CAPACITY_WAIT_S", 0.3)
+    launcher.capacity_delay_s = 5.0
+    started = time.monotonic()
+    resp = small.post("/sweeps", json=LARGE, headers=auth())
+    assert resp.status_code == 201, resp.text
+    assert time.monotonic() - started < 3.0
