@@ -420,7 +420,7 @@ def submit(
         if dry_run:
             console.print(f"valid: [bold]{out['spec']['name']}[/], {out['cells']} cells, {out['total_trials']} trials")
             _print_cost(out["spec"]["name"], out["cost"])
-            from service.api.schemas import ClusterFit, GpuHoursCaps
+            from service.verdicts import ClusterFit, GpuHoursCaps
 
             caps = GpuHoursCaps.model_validate(out["caps"])
             console.print(caps.summary(), style=None if caps.passes else "red", markup=False)

@@ -33,10 +33,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.api.schemas import ClusterFit, GpuHoursCaps
 from service.errors import Invalid, ServiceError, TooMany, Unsupported, invalid
 from service.settings import Settings
 from service.store.database import Budget, OverBudget, frees_at, utcnow
+from service.verdicts import ClusterFit, GpuHoursCaps
 from sweeps.admission import ClusterCapacity, admission_problems, trial_needs
 from sweeps.cost import PriceConfig, price
 from sweeps.documents import SpecLoadError, parse_document
