@@ -2,6 +2,7 @@
 
     python benchmarks/record_runs.py [--grid benchmarks/real_runs/grid.yaml] [--minutes 30] [--config NAME]
     python benchmarks/record_runs.py --status
+    python benchmarks/record_runs.py --compact     # one line per run, after two recorders shared a file
 
 Every run is the project's own training loop (`worker.loop.train`, one process, `--threads` torch threads)
 on this machine, no Ray: for each configuration of the grid file, each optimizer, batch size, lr and seed,
@@ -74,24 +75,27 @@ def final_loss(run: dict[str, Any]) -> float:
 
 
 def planned(grid: dict[str, Any], runs: dict[tuple[str, int, float, int], dict[str, Any]]) -> list[tuple]:
-    """Runs still to train, cell by cell (batch sizes from the smallest, each optimizer in turn): a cell's phase 1,
-    then its phase 2 once its phase 1 is whole. A partial recording is then whole cells from the smallest batch
-    size up, which is what a sweep of the recorded sizes needs (`benchmarks/replay_accuracy.py`)."""
+    """Runs still to train, cell by cell (batch sizes from the smallest; the first two optimizers over every size,
+    then the others): a cell's phase 1, then its phase 2 once its phase 1 is whole. A partial recording is then
+    whole cells from the smallest batch size up, which is what a sweep of the recorded sizes needs
+    (`benchmarks/replay_accuracy.py`)."""
     todo = []
-    for b in grid["batch_sizes"]:
-        for opt in grid["optimizers"]:
-            lrs = lr_grid(grid["lrs"][opt])
-            keys = [[run_key(opt, b, lr, s) for s in range(grid["seeds"])] for lr in lrs]
-            missing = [k for s in range(grid["seeds"]) for row in keys for k in [row[s]] if k not in runs]
-            if missing:
-                todo += missing
-                continue
-            mean = [sum(final_loss(runs[k]) for k in row) / len(row) for row in keys]
-            best = sorted(range(len(lrs)), key=lambda i: mean[i])[: grid["best_lrs"]]
-            for seed in range(grid["seeds"], grid["best_seeds"]):
-                for i in best:
-                    if math.isfinite(mean[i]) and (key := run_key(opt, b, lrs[i], seed)) not in runs:
-                        todo.append(key)
+    # the first two optimizers (the baseline and the one it is compared with) over every size first, then the rest
+    first, rest = grid["optimizers"][:2], grid["optimizers"][2:]
+    order = [(b, o) for group in (first, rest) for b in grid["batch_sizes"] for o in group]
+    for b, opt in order:
+        lrs = lr_grid(grid["lrs"][opt])
+        keys = [[run_key(opt, b, lr, s) for s in range(grid["seeds"])] for lr in lrs]
+        missing = [k for s in range(grid["seeds"]) for row in keys for k in [row[s]] if k not in runs]
+        if missing:
+            todo += missing
+            continue
+        mean = [sum(final_loss(runs[k]) for k in row) / len(row) for row in keys]
+        best = sorted(range(len(lrs)), key=lambda i: mean[i])[: grid["best_lrs"]]
+        for seed in range(grid["seeds"], grid["best_seeds"]):
+            for i in best:
+                if math.isfinite(mean[i]) and (key := run_key(opt, b, lrs[i], seed)) not in runs:
+                    todo.append(key)
     return todo
 
 
@@ -142,10 +146,19 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0, help="stop starting runs after this long")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--status", action="store_true")
+    ap.add_argument(
+        "--compact", action="store_true", help="rewrite each file with one line per run (no recorder running)"
+    )
     args = ap.parse_args()
     grid = load_grid(args.grid)
     out_dir = args.grid.parent
-    if args.status:
+    if args.compact:
+        for name in grid["configs"]:
+            path = out_dir / f"{name}.jsonl"
+            if path.exists():  # two recorders of one file may both have trained a run: one line each is kept
+                runs = recorded(path)
+                path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in runs.values()))
+    if args.status or args.compact:
         status(grid, out_dir)
         return
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))

@@ -17,8 +17,8 @@ analysis's rule), whose own uncertainty is stated: the share of bootstrap resamp
 - bracket: the report's bracket [largest_fine, smallest_degraded) holds the truth;
 - tokens: the sweep's tokens against a 12-lr x 2-seed grid of the same cells trained to their budget.
 
-Only batch sizes the recording holds whole (every lr at `seeds` seeds, for every optimizer swept) are drawn
-from: a partial recording gives smaller problems, said in the output. The last line gives the figures for
+Only batch sizes the recording holds whole (every lr at `seeds` seeds and phase 2 done, for every optimizer
+swept) are drawn from: a partial recording gives smaller problems, said in the output. The last line gives the figures for
 every configuration together.
 """
 
@@ -57,16 +57,20 @@ def wilson(hits: int, n: int) -> tuple[float, float]:
 
 
 def whole_cells(rec: Recording, grid: dict[str, Any], optimizers: list[str]) -> list[int]:
-    """Batch sizes recorded whole (every grid lr at `seeds` seeds) for every optimizer, from the smallest up."""
+    """Batch sizes recorded whole for every optimizer, from the smallest up: every grid lr at `seeds` seeds and
+    phase 2 done (its lrs at `best_seeds`, none part way), so that each cell's truth rests on its many seeds."""
+
+    def whole(by_lr: dict[float, dict[int, Any]], points: int) -> bool:
+        counts = [len(s) for s in by_lr.values()]
+        return (
+            len(counts) >= points
+            and all(c in (grid["seeds"], grid["best_seeds"]) for c in counts)
+            and grid["best_seeds"] in counts
+        )
+
     sizes = []
     for b in grid["batch_sizes"]:
-        ok = all(
-            (o, b) in rec.cells
-            and len(rec.cells[(o, b)]) >= grid["lrs"][o]["points"]
-            and all(len(s) >= grid["seeds"] for s in rec.cells[(o, b)].values())
-            for o in optimizers
-        )
-        if not ok:
+        if not all((o, b) in rec.cells and whole(rec.cells[(o, b)], grid["lrs"][o]["points"]) for o in optimizers):
             break
         sizes.append(b)
     return sizes
