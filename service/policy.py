@@ -232,7 +232,7 @@ def cluster_fit(spec: SweepSpec, capacity: ClusterCapacity | None) -> ClusterFit
         return ClusterFit(
             checked=False, passes=True, memory_per_worker_bytes=host, gpu_memory_per_worker_bytes=device, cluster=""
         )
-    problems = admission_problems(spec, capacity)
+    problems = admission_problems(spec, capacity, needs)  # the estimates above, not worked out again
     return ClusterFit(
         checked=True, passes=not problems, memory_per_worker_bytes=host, gpu_memory_per_worker_bytes=device,
         cluster=capacity.describe(), problems=[p["message"] for p in problems],

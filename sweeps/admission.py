@@ -52,7 +52,7 @@ class NodeShape:
             fits.append(self.gpus / gpus)
         if self.memory is not None:
             fits.append(self.memory / memory if memory > 0 else math.inf)
-        return int(math.floor(min(fits, default=math.inf) + 1e-9)) if fits else 1
+        return int(math.floor(min(fits) + 1e-9)) if fits else 1
 
     def describe(self) -> str:
         mem = f", {gib(self.memory)}" if self.memory is not None else ""
@@ -157,9 +157,11 @@ def trial_needs(spec: SweepSpec) -> list[TrialNeeds]:
     return out
 
 
-def admission_problems(spec: SweepSpec, capacity: ClusterCapacity) -> list[dict[str, Any]]:
+def admission_problems(
+    spec: SweepSpec, capacity: ClusterCapacity, needs: list[TrialNeeds] | None = None
+) -> list[dict[str, Any]]:
     """Why `capacity` cannot run `spec`'s trials, as `{"field", "message", "value"}` problems (the spec's
-    validation format); empty when it can."""
+    validation format); empty when it can. `needs`: `trial_needs(spec)`, where the caller has it already."""
     problems: list[dict[str, Any]] = []
     res = spec.resources
     has = capacity.describe()
@@ -182,7 +184,7 @@ def admission_problems(spec: SweepSpec, capacity: ClusterCapacity) -> list[dict[
                 res.cpus_per_worker,
             )
         ]
-    for need in trial_needs(spec):
+    for need in needs if needs is not None else trial_needs(spec):
         per_node = [(n, n.workers(need.cpus, need.gpus, need.host, need.device)) for n in capacity.nodes]
         if all(k == 0 for _, k in per_node):
             where = "GPU" if need.memory.on_gpu and _short_of_gpu_memory(capacity, need) else "node"
