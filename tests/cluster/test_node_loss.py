@@ -41,7 +41,7 @@ SECOND = """
 name: after-node-loss
 model: {preset: gpt2-nano, seq_len: 64}
 optimizers: [{name: adamw}]
-batch_sizes: [8, 16]
+batch_sizes: [8]             # 3 search trials and a confirmation run, 2 at a time: one on each worker node
 token_budget: 16384
 lr: {min: 1.0e-3, max: 1.0e-2, trials_per_batch_size: 2}
 seeds: 1

@@ -247,7 +247,7 @@ def _run(stack: Stack, context: BrowserContext, page: Page, watch: Watch, shots:
 
     # ---- a sweep submitted elsewhere (the API) shows up by itself; cancel it from its page
     longer = tiny(
-        "ui-second", token_budget=65536, eval_every_tokens=8192,  # 8 evaluations a trial, not 32
+        "ui-second", token_budget=32768, eval_every_tokens=4096,  # 8 evaluations a trial, not 16
         lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 4},
         resources={"max_concurrent_trials": 1}, pruning={"enabled": False},
     )  # fmt: skip

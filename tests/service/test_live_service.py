@@ -25,14 +25,15 @@ pytestmark = pytest.mark.ray
 FINAL = ("succeeded", "failed", "cancelled")
 
 
-def longer_spec(name: str) -> dict[str, Any]:
-    """A sweep that runs long enough to be interrupted: 9 unpruned search trials of 16k tokens, one at a time,
-    evaluated 4 times each (tiny_spec's 10 would score 2.5x the tokens each trial trains)."""
+def longer_spec(name: str, searched: int = 4) -> dict[str, Any]:
+    """A sweep that runs long enough to be interrupted: 2 x `searched` + 1 unpruned search trials of 16k tokens
+    and 2 confirmation runs, one at a time, evaluated 4 times each (tiny_spec's 10 would score 2.5x the tokens
+    each trial trains)."""
     return tiny_spec(
         name,
         token_budget=16000,
         eval_every_tokens=4096,
-        lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 4},
+        lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": searched},
         resources={"max_concurrent_trials": 1},
         pruning={"enabled": False},
     )
@@ -243,7 +244,8 @@ def test_live_restart_mid_sweep_keeps_the_sweep(
 ) -> None:
     svc = service_factory(SWEEPS_DATABASE_URL=postgres.url)
     with live_client(svc) as client:
-        r = client.post("/sweeps", json=longer_spec("restart"), headers=auth())
+        # 7 trials: one finished before the restart, the rest after it
+        r = client.post("/sweeps", json=longer_spec("restart", searched=2), headers=auth())
         assert r.status_code == 201, r.text
         sweep_id = r.json()["id"]
         wait_for(client, sweep_id, lambda s: s["status"] == "running" and s["progress"]["trials_done"] >= 1, 300, svc)
