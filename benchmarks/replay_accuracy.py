@@ -143,7 +143,7 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
         return None
     lo = min(grid["lrs"][o]["min"] for o in optimizers)
     hi = max(grid["lrs"][o]["max"] for o in optimizers)
-    out: dict[str, list[float]] = {"right": [], "covered": [], "tokens": [], "truth": []}
+    out: dict[str, list[float]] = {"right": [], "covered": [], "tight": [], "tokens": [], "truth": []}
     for k in range(problems):
         d = draw(k, whole, lo, hi)
         spec = spec_of(name, grid["configs"][name], optimizers, d)
@@ -161,11 +161,16 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
                 fine, bad = b.largest_fine, b.smallest_degraded
                 covered = fine is None if t is None else (fine is None or fine <= t) and (bad is None or t < bad)
                 out["covered"].append(int(covered))
+                # decided to neighbouring listed sizes (or to an end of the list)
+                at_fine = -1 if fine is None else d.sizes.index(fine)
+                at_bad = len(d.sizes) if bad is None else d.sizes.index(bad)
+                out["tight"].append(int(at_bad == at_fine + 1))
     right = out["right"]
     r_lo, r_hi = wilson(int(sum(right)), len(right))
     print(
         f"{name}: {problems} problems over batch sizes {whole}; right {statistics.fmean(right):.3f} "
-        f"[{r_lo:.3f}, {r_hi:.3f}], bracket holds the truth {statistics.fmean(out['covered']):.3f}, tokens vs the "
+        f"[{r_lo:.3f}, {r_hi:.3f}], bracket holds the truth {statistics.fmean(out['covered']):.3f} and is tight "
+        f"(neighbours) in {statistics.fmean(out['tight']):.3f}, tokens vs the "
         f"12x2 grid {statistics.fmean(out['tokens']):.2f}; the truth itself stable in "
         f"{statistics.fmean(out['truth']):.2f} of seed resamples"
     )
@@ -181,7 +186,7 @@ def main() -> None:
     grid = yaml.safe_load(GRID.read_text())
     optimizers = args.optimizers.split(",")
     started = time.perf_counter()
-    totals: dict[str, list[float]] = {"right": [], "covered": [], "tokens": [], "truth": []}
+    totals: dict[str, list[float]] = {"right": [], "covered": [], "tight": [], "tokens": [], "truth": []}
     for name in args.config or list(grid["configs"]):
         for key, values in (run_config(name, grid, optimizers, args.problems) or {}).items():
             totals[key] += values
@@ -189,7 +194,8 @@ def main() -> None:
         raise SystemExit("no configuration is recorded far enough to replay (benchmarks/record_runs.py)")
     print(
         f"replayed real runs ({time.perf_counter() - started:.0f} s): right {statistics.fmean(totals['right']):.3f} "
-        f"(target >= 0.90), bracket {statistics.fmean(totals['covered']):.3f} (target >= 0.95), tokens vs the 12x2 "
+        f"(target >= 0.90), bracket {statistics.fmean(totals['covered']):.3f} (target >= 0.95), tight "
+        f"{statistics.fmean(totals['tight']):.3f}, tokens vs the 12x2 "
         f"grid {statistics.fmean(totals['tokens']):.2f} (target <= 0.5), truth stable "
         f"{statistics.fmean(totals['truth']):.2f}"
     )

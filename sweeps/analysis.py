@@ -4,9 +4,9 @@ Pure: no torch, no Ray, no MLflow. `build_report` takes the trials' results (`Tr
 spec's numbers and returns the `Report`, a pydantic model that `report_to_json` writes and `read_report`
 reads back: per cell (optimizer, batch size) its best lr, the mean and interval of its confirmation runs,
 its stability and its verdicts against two references; per optimizer the point estimate (the walk of
-the cell means on the same seeds, fitted non-decreasing), the bracket (paired verdicts at a Bonferroni
-level) and the noise checks at the answer. The search decides by the same rules (`pick_stable`,
-`pick_warmup`, `cells_to_extend`).
+the cell means on the same seeds, fitted non-decreasing), the bracket (paired verdicts: fine claimed in a
+fixed sequence, degraded at a Bonferroni level) and the noise checks at the answer. The search decides by
+the same rules (`pick_stable`, `pick_warmup`, `cells_to_extend`).
 
 Every rule and formula: docs/researchers.md, "How a verdict is reached".
 """
@@ -79,6 +79,7 @@ __all__ = [
     "t_quantile",
     "read_report",
     "validate_report",
+    "fine_in_sequence",
     "verdict_level",
     "welch_diff_ci95",
 ]
@@ -374,10 +375,38 @@ def _judge(
     return verdicts, answer, within, checks, fitted
 
 
-def verdict_level(looks: int, comparisons: int) -> float:
-    """Confidence of each verdict: 95% for all `comparisons` verdicts of one optimizer against one
-    reference, over `looks` planned looks (Bonferroni), so the bracket holds with >= 95%."""
+def verdict_level(looks: int, comparisons: int = 1) -> float:
+    """Confidence of a verdict's interval, two-sided: 95% over `looks` planned looks and `comparisons`
+    batch sizes (Bonferroni). Its upper end ("fine") is taken at `comparisons` = 1, as the fine claims are
+    made in a fixed sequence (`fine_in_sequence`); its lower end ("degraded") at the sizes compared."""
     return 1.0 - (1.0 - CI_LEVEL) / (max(1, looks) * max(1, comparisons))
+
+
+def fine_in_sequence(verdicts: Sequence[Verdict], tested: Sequence[bool]) -> list[Verdict]:
+    """Fixed-sequence testing of the "fine" claims, ordered by batch size, under the monotonicity the answer
+    assumes: "fine" is claimed upward from the smallest size and stops at the first size not fine; an
+    interval's "fine" past the stop is "undecided". A false "fine" needs the first truly degraded size
+    claimed fine: one test, so the fine claims together err with at most its 2.5% (one-sided), whatever the
+    number of sizes. `tested[i]`: verdict i came from an interval; the others (a reference, a batch size
+    with no lr stable for every seed) stand as they are, and count in the sequence as what they say."""
+    out = list(verdicts)
+    stopped = False
+    for i, v in enumerate(verdicts):
+        if v != "fine":
+            stopped = True
+        elif stopped and tested[i]:
+            out[i] = "undecided"
+    return out
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """One optimizer's cells against one reference: the verdicts claimed, the intervals they rest on, and
+    the verdicts each cell's own interval gives (before the fixed sequence: the monotonicity check)."""
+
+    verdicts: list[Verdict | None]
+    intervals: list[tuple[float, float] | None]
+    own: list[Verdict | None]
 
 
 def _verdicts(
@@ -387,16 +416,18 @@ def _verdicts(
     is_ref_cell: Callable[[_Cell], bool],
     looks: int,
     comparisons: int | None = None,
-) -> tuple[list[Verdict | None], list[tuple[float, float] | None]]:
-    """Per cell: fine / degraded / undecided against one reference, and the paired interval it rests on.
-    `comparisons`: the Bonferroni count (default: the cells compared)."""
+) -> _Judged:
+    """Per cell: fine / degraded / undecided against one reference, and the paired interval it rests on (its
+    lower end at `verdict_level(looks, comparisons)`, its upper end at `verdict_level(looks)`).
+    `comparisons`: the Bonferroni count of the degraded claims (default: the cells compared)."""
     if ref is None or ref.mean is None:
-        return [None] * len(cells), [None] * len(cells)
+        return _Judged([None] * len(cells), [None] * len(cells), [None] * len(cells))
     if comparisons is None:
         comparisons = sum(1 for c in cells if not is_ref_cell(c))
-    level = verdict_level(looks, comparisons)
+    lower_level, upper_level = verdict_level(looks, comparisons), verdict_level(looks)
     ref_by_seed = ref.by_seed
-    verdicts: list[Verdict | None] = []
+    verdicts: list[Verdict] = []
+    tested: list[bool] = []
     intervals: list[tuple[float, float] | None] = []
     for c in cells:
         ci = None
@@ -404,7 +435,7 @@ def _verdicts(
         # Runs that are only missing (a cancelled sweep, a retreat the budget had no room for) decide nothing.
         broken = c.unstable_reason is not None and any(t.status in ("diverged", "failed") for t in c.confirmations)
         if is_ref_cell(c):
-            verdict: Verdict | None = "degraded" if broken else "fine"
+            verdict: Verdict = "degraded" if broken else "fine"
         elif broken and c.untried_below and not any(t.status == "failed" for t in c.confirmations):
             verdict = "undecided"  # diverged at the highest lr that trained, nothing lower tried: lr or size?
         elif broken:
@@ -413,25 +444,28 @@ def _verdicts(
             ended = [t.status for t in c.trials]
             verdict = "degraded" if ended and all(s == "diverged" for s in ended) else "undecided"
         else:
-            paired = paired_diff_ci(c.by_seed, ref_by_seed, 1.0 + tol, level)
-            if paired is None:
+            lower = paired_diff_ci(c.by_seed, ref_by_seed, 1.0 + tol, lower_level)
+            upper = paired_diff_ci(c.by_seed, ref_by_seed, 1.0 + tol, upper_level)
+            if lower is None or upper is None:
                 verdict = "undecided"
             else:
-                ci = (paired[1], paired[2])
-                verdict = "fine" if paired[2] < 0.0 else "degraded" if paired[1] > 0.0 else "undecided"
+                ci = (lower[1], upper[2])
+                verdict = "fine" if ci[1] < 0.0 else "degraded" if ci[0] > 0.0 else "undecided"
         verdicts.append(verdict)
+        tested.append(ci is not None)
         intervals.append(ci)
-    return verdicts, intervals
+    return _Judged([*fine_in_sequence(verdicts, tested)], intervals, [*verdicts])
 
 
-def _bracket(cells: list[_Cell], verdicts: list[Verdict | None]) -> Bracket:
+def _bracket(cells: list[_Cell], judged: _Judged) -> Bracket:
     """The answer as a bracket: the largest batch size that is fine with every smaller one fine, and the
-    smallest degraded one above it; batch sizes found fine above a degraded one contradict monotonicity."""
-    largest_fine, smallest_degraded = bracket_of({c.batch_size: v for c, v in zip(cells, verdicts, strict=True)})
-    first_degraded = next((c.batch_size for c, v in zip(cells, verdicts, strict=True) if v == "degraded"), None)
+    smallest degraded one above it; batch sizes whose own interval says fine above a degraded one
+    contradict monotonicity."""
+    largest_fine, smallest_degraded = bracket_of({c.batch_size: v for c, v in zip(cells, judged.verdicts, strict=True)})
+    first_degraded = next((c.batch_size for c, v in zip(cells, judged.verdicts, strict=True) if v == "degraded"), None)
     contradictions = [
         c.batch_size
-        for c, v in zip(cells, verdicts, strict=True)
+        for c, v in zip(cells, judged.own, strict=True)
         if v == "fine" and first_degraded is not None and c.batch_size > first_degraded
     ]
     return Bracket(largest_fine=largest_fine, smallest_degraded=smallest_degraded, contradictions=contradictions)
@@ -443,10 +477,12 @@ def _verdict_rule(looks: int) -> str:
         "(seed s has the same init and data order at every batch size): fine when the upper end of their "
         "Student-t interval is below 0, degraded when the lower end is above 0 or the batch size has no lr "
         "stable for every seed (where runs diverged at its highest lr trained and no lower lr trained to the "
-        "end, undecided: the lr may be the cause), else undecided; each interval at 1 - 0.05 / (looks x comparisons) "
-        f"(Bonferroni over the batch sizes compared and {looks} planned look(s)), so that the bracket "
-        "[largest_fine, smallest_degraded) holds the answer with at least 95% confidence, assuming that "
-        "degradation is monotone in batch size and that each batch size is judged at the lr it confirmed"
+        "end, undecided: the lr may be the cause), else undecided. The interval's lower end is taken at "
+        f"1 - 0.05 / (looks x comparisons) (Bonferroni over the batch sizes compared and {looks} planned "
+        "look(s)); its upper end at 1 - 0.05 / looks, the fine claims made in a fixed sequence (upward from "
+        "the smallest size, stopping at the first size not fine): so that the bracket [largest_fine, "
+        "smallest_degraded) holds the answer with at least 95% confidence, assuming that degradation is "
+        "monotone in batch size and that each batch size is judged at the lr it confirmed"
     )
 
 
@@ -628,8 +664,8 @@ def _optimizer_report(
     v_base, ans_base, noise_base, checks_base, fit_base = _judge(
         row, baseline_ref, tol, is_base_ref, level, means, ref_values[inputs.baseline]
     )
-    verdict_self, ci_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
-    verdict_base, ci_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
+    judged_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
+    judged_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
     cell_reports = [
         _cell_report(
             inputs,
@@ -638,12 +674,12 @@ def _optimizer_report(
             chosen.get((o, c.batch_size), "listed" if inputs.batch_search is None else None),
             fitted=ByReference(self=fit_self[i], baseline=fit_base[i]),
             degradation_free=ByReference(self=v_self[i], baseline=v_base[i]),
-            verdict=ByReference(self=verdict_self[i], baseline=verdict_base[i]),
-            verdict_diff_ci=ByReference(self=ci_self[i], baseline=ci_base[i]),
+            verdict=ByReference(self=judged_self.verdicts[i], baseline=judged_base.verdicts[i]),
+            verdict_diff_ci=ByReference(self=judged_self.intervals[i], baseline=judged_base.intervals[i]),
         )
         for i, c in enumerate(row)
     ]
-    brackets = ByReference(self=_bracket(row, verdict_self), baseline=_bracket(row, verdict_base))
+    brackets = ByReference(self=_bracket(row, judged_self), baseline=_bracket(row, judged_base))
     return OptimizerReport(
         cells=cell_reports,
         reference_val_loss=ByReference(self=self_ref.mean, baseline=baseline_ref.mean),

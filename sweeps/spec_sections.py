@@ -66,9 +66,9 @@ class OptimizerSpec(OptimizerFields):
 class AdaptiveSeeds(_Strict):
     """`seeds: {min: 2, max: 9, step: 2}` (the default): `min` confirmation runs in every cell; then,
     while batch sizes inside the answer's bracket are undecided, `step` more at those the answer rests
-    on (the answer and the next size tested) and their reference only, up to `max`. Every verdict is
-    judged at 1 - 0.05 / (looks x comparisons) (Bonferroni over the planned looks and the batch sizes
-    compared), so looking again cannot raise the error rate above 5%."""
+    on (the answer and the next size tested) and their reference only, up to `max`. Every verdict's
+    interval splits its 5% over the planned looks (Bonferroni; `sweeps.analysis.verdict_level`), so looking
+    again cannot raise the error rate above 5%."""
 
     min: int = Field(ge=2, le=MAX_SEEDS)  # an interval needs two runs
     max: int = Field(ge=2, le=MAX_SEEDS)

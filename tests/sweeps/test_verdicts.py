@@ -20,6 +20,7 @@ from sweeps.analysis import (
     TrialResult,
     build_report,
     cells_to_extend,
+    fine_in_sequence,
     paired_diff_ci,
     pick_stable,
     seed_adjusted_means,
@@ -126,9 +127,35 @@ def test_paired_interval_exact_values() -> None:
 
 
 def test_verdict_level_splits_5_percent_over_looks_and_comparisons() -> None:
-    assert verdict_level(1, 1) == pytest.approx(0.95)
+    assert verdict_level(1) == verdict_level(1, 1) == pytest.approx(0.95)
+    assert verdict_level(3) == pytest.approx(1 - 0.05 / 3)  # the fine claims' level: looks only
     assert verdict_level(3, 4) == pytest.approx(1 - 0.05 / 12)
     assert verdict_level(0, 0) == pytest.approx(0.95)  # nothing compared: no split
+
+
+def test_fine_is_claimed_in_a_fixed_sequence_up_to_the_first_size_not_fine() -> None:
+    F, D, U = "fine", "degraded", "undecided"
+    assert fine_in_sequence([F, F, U, U, D, D], [True] * 6) == [F, F, U, U, D, D]
+    # a "fine" past an undecided or a degraded size is not claimed; degraded claims stand
+    assert fine_in_sequence([F, U, F, D, F, D], [True] * 6) == [F, U, U, D, U, D]
+    # verdicts no interval made (the reference, a size with no lr stable for every seed) stand, and count in
+    # the sequence as what they say
+    assert fine_in_sequence([F, F, D, F], [False, True, False, True]) == [F, F, D, U]
+    assert fine_in_sequence([F, F, F], [False, True, True]) == [F, F, F]
+
+
+def test_fine_ends_at_a_one_look_level_and_degraded_at_the_bonferroni_one() -> None:
+    # 4 sizes compared, 3 seeds: the upper end of each interval at 95%, the lower at 1 - 0.05 / 4
+    seed_effect = [0.01, -0.01, 0.0]
+    true = {8: 3.0, 16: 3.0, 32: 3.0, 64: 3.0, 128: 3.2}
+    report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), inputs=inputs(seeds=3))
+    intervals = [c["verdict_diff_ci"]["self"] for c in report["optimizers"]["adamw"]["cells"][1:]]
+    ref = [3.0 + e for e in seed_effect]
+    for (lo, hi), b in zip(intervals, (16, 32, 64, 128), strict=True):
+        d = [true[b] + e - 1.01 * r for e, r in zip(seed_effect, ref, strict=True)]
+        mean, sd = statistics.fmean(d), statistics.stdev(d)
+        assert hi == pytest.approx(mean + t_quantile(1 - 0.05 / 2, 2) * sd / math.sqrt(3))
+        assert lo == pytest.approx(mean - t_quantile(1 - 0.05 / 8, 2) * sd / math.sqrt(3))
 
 
 # ---- verdicts and the bracket -----------------------------------------------------------------------------
@@ -144,7 +171,8 @@ def test_clear_cases_are_decided_and_the_bracket_is_tight() -> None:
     assert opt.bracket.self.model_dump() == {"largest_fine": 32, "smallest_degraded": 64, "contradictions": []}
     lo, hi = opt["cells"][3]["verdict_diff_ci"]["self"]
     assert lo > 0 and lo < 3.2 - 1.01 * 3.0 < hi
-    assert "Bonferroni" in report["verdict_rule"] and "monotone" in report["verdict_rule"]
+    assert "fixed sequence" in report["verdict_rule"] and "Bonferroni" in report["verdict_rule"]
+    assert "monotone" in report["verdict_rule"]
 
 
 def test_near_the_line_and_with_independent_noise_it_is_undecided_not_guessed() -> None:
@@ -169,7 +197,8 @@ def test_a_cell_unstable_at_every_lr_trained_is_degraded_and_a_fine_one_above_it
     results.append(TrialResult("adamw", 16, 5e-4, 0, "search", "completed", 3.2, 1, 2))
     results.append(TrialResult("adamw", 16, 5e-4, 2, "seed", "diverged", None, 1, 3))
     report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16, 32)))
-    assert cells(report) == {8: "fine", 16: "degraded", 32: "fine"}
+    # 32 is fine by its own interval, but not claimed past the degraded 16: it contradicts monotonicity
+    assert cells(report) == {8: "fine", 16: "degraded", 32: "undecided"}
     assert report.optimizers["adamw"].bracket.self.model_dump() == {
         "largest_fine": 8,
         "smallest_degraded": 16,
@@ -178,7 +207,7 @@ def test_a_cell_unstable_at_every_lr_trained_is_degraded_and_a_fine_one_above_it
     # without the lower lr, nothing measured says whether 16 is worse or its lr too high: undecided
     results = results[:-2]
     report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16, 32)))
-    assert cells(report) == {8: "fine", 16: "undecided", 32: "fine"}
+    assert cells(report) == {8: "fine", 16: "undecided", 32: "undecided"}  # 32: past the undecided 16
     assert report.optimizers["adamw"].bracket.self.model_dump() == {
         "largest_fine": 8,
         "smallest_degraded": None,
