@@ -128,6 +128,8 @@ class Cell:
     following: Cell | None = None  # same optimizer, next larger batch size (when it was added: a bisection)
     # the spec's own warm-up and the others to try at the best lr (schedule.warmup_choices, in its unit)
     warmups: tuple[int | float, ...] = (0.0,)
+    # the confirmation runs a cell may reach (adaptive seeds' max: what the dry run prices every cell at)
+    seeds_max: int = 0
     chosen: str = "listed"  # why this batch size is tested (sweeps.batch_axis.Chosen)
     why: str = ""  # the search's decision in words
     order: int = 0  # the order in which the sweep added its cells
@@ -211,9 +213,14 @@ class Cell:
         return [v for v in self.running.values() if isinstance(v, Rerun) and v.role == role]
 
     def budget(self) -> int:
-        """The cell's trials at most, what the spec's trial cap counts: n_search, one per other warm-up,
-        n_seeds (a retreat after a diverged run spends what the search did not)."""
-        return self.n_search + len(self.warmups) - 1 + self.n_seeds
+        """The cell's trials at most: n_search, one per other warm-up, n_seeds, and again the confirmation
+        runs spent at an lr the cell retreated from (a diverged run there), as far as `seeds_max` leaves room:
+        a retreat is confirmed whole where the spec's trial cap (every cell at seeds_max) allows it, and
+        otherwise spends what the search did not."""
+        lr = self.best_lr()
+        retired = sum(1 for t in self.trials("seed") if lr is None or not _same_lr(float(t.params["lr"]), lr))
+        again = min(retired, max(0, self.seeds_max - self.n_seeds))
+        return self.n_search + len(self.warmups) - 1 + self.n_seeds + again
 
     def spent(self) -> int:
         """The cell's trials finished or running, of every role."""
@@ -480,6 +487,7 @@ class CellSearcher(DriverOnly, Searcher):
             *spec.lr.bounds,
             previous=previous,
             following=next((c for c in same if c.batch_size > bs), None),
+            seeds_max=spec.seeds_max,
             warmups=tuple(spec.schedule.warmup_choices),
             chosen=attrs.get("chosen", chosen),
             why=attrs.get("why", why),

@@ -384,6 +384,51 @@ def test_a_sweep_retreats_when_a_confirmation_seed_diverges_at_the_chosen_lr() -
     assert report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"] == 8
 
 
+@pytest.mark.parametrize("seeds", [2, {"min": 2, "max": 4, "step": 2}], ids=["fixed", "adaptive"])
+def test_a_retreat_is_confirmed_whole_where_the_trial_cap_leaves_room(seeds: Any) -> None:
+    """The search spends its whole share (2 trials a size), then seed 2 diverges at the chosen lr: with
+    adaptive seeds the retreat's confirmation runs come from what `seeds.max` leaves (the dry run prices every
+    cell at it), and the cell is judged at the lower lr; with fixed seeds the cap holds no room, and the
+    cell's runs there are missing (undecided, never degraded)."""
+    lr_star = 3e-3
+    spec = SweepSpec.from_mapping(
+        tiny_spec(
+            "retreat-room",
+            optimizers=[{"name": "adamw"}],
+            batch_sizes=[4, 8],
+            token_budget=8 * 32 * 8,
+            eval_every_tokens=None,
+            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 2},
+            seeds=seeds,
+            degradation={"tolerance": 0.01, "baseline": "adamw"},
+        )
+    )
+    chosen: dict[int, float] = {}
+
+    def objective(run: Run) -> list[float]:
+        if run.role == "seed":
+            chosen.setdefault(run.batch_size, run.lr)
+        u = math.log(run.lr / lr_star)
+        final = 3.0 + 0.05 * u * u
+        if run.seed == 2 and run.lr >= 0.95 * chosen.get(run.batch_size, math.inf):
+            return [final] + [math.inf] * (len(run.eval_tokens) - 1)
+        return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
+
+    report = simulate(spec, objective).report
+    for cell in report.optimizers["adamw"].cells:
+        search = cell_search_trials(spec.lr.trials_per_batch_size, reference=cell.batch_size == spec.lattice[0])
+        assert (
+            cell.retreated_from_lr == pytest.approx(chosen[cell.batch_size]) and cell.best_lr < chosen[cell.batch_size]
+        )
+        if isinstance(seeds, int):
+            assert cell.trials == search + 2  # the diverged lr's 2 runs: nothing left for the lower lr
+            assert not cell.stable and "2 missing" in (cell.unstable_reason or "")
+            assert cell.verdict.self != "degraded"
+        else:
+            assert cell.stable and cell.seeds == 2 and cell.unstable_reason is None
+            assert cell.trials == search + 4 <= search + spec.seeds_max  # within what the dry run priced
+
+
 def test_the_bracket_in_words() -> None:
     from sweeps.analysis import describe_bracket
 
