@@ -1,0 +1,380 @@
+"""The critical batch size as a law: a power law in the token budget (and the model size where the scales have
+two or more) fitted to the brackets of sweeps at several scales, and its prediction at a scale nobody sweeps.
+
+Each scale's sweep states its answer as a bracket: the largest degradation-free batch size B* lies in
+[largest_fine, smallest_degraded). That is interval-censored data; a bracket open at one end is a bound and no
+more (right-censored: B* >= largest_fine; left-censored: B* < smallest_degraded), and one open at both ends
+says nothing. The model, in natural logs:
+
+    ln B* = a + b ln(tokens) [+ c ln(params)] + e,    e ~ Normal(0, sigma^2),
+
+fitted by maximum likelihood: each scale adds ln(Phi(z_hi) - Phi(z_lo)), z = (ln bound - mean) / sigma.
+`sigma` (the scatter of B* about the law) has a floor, the resolution of the brackets themselves (`sigma_floor`:
+the sd of a point spread evenly over a typical bracket, ln 2 / sqrt 12 = 0.2 for brackets a factor 2 wide):
+such brackets are met by many lines exactly, the likelihood would otherwise grow without bound as sigma -> 0,
+and scatter finer than a bracket cannot be seen in them. Intervals: the exponents'
+by profile likelihood (the likelihood-ratio test, chi-square with 1 degree of freedom); the prediction's from
+the profile interval of the mean at the target (as a standard error) and sigma together.
+
+Hand-written: no library in the dependencies fits an interval-censored regression (statsmodels has none;
+scipy's `stats.CensoredData` fits a distribution, not a regression); the likelihood is four lines, the rest is
+scipy.optimize. The rules it follows (Zhang et al., ICLR 2025; Bergsma et al., "Power Lines", NeurIPS 2025:
+the critical batch size is a power law in the token count) and what it cannot tell: docs/researchers.md,
+"The critical batch size as a law".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+import scipy.special
+import scipy.stats
+
+__all__ = [
+    "SIGMA_FLOOR",
+    "BatchLaw",
+    "LeaveOneOut",
+    "Prediction",
+    "Scale",
+    "LrLaw",
+    "LrPoint",
+    "fit_batch_law",
+    "fit_lr_law",
+    "leave_largest_out",
+    "sigma_floor",
+]
+
+SIGMA_FLOOR = 0.05  # ln units: the floor's floor, for brackets far narrower than a lattice of powers of 2 gives
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One sweep's scale and its bracket of B*, in sequences. `params`: the model's parameter count (None:
+    one model size in the study, or unknown)."""
+
+    tokens: float
+    largest_fine: int | None
+    smallest_degraded: int | None
+    params: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.tokens > 0:
+            raise ValueError(f"tokens must be > 0, got tokens={self.tokens}")
+        if self.params is not None and not self.params > 0:
+            raise ValueError(f"params must be > 0, got params={self.params}")
+        lo, hi = self.largest_fine, self.smallest_degraded
+        if (
+            (lo is not None and lo < 1)
+            or (hi is not None and hi < 1)
+            or (lo is not None and hi is not None and hi <= lo)
+        ):
+            raise ValueError(f"a bracket needs 1 <= largest_fine < smallest_degraded, got [{lo}, {hi})")
+
+    @property
+    def informative(self) -> bool:
+        """The bracket bounds B* on at least one side."""
+        return self.largest_fine is not None or self.smallest_degraded is not None
+
+    @property
+    def decided(self) -> bool:
+        """The bracket bounds B* on both sides."""
+        return self.largest_fine is not None and self.smallest_degraded is not None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """B* at one scale, in sequences: the law's value and its prediction interval (a new scale's B*, not the
+    law's mean: the scatter sigma is in it)."""
+
+    batch_size: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class BatchLaw:
+    """ln B* = intercept + tokens_exponent ln(tokens) [+ params_exponent ln(params)]; each exponent with its
+    profile-likelihood interval at LEVEL; `sigma` the fitted scatter (>= `sigma_floor` of the brackets)."""
+
+    intercept: float
+    tokens_exponent: float
+    tokens_interval: tuple[float, float]
+    params_exponent: float | None
+    params_interval: tuple[float, float] | None
+    sigma: float
+    scales: int  # the informative scales it was fitted to
+    _data: tuple[Scale, ...] = ()
+
+    def mean_log(self, tokens: float, params: float | None = None) -> float:
+        x = self.intercept + self.tokens_exponent * math.log(tokens)
+        if self.params_exponent is not None:
+            if params is None:
+                raise ValueError("this law has a params exponent: give the target's params")
+            x += self.params_exponent * math.log(params)
+        return x
+
+    def predict(self, tokens: float, params: float | None = None, level: float = LEVEL) -> Prediction:
+        """B* at (tokens, params), with a `level` prediction interval."""
+        mean = self.mean_log(tokens, params)
+        target = _features(tokens, params if self.params_exponent is not None else None)
+        lo, hi = _profile_interval(self._data, self.params_exponent is not None, target, level)
+        z = scipy.stats.norm.ppf(0.5 + level / 2)
+        se = max(mean - lo, hi - mean) / z  # the mean's profile interval, read as a standard error
+        half = z * math.sqrt(se * se + self.sigma * self.sigma)
+        return Prediction(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+@dataclass(frozen=True)
+class LeaveOneOut:
+    """The law fitted without the largest scale, against that scale's own bracket: `held` when the bracket
+    holds the predicted B* (the point); `miss` how far outside it lies, as a factor (1.0 when held)."""
+
+    left_out: Scale
+    prediction: Prediction
+    held: bool
+    miss: float
+
+
+def _features(tokens: float, params: float | None) -> np.ndarray:
+    row = [1.0, math.log(tokens)]
+    if params is not None:
+        row.append(math.log(params))
+    return np.array(row)
+
+
+def _design(scales: Sequence[Scale], with_params: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features, ln lower bounds, ln upper bounds); -inf / +inf where the bracket is open."""
+    x = np.array([_features(s.tokens, s.params if with_params else None) for s in scales])
+    lo = np.array([math.log(s.largest_fine) if s.largest_fine is not None else -math.inf for s in scales])
+    hi = np.array([math.log(s.smallest_degraded) if s.smallest_degraded is not None else math.inf for s in scales])
+    return x, lo, hi
+
+
+def sigma_floor(lo: np.ndarray, hi: np.ndarray) -> float:
+    """The scatter finer than which brackets cannot see: the sd of a point spread evenly over the median
+    bracket's width in ln B* (width / sqrt 12), at least SIGMA_FLOOR; SIGMA_FLOOR with no closed bracket."""
+    widths = (hi - lo)[np.isfinite(lo) & np.isfinite(hi)]
+    return max(SIGMA_FLOOR, float(np.median(widths)) / math.sqrt(12)) if widths.size else SIGMA_FLOOR
+
+
+def _neg_log_likelihood(theta: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """theta = (coefficients..., s), sigma = sigma_floor(lo, hi) + exp(s)."""
+    sigma = sigma_floor(lo, hi) + math.exp(theta[-1])
+    mean = x @ theta[:-1]
+    # ln(Phi(z_hi) - Phi(z_lo)) computed in the tail that keeps its digits: the upper tail's where both z > 0
+    z_lo, z_hi = (lo - mean) / sigma, (hi - mean) / sigma
+    upper = z_lo > 0
+    a = np.where(upper, -z_hi, z_lo)
+    b = np.where(upper, -z_lo, z_hi)
+    log_b = scipy.special.log_ndtr(b)
+    p = log_b + np.log1p(-np.exp(np.minimum(scipy.special.log_ndtr(a) - log_b, -1e-300)))
+    return float(-np.sum(p))
+
+
+def _fit(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, fixed: tuple[np.ndarray, float] | None = None) -> np.ndarray:
+    """Maximum likelihood theta; with `fixed` = (w, v), under the constraint w . coefficients = v (a profile)."""
+    k = x.shape[1]
+    mid = np.where(np.isfinite(lo) & np.isfinite(hi), (lo + hi) / 2, np.where(np.isfinite(lo), lo, hi))
+    start = np.linalg.lstsq(x, mid, rcond=None)[0]
+    if fixed is None:
+        free = np.eye(k)
+        offset = np.zeros(k)
+    else:  # coefficients = offset + free @ u, every u meeting w . coefficients = v
+        w, v = fixed
+        offset = w * v / float(w @ w)
+        free = scipy.linalg.null_space(w[None, :])
+        start = free.T @ (start - offset)
+
+    def nll(u: np.ndarray) -> float:
+        return _neg_log_likelihood(np.append(offset + free @ u[:-1], u[-1]), x, lo, hi)
+
+    u0 = np.append(start, math.log(0.3))
+    best = None
+    tolerances = {"Nelder-Mead": {"xatol": 1e-9, "fatol": 1e-12}, "Powell": {"xtol": 1e-9, "ftol": 1e-12}}
+    for method, tol in tolerances.items():
+        res = scipy.optimize.minimize(nll, u0, method=method, options={"maxiter": 20000, **tol})
+        if best is None or res.fun < best.fun:
+            best = res
+        u0 = res.x
+    assert best is not None
+    return np.append(offset + free @ best.x[:-1], best.x[-1])
+
+
+def _profile_interval(scales: Sequence[Scale], with_params: bool, w: np.ndarray, level: float) -> tuple[float, float]:
+    """The profile-likelihood interval of w . coefficients (an exponent: w a unit vector; the mean at a
+    target: w its features)."""
+    x, lo, hi = _design(scales, with_params)
+    theta = _fit(x, lo, hi)
+    best = _neg_log_likelihood(theta, x, lo, hi)
+    at = float(w @ theta[:-1])
+    drop = scipy.stats.chi2.ppf(level, 1) / 2
+
+    def excess(v: float) -> float:
+        return _neg_log_likelihood(_fit(x, lo, hi, (w, v)), x, lo, hi) - best - drop
+
+    ends = []
+    for direction in (-1.0, 1.0):
+        step = 0.05 * max(1.0, abs(at))
+        far = at + direction * step
+        for _ in range(60):  # widen until the likelihood has dropped far enough
+            if excess(far) > 0:
+                break
+            step *= 2
+            far = at + direction * step
+        else:
+            ends.append(direction * math.inf)
+            continue
+        ends.append(scipy.optimize.brentq(excess, *sorted((at, far)), xtol=1e-7) if excess(at) < 0 else at)
+    return ends[0], ends[1]
+
+
+def fit_batch_law(scales: Sequence[Scale], level: float = LEVEL) -> BatchLaw | str:
+    """The law from the scales' brackets, or why the data cannot support one (a sentence): fewer than 3
+    informative scales, fewer than 2 decided (bounded on both sides), or one token budget only. The model
+    size enters when the informative scales have two or more (and each names it)."""
+    used = [s for s in scales if s.informative]
+    decided = [s for s in used if s.decided]
+    budgets = {s.tokens for s in used}
+    if len(used) < 3:
+        return f"{len(used)} scale(s) with a bracket bounded on a side: a law needs 3 or more"
+    if len(decided) < 2:
+        return f"{len(decided)} scale(s) decided on both sides: a law needs 2 or more"
+    if len(budgets) < 2:
+        return "every scale has the same token budget: the tokens exponent cannot be identified"
+    sizes = {s.params for s in used}
+    with_params = None not in sizes and len(sizes) >= 2
+    if with_params and len(used) < 4:
+        return f"{len(used)} scales for 3 coefficients (tokens and model size): a law needs 4 or more"
+    x, lo, hi = _design(used, with_params)
+    theta = _fit(x, lo, hi)
+    k = x.shape[1]
+    tokens_interval = _profile_interval(used, with_params, np.eye(k)[1], level)
+    params_interval = _profile_interval(used, with_params, np.eye(k)[2], level) if with_params else None
+    return BatchLaw(
+        intercept=float(theta[0]),
+        tokens_exponent=float(theta[1]),
+        tokens_interval=tokens_interval,
+        params_exponent=float(theta[2]) if with_params else None,
+        params_interval=params_interval,
+        sigma=sigma_floor(lo, hi) + math.exp(float(theta[-1])),
+        scales=len(used),
+        _data=tuple(used),
+    )
+
+
+def leave_largest_out(scales: Sequence[Scale], level: float = LEVEL) -> LeaveOneOut | str:
+    """Fit without the largest decided scale (by tokens x params), predict its B*, and say whether its own
+    bracket holds the prediction; or why it cannot (the rest support no law)."""
+    decided = [s for s in scales if s.decided]
+    if not decided:
+        return "no scale is decided on both sides: nothing to check a prediction against"
+    largest = max(decided, key=lambda s: (s.tokens * (s.params or 1.0), s.tokens))
+    rest = [s for s in scales if s is not largest]
+    law = fit_batch_law(rest, level)
+    if isinstance(law, str):
+        return f"without the largest scale: {law}"
+    pred = law.predict(largest.tokens, largest.params if law.params_exponent is not None else None, level)
+    lo, hi = largest.largest_fine, largest.smallest_degraded
+    assert lo is not None and hi is not None
+    b = pred.batch_size
+    held = lo <= b < hi
+    miss = 1.0 if held else (lo / b if b < lo else b / hi)
+    return LeaveOneOut(left_out=largest, prediction=pred, held=held, miss=miss)
+
+
+@dataclass(frozen=True)
+class LrPoint:
+    """One cell's best lr at its scale; `sd`: its uncertainty in ln lr (what the line search leaves: half the
+    gap to the nearest lr tried), None where unknown."""
+
+    batch_size: int
+    tokens: float
+    lr: float
+    params: float | None = None
+    sd: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "tokens", "lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {name}={getattr(self, name)}")
+        if self.sd is not None and not self.sd > 0:
+            raise ValueError(f"sd must be > 0, got sd={self.sd}")
+
+
+@dataclass(frozen=True)
+class LrLaw:
+    """ln lr = coef[0] + coef[1] ln B + coef[2] ln tokens [+ coef[3] ln params], by weighted least squares
+    (weights 1 / sd^2 where every point has one); `cov` the coefficients' covariance (residual scale from the
+    fit), `df` the residual degrees of freedom."""
+
+    coef: tuple[float, ...]
+    cov: tuple[tuple[float, ...], ...]
+    scale: float
+    df: int
+
+    @property
+    def batch_exponent(self) -> float:
+        return self.coef[1]
+
+    @property
+    def tokens_exponent(self) -> float:
+        return self.coef[2]
+
+    def interval(self, index: int, level: float = LEVEL) -> tuple[float, float]:
+        t = scipy.stats.t.ppf(0.5 + level / 2, self.df)
+        half = t * math.sqrt(self.cov[index][index])
+        return self.coef[index] - half, self.coef[index] + half
+
+    def predict(
+        self, batch_size: float, tokens: float, params: float | None = None, level: float = LEVEL
+    ) -> Prediction:
+        """The lr at (batch_size, tokens, params), with a `level` prediction interval."""
+        row = [1.0, math.log(batch_size), math.log(tokens)]
+        if len(self.coef) == 4:
+            if params is None:
+                raise ValueError("this law has a params exponent: give the target's params")
+            row.append(math.log(params))
+        x = np.array(row)
+        mean = float(x @ np.array(self.coef))
+        var = float(x @ np.array(self.cov) @ x) + self.scale**2
+        half = scipy.stats.t.ppf(0.5 + level / 2, self.df) * math.sqrt(var)
+        return Prediction(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+def fit_lr_law(points: Sequence[LrPoint]) -> LrLaw | str:
+    """The lr law from the cells' best lrs, or why the data cannot support one: the batch size and the token
+    budget must each take 2 or more values, and there must be more points than coefficients. The model size
+    enters where every point names one and they take 2 or more values."""
+    sizes = {p.params for p in points}
+    with_params = None not in sizes and len(sizes) >= 2
+    k = 4 if with_params else 3
+    if len({p.batch_size for p in points}) < 2 or len({p.tokens for p in points}) < 2:
+        return "the batch size and the token budget must each take 2 or more values"
+    if len(points) <= k:
+        return f"{len(points)} best lrs for {k} coefficients: the law needs {k + 1} or more"
+    x = np.array(
+        [
+            [1.0, math.log(p.batch_size), math.log(p.tokens)] + ([math.log(p.params)] if with_params else [])  # type: ignore[arg-type]
+            for p in points
+        ]
+    )
+    y = np.array([math.log(p.lr) for p in points])
+    w = np.array([1.0 / p.sd**2 for p in points]) if all(p.sd is not None for p in points) else np.ones(len(points))  # type: ignore[operator]
+    xw = x * np.sqrt(w)[:, None]
+    yw = y * np.sqrt(w)
+    if np.linalg.matrix_rank(xw) < k:
+        return "the scales do not separate the exponents (the design is singular)"
+    coef, *_ = np.linalg.lstsq(xw, yw, rcond=None)
+    df = len(points) - k
+    residual = yw - xw @ coef
+    s2 = float(residual @ residual) / df
+    cov = s2 * np.linalg.inv(xw.T @ xw)
+    # the scatter of a new cell's best lr about the law, in ln lr (unweighted: a new point has no sd yet)
+    scale = math.sqrt(float(np.mean((y - x @ coef) ** 2)) * len(points) / df)
+    return LrLaw(tuple(float(c) for c in coef), tuple(tuple(float(v) for v in r) for r in cov), scale, df)
