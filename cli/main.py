@@ -4,6 +4,8 @@
   sweeps show report.json                                 print a report's answer as tables
   sweeps price SPEC.yaml [--gpu H100] [--mfu 0.4]         what a sweep costs (trials, tokens, FLOPs, GPU-hours), offline
   sweeps plots ID [--out DIR]                             (re)draw a recorded sweep's figures into its MLflow run
+  sweeps law REPORT[@PARAMS]... --target-tokens N         the critical batch size as a law of the token budget (and
+                                                          model size) from several sweeps' reports, and its prediction
 
 Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
   sweeps submit SPEC.yaml [--watch] [--dry-run]           submit; --watch follows the progress and prints the answer;
@@ -149,6 +151,77 @@ def show(report_path: Path = typer.Argument(..., help="a report JSON written by 
         err.print(f"[red]cannot read report {report_path}:[/] {exc}")
         raise typer.Exit(2) from None
     _print_report(report)
+
+
+@app.command()
+def law(
+    reports: list[str] = typer.Argument(
+        ..., help="report JSONs of sweeps at several scales; PATH@PARAMS names a model size"
+    ),
+    target_tokens: float = typer.Option(..., "--target-tokens", help="the token budget to predict at"),
+    target_params: Optional[float] = typer.Option(
+        None, "--target-params", help="its model size, where the law has one"
+    ),
+    against: str = typer.Option("baseline", "--against", help="the reference of the brackets: self or baseline"),
+) -> None:
+    """Fit the largest degradation-free batch size as a power law in the token budget (and the model size, where
+    the reports name two or more) from finished sweeps' brackets, per optimizer; predict it at the target with
+    an interval, check the law on the largest scale left out, and give the lr the cells' best lrs imply there."""
+    from sweeps.analysis import read_report
+    from sweeps.law import BatchLaw, LeaveOneOut, LrLaw, fit_batch_law, fit_lr_law, leave_largest_out, lr_points_of
+    from sweeps.law import scale_of as scale_from
+
+    if against not in ("self", "baseline"):
+        err.print(f"[red]--against must be self or baseline, got {against!r}[/]")
+        raise typer.Exit(2)
+    loaded = []
+    for item in reports:
+        path, _, size = item.partition("@")
+        try:
+            loaded.append((read_report(json.loads(Path(path).read_text())), float(size) if size else None))
+        except (OSError, ValueError) as exc:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
+            err.print(f"[red]cannot read report {item}:[/] {str(exc)[:500]}")
+            raise typer.Exit(2) from None
+    names = [n for n in loaded[0][0].optimizers if all(n in r.optimizers for r, _ in loaded)]
+    for name in names:
+        scales = [scale_from(r, name, against, params) for r, params in loaded]
+        console.rule(f"[bold]{name}[/] against {'itself' if against == 'self' else loaded[0][0].baseline}")
+        for s in sorted(scales, key=lambda s: (s.tokens, s.params or 0)):
+            size = f", {s.params:.3g} params" if s.params else ""
+            console.print(f"  {s.tokens:.3g} tokens{size}: [{s.largest_fine or '-'}, {s.smallest_degraded or '-'})")
+        fitted = fit_batch_law(scales)
+        if not isinstance(fitted, BatchLaw):
+            console.print(f"  no law: {fitted}")
+            continue
+        lo, hi = fitted.tokens_interval
+        line = f"  B* ~ tokens^{fitted.tokens_exponent:.2f} (95% [{lo:.2f}, {hi:.2f}])"
+        if fitted.params_exponent is not None and fitted.params_interval is not None:
+            plo, phi = fitted.params_interval
+            line += f" x params^{fitted.params_exponent:.2f} (95% [{plo:.2f}, {phi:.2f}])"
+        console.print(line + f", scatter {fitted.sigma:.2f} in ln B*, from {fitted.scales} scales")
+        if fitted.params_exponent is not None and target_params is None:
+            console.print("  the law has a model-size exponent: give --target-params to predict")
+            continue
+        pred = fitted.predict(target_tokens, target_params)
+        console.print(
+            f"  at {target_tokens:.3g} tokens: B* {pred.batch_size:.0f} (95% prediction interval "
+            f"{pred.low:.0f}-{pred.high:.0f})"
+        )
+        check = leave_largest_out(scales)
+        if isinstance(check, LeaveOneOut):
+            verdict = "holds it" if check.held else f"misses by a factor {check.miss:.2f}"
+            console.print(
+                f"  check: without {check.left_out.tokens:.3g} tokens the law predicts {check.prediction.batch_size:.0f} "
+                f"there; its bracket [{check.left_out.largest_fine}, {check.left_out.smallest_degraded}) {verdict}"
+            )
+        else:
+            console.print(f"  check: {check}")
+        lr_law = fit_lr_law([p for r, params in loaded for p in lr_points_of(r, name, params)])
+        if isinstance(lr_law, LrLaw):
+            lr = lr_law.predict(pred.batch_size, target_tokens, target_params if len(lr_law.coef) == 4 else None)
+            console.print(f"  lr there: {lr.batch_size:.3g} (95% prediction interval {lr.low:.3g}-{lr.high:.3g})")
+        else:
+            console.print(f"  lr: no law: {lr_law}")
 
 
 _GPU = typer.Option(None, "--gpu", help="GPU to price on (default H100; see worker/hardware.py for the table)")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.linalg
@@ -37,6 +38,8 @@ import scipy.stats
 
 __all__ = [
     "SIGMA_FLOOR",
+    "lr_points_of",
+    "scale_of",
     "BatchLaw",
     "LeaveOneOut",
     "Prediction",
@@ -51,6 +54,9 @@ __all__ = [
 
 SIGMA_FLOOR = 0.05  # ln units: the floor's floor, for brackets far narrower than a lattice of powers of 2 gives
 LEVEL = 0.95
+
+if TYPE_CHECKING:
+    from sweeps.report import Report
 
 
 @dataclass(frozen=True)
@@ -378,3 +384,31 @@ def fit_lr_law(points: Sequence[LrPoint]) -> LrLaw | str:
     # the scatter of a new cell's best lr about the law, in ln lr (unweighted: a new point has no sd yet)
     scale = math.sqrt(float(np.mean((y - x @ coef) ** 2)) * len(points) / df)
     return LrLaw(tuple(float(c) for c in coef), tuple(tuple(float(v) for v in r) for r in cov), scale, df)
+
+
+def _tokens_of(report: Report) -> float:
+    tokens = report.trained_tokens or report.token_budget
+    if not tokens:
+        raise ValueError(f"report of {report.sweep} names no token budget")
+    return float(tokens)
+
+
+def scale_of(report: Report, optimizer: str, against: str = "baseline", params: float | None = None) -> Scale:
+    """One finished sweep as a scale of the law: its token budget and `optimizer`'s bracket against
+    `against` ("self" or "baseline")."""
+    if optimizer not in report.optimizers:
+        raise ValueError(
+            f"report of {report.sweep} has no optimizer {optimizer!r}; it has {', '.join(report.optimizers)}"
+        )
+    b = getattr(report.optimizers[optimizer].bracket, against)
+    return Scale(_tokens_of(report), b.largest_fine, b.smallest_degraded, params)
+
+
+def lr_points_of(report: Report, optimizer: str, params: float | None = None) -> list[LrPoint]:
+    """`optimizer`'s stable cells of a finished sweep as points of the lr law (their best lr)."""
+    tokens = _tokens_of(report)
+    return [
+        LrPoint(c.batch_size, tokens, c.best_lr, params)
+        for c in report.optimizers[optimizer].cells
+        if c.best_lr is not None and c.unstable_reason is None
+    ]

@@ -1,0 +1,78 @@
+"""`sweeps law`: finished sweeps' reports at several token budgets (made by `sweeps.simulate` against a model
+whose critical batch size doubles with every 4x of tokens) fitted as a law and predicted past them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import tiny_spec
+from typer.testing import CliRunner
+
+from cli.main import app
+from sweeps.analysis import report_to_json
+from sweeps.simulate import Run, simulate
+from sweeps.spec import SweepSpec
+
+BUDGETS = (8192, 32768, 131072)  # B* = 8 sqrt(tokens / 8192): 8, 16, 32
+
+
+def report_at(tokens: int, tmp_path: Path) -> Path:
+    spec = SweepSpec.from_mapping(
+        tiny_spec(
+            f"law-{tokens}",
+            batch_sizes=[4, 8, 16, 32, 64],
+            token_budget=tokens,
+            eval_every_tokens=None,
+            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 3},
+            seeds=4,
+            degradation={"tolerance": 0.01, "baseline": "adamw"},
+        )
+    )
+    critical = 8 * math.sqrt(tokens / 8192)
+
+    def objective(run: Run) -> list[float]:
+        u = math.log(run.lr / 3e-3)
+        final = 3.0 + 0.02 * u * u + 0.1 * max(0.0, math.log(run.batch_size / critical)) + 0.002 * run.seed
+        return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
+
+    path = tmp_path / f"report-{tokens}.json"
+    path.write_text(report_to_json(simulate(spec, objective).report))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    tmp = tmp_path_factory.mktemp("law")
+    return [report_at(t, tmp) for t in BUDGETS]
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_three_budgets_give_a_law_a_prediction_and_a_check(reports: list[Path]) -> None:
+    brackets = [json.loads(p.read_text())["optimizers"]["adamw"]["bracket"]["baseline"] for p in reports]
+    assert [b["largest_fine"] for b in brackets] == [8, 16, 32]  # the model's B*, each decided
+    out = invoke("law", *map(str, reports), "--target-tokens", "2097152")
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    exponent = float(text.split("B* ~ tokens^")[1].split()[0])
+    assert exponent == pytest.approx(0.5, abs=0.15)
+    assert "from 3 scales" in text and "at 2.1e+06 tokens: B*" in text
+    assert "check: without the largest scale: 2 scale(s)" in text  # 2 scales left: too few for a law
+    assert "lr there:" in text
+
+
+def test_too_few_scales_and_bad_input_say_so(reports: list[Path], tmp_path: Path) -> None:
+    out = invoke("law", *map(str, reports[:2]), "--target-tokens", "1e6")
+    assert out.exit_code == 0 and "no law: 2 scale(s) with a bracket bounded on a side" in " ".join(out.output.split())
+    out = invoke("law", str(reports[0]), "--target-tokens", "1e6", "--against", "nobody")
+    assert out.exit_code == 2 and "--against must be self or baseline" in out.output
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema_version": 2}')
+    out = invoke("law", str(bad), "--target-tokens", "1e6")
+    assert out.exit_code == 2 and "cannot read report" in out.output
