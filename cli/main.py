@@ -2,7 +2,8 @@
 
   sweeps run SPEC.yaml [--id ID] [--report report.json]   run (or resume) a sweep on Ray, print the answer
   sweeps show report.json                                 print a report's answer as tables
-  sweeps price SPEC.yaml [--gpu H100] [--mfu 0.4]         what a sweep costs (trials, tokens, FLOPs, GPU-hours), offline
+  sweeps price SPEC.yaml [--gpu H100] [--mfu 0.4]         what a sweep costs (trials, tokens, FLOPs, GPU-hours), offline;
+                                                          a study file: each scale's sweep beside the target's
   sweeps plots ID [--out DIR]                             (re)draw a recorded sweep's figures into its MLflow run
   sweeps law REPORT[@PARAMS]... --target-tokens N         the critical batch size as a law of the token budget (and
                                                           model size) from several sweeps' reports, and its prediction
@@ -237,13 +238,13 @@ def price(
     peak_tflops: Optional[float] = _PEAK,
     as_json: bool = typer.Option(False, "--json", help="print the cost as JSON"),
 ) -> None:
-    """What a sweep costs before it runs (no service needed): the dry run's cost, computed here."""
+    """What a sweep costs before it runs (no service needed): the dry run's cost, computed here. A study
+    (`sweeps.study`: a spec with `scales` and `target`) is priced scale by scale, beside the target's sweep."""
     from pydantic import ValidationError
 
     from sweeps.cost import PriceConfig
     from sweeps.cost import price as price_of
 
-    spec = _load_spec(spec_path)
     given = {k: v for k, v in {"gpu": gpu, "mfu": mfu, "peak_tflops": peak_tflops}.items() if v is not None}
     try:
         config = PriceConfig(**given)
@@ -251,6 +252,10 @@ def price(
         for e in exc.errors():
             err.print(f"[red]--{str(e['loc'][0]).replace('_', '-')}:[/] {e['msg'].removeprefix('Value error, ')}")
         raise typer.Exit(2) from None
+    if (study := _load_study(spec_path)) is not None:
+        _price_study(study, config, as_json)
+        return
+    spec = _load_spec(spec_path)
     cost = price_of(spec, config).model_dump(mode="json")
     if as_json:
         console.print_json(data=cost)
@@ -269,6 +274,56 @@ def _si(n: float) -> str:
 def _span(r: dict[str, float], fmt: Any) -> str:
     """A cost range as text: one value, or min - max (adaptive seeds)."""
     return fmt(r["max"]) if r["min"] == r["max"] else f"{fmt(r['min'])} - {fmt(r['max'])}"
+
+
+def _load_study(path: Path) -> Any:
+    """The study in `path`, or None when the file is a sweep spec (it has no `scales`); a bad study exits 2."""
+    from pydantic import ValidationError
+
+    from sweeps.spec import SpecLoadError, parse_document
+    from sweeps.study import StudySpec, is_study
+
+    try:
+        data = parse_document(path.read_text(encoding="utf-8"), "json" if path.suffix.lower() == ".json" else "yaml")
+    except (OSError, SpecLoadError):
+        return None  # _load_spec reports it
+    if not is_study(data):
+        return None
+    try:
+        return StudySpec.model_validate(data)
+    except ValidationError as exc:
+        err.print(f"[red]invalid study {path}:[/]")
+        for e in exc.errors():
+            where = ".".join(map(str, e["loc"]))
+            err.print(f"  [bold]{where or 'study'}[/]: {e['msg'].removeprefix('Value error, ')}")
+        raise typer.Exit(2) from None
+
+
+def _price_study(study: Any, config: Any, as_json: bool) -> None:
+    from sweeps.study import price_study
+
+    cost = price_study(study, config)
+    if as_json:
+        console.print_json(cost.model_dump_json())
+        return
+    table = Table(
+        title=f"{study.name}: a study of {len(cost.scales)} sweeps, priced before it runs", title_justify="left"
+    )
+    for column in ("sweep", "model", "tokens a trial", "trials", "GPU-hours"):
+        table.add_column(column, justify="right" if column != "sweep" else "left")
+    specs = {s.name: s for s in [*study.sweep_specs(), study.target_spec()]}
+    for name, c in [*cost.scales, (study.target_spec().name, cost.target)]:
+        spec = specs[name]
+        hours = _span(c.gpu_hours.model_dump(), lambda h: f"{h:,.0f}" if h >= 10 else f"{h:.3g}")
+        trials = _span(c.trials.model_dump(), lambda n: f"{n:,}")
+        label = name + (" (what the study replaces)" if name.endswith("-target") else "")
+        table.add_row(label, spec.model.preset or "custom", f"{c.trained_tokens:.3g}", trials, hours)
+    console.print(table)
+    lo, hi = cost.gpu_hours
+    console.print(
+        f"the study: {_span({'min': lo, 'max': hi}, lambda h: f'{h:,.0f}' if h >= 10 else f'{h:.3g}')} GPU-hours, "
+        f"{cost.ratio[1]:.2f} of the sweep at the target ({cost.ratio[0]:.2f} at the fewest trials of each)"
+    )
 
 
 def _print_cost(name: str, c: dict[str, Any]) -> None:

@@ -8,18 +8,42 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sweeps.cost import PriceConfig, price
 from sweeps.spec import SweepSpec
+from sweeps.study import StudySpec, is_study, price_study
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "sweeps" / "examples"
-SPECS = sorted(EXAMPLES.glob("*.yaml"))
+STUDIES = sorted(p for p in EXAMPLES.glob("*.yaml") if is_study(yaml.safe_load(p.read_text())))
+SPECS = sorted(set(EXAMPLES.glob("*.yaml")) - set(STUDIES))
 PRICE = re.compile(r"^# Price \(`sweeps price (\S+)`\): ([\d,.]+) GPU-hours on (\S+) at MFU ([\d.]+):$", re.M)
+STUDY_PRICE = re.compile(
+    r"^# Price \(`sweeps price (\S+)`\): ([\d,.]+) GPU-hours on (\S+) at MFU ([\d.]+),\n# ([\d.]+) of the ([\d,]+) ",
+    re.M,
+)
 
 
 def test_the_examples_are_there() -> None:
     names = {p.name for p in SPECS}
     assert {"demo.yaml", "merit_gpt2.yaml", "merit_gpt2_small.yaml", "merit_gpt2_reduced.yaml"} <= names
+    assert [p.name for p in STUDIES] == ["merit_law_study.yaml"]
+
+
+def test_the_study_example_states_its_price_truly_beside_the_target_s_sweep() -> None:
+    (path,) = STUDIES
+    found = STUDY_PRICE.findall(path.read_text())
+    assert len(found) == 1, f"{path.name} has no '# Price (`sweeps price ...`): N GPU-hours ..., R of the T' lines"
+    (named, hours, gpu, mfu, ratio, target) = found[0]
+    assert named == f"sweeps/examples/{path.name}"
+    study = StudySpec.model_validate(yaml.safe_load(path.read_text()))
+    cost = price_study(study, PriceConfig(gpu=gpu, mfu=float(mfu)))
+    assert hours == f"{cost.gpu_hours[1]:,.0f}" and target == f"{cost.target.gpu_hours.max:,.0f}"
+    assert ratio == f"{cost.ratio[1]:.2f}"
+    # the target is the paper's scale: GPT-2 Medium at 48B tokens, the protocol of merit_gpt2.yaml
+    paper = SweepSpec.load(EXAMPLES / "merit_gpt2.yaml")
+    target = study.target_spec()
+    assert (target.model.preset, target.token_budget) == (paper.model.preset, paper.token_budget)
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)

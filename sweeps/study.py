@@ -1,0 +1,162 @@
+"""A study: one sweep spec run at several scales (model presets x token budgets) to fit the critical batch size
+as a law (`sweeps.law`) and predict it at a target scale nobody sweeps; and what it costs next to the sweep at
+the target it replaces.
+
+A study file is a sweep spec without `model` and `token_budget`, plus `scales` and `target`:
+
+    name: merit-law
+    scales: {models: [{preset: gpt2-small, seq_len: 1024}], token_budgets: [1.5e9, 3.0e9]}   # the product
+    # or a list of pairs:  scales: [{model: {...}, token_budget: 1.5e9}, ...]
+    target: {model: {preset: gpt2-medium, seq_len: 1024}, token_budget: 4.8e10}
+    optimizers: ...                                   # every other field of a sweep spec, as in one
+
+Each scale's sweep is the sweep spec with that scale's model and token budget (validated as a sweep is, its
+errors naming the scale), named `<name>-s<i>`, smallest first (by parameters x tokens: the order a study runs
+them, so that each can start from what the smaller ones imply).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sweeps.cost import PriceConfig, SweepCost, price
+from sweeps.spec import SweepSpec
+from worker.config import ModelConfig
+
+__all__ = ["MAX_SCALES", "StudyCost", "StudyScale", "StudySpec", "is_study", "price_study"]
+
+MAX_SCALES = 24  # sweeps in one study
+
+
+class StudyScale(BaseModel):
+    """One scale: a model and a token budget (tokens per trial)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelConfig
+    token_budget: int = Field(gt=0)
+
+
+class StudyGrid(BaseModel):
+    """Scales as the product of models and token budgets."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    models: list[ModelConfig] = Field(min_length=1)
+    token_budgets: list[int] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_budgets(cls, data: Any) -> Any:
+        # YAML reads 1.5e9 as a float: whole numbers of tokens are taken as the ints they are
+        if isinstance(data, dict) and isinstance(data.get("token_budgets"), list):
+            data = dict(data, token_budgets=[_whole(v) for v in data["token_budgets"]])
+        return data
+
+
+def _whole(v: Any) -> Any:
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+class StudySpec(BaseModel):
+    """A study (module docstring); `sweep`: every field of a sweep spec but `name`, `model` and `token_budget`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    scales: list[StudyScale] | StudyGrid
+    target: StudyScale
+    sweep: dict[str, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, data: Any) -> Any:
+        """The file's flat form: the sweep fields beside `name`, `scales` and `target`."""
+        if not isinstance(data, dict) or "sweep" in data:
+            return data
+        own = {"name", "scales", "target"}
+        out = {k: v for k, v in data.items() if k in own} | {"sweep": {k: v for k, v in data.items() if k not in own}}
+        for key in ("model", "token_budget"):
+            if key in out["sweep"]:
+                raise ValueError(f"a study sets {key} per scale (scales, target), not at the top: remove {key}")
+        if isinstance(out.get("target"), dict):
+            out["target"] = _scale_in(out["target"])
+        if isinstance(out.get("scales"), list):
+            out["scales"] = [_scale_in(s) if isinstance(s, dict) else s for s in out["scales"]]
+        return out
+
+    @model_validator(mode="after")
+    def _sweeps_valid(self) -> StudySpec:
+        n = len(self.pairs())
+        if not 2 <= n <= MAX_SCALES:
+            raise ValueError(f"a study needs 2 to {MAX_SCALES} scales, got {n}")
+        self.sweep_specs()  # each scale's sweep, validated now: a bad field names its scale
+        self.target_spec()
+        return self
+
+    def pairs(self) -> list[StudyScale]:
+        if isinstance(self.scales, StudyGrid):
+            return [StudyScale(model=m, token_budget=t) for m in self.scales.models for t in self.scales.token_budgets]
+        return list(self.scales)
+
+    def _spec(self, name: str, scale: StudyScale, where: str) -> SweepSpec:
+        data = {**self.sweep, "name": name, "model": scale.model.model_dump(exclude_unset=True)}
+        data["token_budget"] = scale.token_budget
+        try:
+            return SweepSpec.from_mapping(data)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+            raise ValueError(f"{where} ({_describe(scale)}): {problems}") from None
+
+    def sweep_specs(self) -> list[SweepSpec]:
+        """Each scale's sweep, smallest first (parameters x tokens)."""
+        ordered = sorted(self.pairs(), key=lambda s: (_params(s) * s.token_budget, s.token_budget))
+        return [self._spec(f"{self.name}-s{i + 1}", s, f"scale {i + 1}") for i, s in enumerate(ordered)]
+
+    def target_spec(self) -> SweepSpec:
+        """The sweep at the target scale: what the study replaces."""
+        return self._spec(f"{self.name}-target", self.target, "target")
+
+
+def _scale_in(d: dict[str, Any]) -> dict[str, Any]:
+    return dict(d, token_budget=_whole(d.get("token_budget")))
+
+
+def _params(scale: StudyScale) -> int:
+    return scale.model.parameters(4096)  # ordering only: the vocabulary is the same at every scale
+
+
+def _describe(scale: StudyScale) -> str:
+    preset = scale.model.preset or "custom"
+    return f"{preset}, seq_len {scale.model.seq_len}, {scale.token_budget:.3g} tokens"
+
+
+def is_study(data: Any) -> bool:
+    """A spec document that is a study (it has `scales`), not a sweep."""
+    return isinstance(data, dict) and "scales" in data
+
+
+class StudyCost(BaseModel):
+    """What a study costs: each scale's sweep, their sum, and the sweep at the target it replaces."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scales: list[tuple[str, SweepCost]]
+    gpu_hours: tuple[float, float]  # the scales' sweeps together: (min, max), as SweepCost.gpu_hours
+    target: SweepCost
+    ratio: tuple[float, float]  # the study's GPU-hours against the target sweep's, (min, max) to (min, max)
+
+
+def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCost:
+    costs = [(s.name, price(s, config)) for s in study.sweep_specs()]
+    target = price(study.target_spec(), config)
+    lo = sum(c.gpu_hours.min for _, c in costs)
+    hi = sum(c.gpu_hours.max for _, c in costs)
+    return StudyCost(
+        scales=costs,
+        gpu_hours=(lo, hi),
+        target=target,
+        ratio=(lo / target.gpu_hours.min, hi / target.gpu_hours.max),
+    )

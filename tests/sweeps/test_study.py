@@ -1,0 +1,89 @@
+"""A study (`sweeps.study`): one sweep spec at several scales, each scale's sweep built and validated as a
+sweep is, smallest first, and priced beside the sweep at the target it replaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from harness import tiny_spec
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from cli.main import app
+from sweeps.cost import price
+from sweeps.study import StudySpec, is_study, price_study
+
+NANO, MICRO = {"preset": "gpt2-nano", "seq_len": 32}, {"preset": "gpt2-micro", "seq_len": 32}
+
+
+def study(**overrides: Any) -> dict[str, Any]:
+    sweep = {k: v for k, v in tiny_spec("law").items() if k not in ("model", "token_budget")}
+    return {
+        **sweep,
+        "scales": {"models": [MICRO, NANO], "token_budgets": [8192, 4096]},
+        "target": {"model": MICRO, "token_budget": 65536},
+        **overrides,
+    }
+
+
+def test_the_product_of_models_and_budgets_runs_smallest_first() -> None:
+    s = StudySpec.model_validate(study())
+    specs = s.sweep_specs()
+    assert [x.name for x in specs] == ["law-s1", "law-s2", "law-s3", "law-s4"]
+    order = [(x.model.preset, x.token_budget) for x in specs]
+    assert order == [("gpt2-nano", 4096), ("gpt2-nano", 8192), ("gpt2-micro", 4096), ("gpt2-micro", 8192)]
+    # every other field is the sweep spec's own
+    assert all(x.optimizer_names == ["adamw"] and x.batch_sizes == [4, 8] for x in specs)
+    assert s.target_spec().name == "law-target" and s.target_spec().token_budget == 65536
+    # a list of pairs, with token budgets YAML or JSON wrote as floats
+    pairs = StudySpec.model_validate(
+        study(scales=[{"model": NANO, "token_budget": 8192.0}, {"model": MICRO, "token_budget": 4096}])
+    )
+    assert [(x.model.preset, x.token_budget) for x in pairs.sweep_specs()] == [
+        ("gpt2-nano", 8192),
+        ("gpt2-micro", 4096),
+    ]
+    assert is_study(study()) and not is_study(tiny_spec())
+
+
+def test_a_bad_study_names_the_scale_or_the_field() -> None:
+    with pytest.raises(ValidationError, match=r"scale 1 \(gpt2-nano, seq_len 32, 4.1e\+03 tokens\): lr"):
+        StudySpec.model_validate(study(lr={"min": -1.0, "max": 1e-2}))
+    with pytest.raises(ValidationError, match="a study sets model per scale"):
+        StudySpec.model_validate(study(model=NANO))
+    with pytest.raises(ValidationError, match="2 to 24 scales, got 1"):
+        StudySpec.model_validate(study(scales=[{"model": NANO, "token_budget": 8192}]))
+    with pytest.raises(ValidationError, match="target"):
+        StudySpec.model_validate(study(target={"model": {"preset": "gpt2-huge"}, "token_budget": 8192}))
+
+
+def test_the_price_is_each_scale_s_sweep_beside_the_target_s() -> None:
+    s = StudySpec.model_validate(study())
+    cost = price_study(s)
+    each = [price(x).gpu_hours.max for x in s.sweep_specs()]
+    assert [c.gpu_hours.max for _, c in cost.scales] == each
+    assert cost.gpu_hours[1] == pytest.approx(sum(each))
+    assert cost.target == price(s.target_spec())
+    assert cost.ratio[1] == pytest.approx(sum(each) / cost.target.gpu_hours.max)
+    assert 0 < cost.ratio[1] < 1  # four small sweeps against one at 8x the largest budget
+
+
+def test_sweeps_price_prices_a_study_file(tmp_path: Any) -> None:
+    import json
+
+    import yaml
+
+    def written(data: dict[str, Any]) -> str:  # distinct objects: no YAML aliases, which specs refuse
+        return yaml.safe_dump(json.loads(json.dumps(data)))
+
+    path = tmp_path / "study.yaml"
+    path.write_text(written(study()))
+    out = CliRunner().invoke(app, ["price", str(path)], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "a study of 4 sweeps" in text and "law-target" in text and "replaces" in text
+    assert f"{price_study(StudySpec.model_validate(study())).ratio[1]:.2f} of the sweep at the target" in text
+    path.write_text(written(study(model=NANO)))
+    out = CliRunner().invoke(app, ["price", str(path)], catch_exceptions=False)
+    assert out.exit_code == 2 and "a study sets model per scale" in " ".join(out.output.split())
