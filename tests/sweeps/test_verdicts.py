@@ -348,8 +348,9 @@ def test_the_report_judges_the_retreated_lr_and_names_where_it_came_from() -> No
     assert cell["trial_status"]["diverged"] == 1
 
 
-def test_a_sweep_retreats_when_a_confirmation_seed_diverges_at_the_chosen_lr() -> None:
-    """Seed 2's cliff sits just below the search's best lr: the search (seed 0) never saw it."""
+def retreat_sweep(searched: int, seeds: Any) -> tuple[SweepSpec, dict[int, float], Any]:
+    """A sweep whose seed 2 has a cliff just below the search's best lr (the search, seed 0, never saw it):
+    the spec, the lr each batch size's confirmation runs first went to, and the report."""
     lr_star = 3e-3
     spec = SweepSpec.from_mapping(
         tiny_spec(
@@ -358,47 +359,7 @@ def test_a_sweep_retreats_when_a_confirmation_seed_diverges_at_the_chosen_lr() -
             batch_sizes=[4, 8],
             token_budget=8 * 32 * 8,
             eval_every_tokens=None,  # a tenth of the budget: the cliff shows after the first evaluation
-            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 6},
-            seeds=2,
-            degradation={"tolerance": 0.01, "baseline": "adamw"},
-        )
-    )
-    chosen: dict[int, float] = {}
-
-    def objective(run: Run) -> list[float]:
-        if run.role == "seed":
-            chosen.setdefault(run.batch_size, run.lr)
-        u = math.log(run.lr / lr_star)
-        final = 3.0 + 0.05 * u * u
-        if run.seed == 2 and run.lr >= 0.95 * chosen.get(run.batch_size, math.inf):
-            return [final] + [math.inf] * (len(run.eval_tokens) - 1)
-        return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
-
-    report = simulate(spec, objective).report
-    for cell in report["optimizers"]["adamw"]["cells"]:
-        b = cell["batch_size"]
-        assert cell["retreated_from_lr"] == pytest.approx(chosen[b])
-        assert cell["best_lr"] < chosen[b] and cell["stable"] is True and cell["seeds"] == 2
-        search = cell_search_trials(spec.lr.trials_per_batch_size, reference=b == spec.lattice[0])
-        assert cell["trials"] <= search + spec.seeds_max  # within the cell's budget
-    assert report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"] == 8
-
-
-@pytest.mark.parametrize("seeds", [2, {"min": 2, "max": 4, "step": 2}], ids=["fixed", "adaptive"])
-def test_a_retreat_is_confirmed_whole_where_the_trial_cap_leaves_room(seeds: Any) -> None:
-    """The search spends its whole share (2 trials a size), then seed 2 diverges at the chosen lr: with
-    adaptive seeds the retreat's confirmation runs come from what `seeds.max` leaves (the dry run prices every
-    cell at it), and the cell is judged at the lower lr; with fixed seeds the cap holds no room, and the
-    cell's runs there are missing (undecided, never degraded)."""
-    lr_star = 3e-3
-    spec = SweepSpec.from_mapping(
-        tiny_spec(
-            "retreat-room",
-            optimizers=[{"name": "adamw"}],
-            batch_sizes=[4, 8],
-            token_budget=8 * 32 * 8,
-            eval_every_tokens=None,
-            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 2},
+            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": searched},
             seeds=seeds,
             degradation={"tolerance": 0.01, "baseline": "adamw"},
         )
@@ -414,7 +375,27 @@ def test_a_retreat_is_confirmed_whole_where_the_trial_cap_leaves_room(seeds: Any
             return [final] + [math.inf] * (len(run.eval_tokens) - 1)
         return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
 
-    report = simulate(spec, objective).report
+    return spec, chosen, simulate(spec, objective).report
+
+
+def test_a_sweep_retreats_when_a_confirmation_seed_diverges_at_the_chosen_lr() -> None:
+    spec, chosen, report = retreat_sweep(6, 2)
+    for cell in report["optimizers"]["adamw"]["cells"]:
+        b = cell["batch_size"]
+        assert cell["retreated_from_lr"] == pytest.approx(chosen[b])
+        assert cell["best_lr"] < chosen[b] and cell["stable"] is True and cell["seeds"] == 2
+        search = cell_search_trials(spec.lr.trials_per_batch_size, reference=b == spec.lattice[0])
+        assert cell["trials"] <= search + spec.seeds_max  # within the cell's budget
+    assert report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"] == 8
+
+
+@pytest.mark.parametrize("seeds", [2, {"min": 2, "max": 4, "step": 2}], ids=["fixed", "adaptive"])
+def test_a_retreat_is_confirmed_whole_where_the_trial_cap_leaves_room(seeds: Any) -> None:
+    """The search spends its whole share (2 trials a size), then seed 2 diverges at the chosen lr: with
+    adaptive seeds the retreat's confirmation runs come from what `seeds.max` leaves (the dry run prices every
+    cell at it), and the cell is judged at the lower lr; with fixed seeds the cap holds no room, and the
+    cell's runs there are missing (undecided, never degraded)."""
+    spec, chosen, report = retreat_sweep(2, seeds)
     for cell in report.optimizers["adamw"].cells:
         search = cell_search_trials(spec.lr.trials_per_batch_size, reference=cell.batch_size == spec.lattice[0])
         assert (
