@@ -40,7 +40,8 @@ from service.verdicts import ClusterFit, GpuHoursCaps
 from sweeps.admission import ClusterCapacity, admission_problems, trial_needs
 from sweeps.cost import PriceConfig, price
 from sweeps.documents import SpecLoadError, parse_document
-from sweeps.spec import SweepSpec, format_validation_error, json_value
+from sweeps.spec import SweepSpec, format_validation_error
+from sweeps.spec import problem as _problem
 from worker.config import corpus_shortfall, split_batch
 from worker.messages import excerpt
 from worker.sources import OutsideRoots, TooManyEntries, all_files, candidate_files, is_inside, outside
@@ -348,7 +349,3 @@ def _corpus_problem(spec: SweepSpec, size: int) -> dict[str, Any] | None:
         what=f"data.source ({size:,} bytes of text)",
     )
     return _problem("model.seq_len", short, spec.model.seq_len) if short else None
-
-
-def _problem(field: str, message: str, value: Any = None) -> dict[str, Any]:
-    return {"field": field, "message": message, "value": json_value(value)}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeps.spec import SweepSpec
+from sweeps.spec import problem as _problem
 from worker.hardware import device_accelerator
 from worker.memory import MemoryEstimate, estimate_memory, gib
 
@@ -216,7 +217,3 @@ def _short_of_gpu_memory(capacity: ClusterCapacity, need: TrialNeeds) -> bool:
         n.gpus >= need.gpus and n.gpu_memory is not None and need.device > n.gpu_memory * min(1.0, need.gpus)
         for n in capacity.nodes
     )
-
-
-def _problem(field: str, message: str, value: Any) -> dict[str, Any]:
-    return {"field": field, "message": message, "value": value}

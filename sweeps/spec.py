@@ -93,6 +93,7 @@ __all__ = [
     "SweepSpec",
     "format_validation_error",
     "json_value",
+    "problem",
 ]
 
 # Cap on `total_trials` unless the validation context says otherwise:
@@ -650,14 +651,14 @@ def format_validation_error(exc: ValidationError) -> list[dict[str, Any]]:
         if isinstance(cause, SpecError):
             for p in cause.problems:
                 field = ".".join(s for s in (loc, ".".join(_key(k) for k in p.field.split("."))) if s)
-                out.append({"field": field, "message": p.message, "value": json_value(p.value)})
+                out.append(problem(field, p.message, p.value))
             continue
         message = err["msg"]
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
         if err["type"] == "extra_forbidden":
             message = _unknown_field_message(err["loc"])
-        out.append({"field": loc, "message": message, "value": json_value(err.get("input"))})
+        out.append(problem(loc, message, err.get("input")))
     return out
 
 
@@ -705,6 +706,11 @@ def _model_of(annotation: Any) -> Any:
         if found is not None:
             return found
     return None
+
+
+def problem(field: str, message: str, value: Any = None) -> dict[str, Any]:
+    """One problem as a 422 names it: the field, what is wrong with it, and the value given (`json_value`)."""
+    return {"field": field, "message": message, "value": json_value(value)}
 
 
 def json_value(value: Any) -> Any:
