@@ -7,6 +7,7 @@
   sweeps plots ID [--out DIR]                             (re)draw a recorded sweep's figures into its MLflow run
   sweeps law REPORT[@PARAMS]... --target-tokens N         the critical batch size as a law of the token budget (and
                                                           model size) from several sweeps' reports, and its prediction
+  sweeps study STUDY.yaml [--out DIR]                     run a study's sweeps, smallest first, then `sweeps law` on them
 
 Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
   sweeps submit SPEC.yaml [--watch] [--dry-run]           submit; --watch follows the progress and prints the answer;
@@ -91,11 +92,24 @@ def run(
     """Run a sweep on the current Ray cluster ($RAY_ADDRESS) or a fresh local one."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     spec = _load_spec(spec_path)
-    from sweeps.analysis import report_to_json
-    from sweeps.driver import run_sweep
     from sweeps.settings import runtime_from_env
 
-    runtime = runtime_from_env(data_dir)
+    outcome = _run_one(spec, sweep_id, runtime_from_env(data_dir), report)
+    if report:
+        console.print(f"report: {report}")
+    console.print(
+        f"runs and figures: MLflow experiment [bold]{outcome.sweep_id}[/] (id {outcome.experiment_id}); browse with"
+    )
+    console.print(f"  mlflow ui --backend-store-uri {outcome.tracking_uri}")
+
+
+def _run_one(spec: Any, sweep_id: str | None, runtime: Any, report: Path | None) -> Any:
+    """One sweep on Ray with progress bars, its figures drawn, its report written to `report` and printed,
+    and its wall time against its trials' training time; the `SweepOutcome`."""
+    from dashboards.publish import publish_figures
+    from sweeps.analysis import report_to_json
+    from sweeps.driver import run_sweep
+
     console.print(
         f"[bold]{spec.name}[/]: {', '.join(spec.optimizer_names)} x batch {_batch_text(spec)}, "
         f"{'at most ' if spec.batch_search else ''}{spec.total_trials} trials of {spec.trained_tokens:,} tokens, "
@@ -122,8 +136,6 @@ def run(
             bars.update(best, description=_leaders(p))
 
         outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
-    from dashboards.publish import publish_figures
-
     with console.status("drawing the figures"):
         publish_figures(outcome.tracking_uri, outcome.sweep_id)
     if report:
@@ -135,12 +147,7 @@ def run(
         f"status: [bold]{outcome.status}[/] in {outcome.wall_time_s:.0f} s "
         f"(trials' own training time / concurrency: {ideal:.0f} s)"
     )
-    if report:
-        console.print(f"report: {report}")
-    console.print(
-        f"runs and figures: MLflow experiment [bold]{outcome.sweep_id}[/] (id {outcome.experiment_id}); browse with"
-    )
-    console.print(f"  mlflow ui --backend-store-uri {outcome.tracking_uri}")
+    return outcome
 
 
 @app.command()
@@ -169,8 +176,6 @@ def law(
     the reports name two or more) from finished sweeps' brackets, per optimizer; predict it at the target with
     an interval, check the law on the largest scale left out, and give the lr the cells' best lrs imply there."""
     from sweeps.analysis import read_report
-    from sweeps.law import BatchLaw, LeaveOneOut, LrLaw, fit_batch_law, fit_lr_law, leave_largest_out, lr_points_of
-    from sweeps.law import scale_of as scale_from
 
     if against not in ("self", "baseline"):
         err.print(f"[red]--against must be self or baseline, got {against!r}[/]")
@@ -183,6 +188,60 @@ def law(
         except (OSError, ValueError) as exc:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
             err.print(f"[red]cannot read report {item}:[/] {str(exc)[:500]}")
             raise typer.Exit(2) from None
+    _print_law(loaded, target_tokens, target_params, against)
+
+
+@app.command()
+def study(
+    study_path: Path = typer.Argument(..., help="a study file: a sweep spec with scales and a target (sweeps.study)"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="the folder of the scales' reports (default ./<name>-reports); a scale with one is done"
+    ),
+    against: str = typer.Option("baseline", "--against", help="the reference of the brackets: self or baseline"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="default $SWEEPS_DATA_DIR or ./.batchsweep"),
+) -> None:
+    """Run a study's sweeps, smallest scale first, on the current Ray cluster ($RAY_ADDRESS) or a fresh local
+    one, each as `sweeps run` does (its report in --out; run again, the study goes on from the first scale
+    without one), then fit the law from their reports and predict at the target, as `sweeps law` does."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from sweeps.analysis import read_report
+    from sweeps.settings import runtime_from_env
+
+    if against not in ("self", "baseline"):
+        err.print(f"[red]--against must be self or baseline, got {against!r}[/]")
+        raise typer.Exit(2)
+    plan = _load_study(study_path)
+    if plan is None:
+        err.print(f"[red]{study_path} is not a study[/] (a study has scales and a target: sweeps/study.py)")
+        raise typer.Exit(2)
+    folder = out or Path(f"{plan.name}-reports")
+    specs = plan.sweep_specs()
+    target = plan.target_spec()
+    sizes = {s.model.parameters(s.data.vocab_size) for s in specs}
+    runtime = runtime_from_env(data_dir)
+    loaded = []
+    for i, spec in enumerate(specs, 1):
+        path = folder / f"{spec.name}.json"
+        if path.exists():
+            console.print(f"scale {i} of {len(specs)}: [bold]{spec.name}[/] done before ({path})")
+        else:
+            console.rule(f"scale {i} of {len(specs)}: {spec.model.preset or 'custom'}, {spec.trained_tokens:,} tokens")
+            _run_one(spec, spec.name, runtime, path)
+        params = float(spec.model.parameters(spec.data.vocab_size)) if len(sizes) > 1 else None
+        loaded.append((read_report(json.loads(path.read_text())), params))
+    target_params = float(target.model.parameters(target.data.vocab_size)) if len(sizes) > 1 else None
+    console.rule(f"the law, predicted at {target.trained_tokens:,} tokens ({target.model.preset or 'custom'})")
+    _print_law(loaded, float(target.trained_tokens), target_params, against)
+
+
+def _print_law(
+    loaded: list[tuple[Any, float | None]], target_tokens: float, target_params: float | None, against: str
+) -> None:
+    """Per optimizer of every report: the scales' brackets, the law, its prediction at the target, the
+    leave-largest-out check and the lr law's lr there (`sweeps.law`). `loaded`: (report, model size or None)."""
+    from sweeps.law import BatchLaw, LeaveOneOut, LrLaw, fit_batch_law, fit_lr_law, leave_largest_out, lr_points_of
+    from sweeps.law import scale_of as scale_from
+
     names = [n for n in loaded[0][0].optimizers if all(n in r.optimizers for r, _ in loaded)]
     for name in names:
         scales = [scale_from(r, name, against, params) for r, params in loaded]
