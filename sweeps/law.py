@@ -116,6 +116,7 @@ class BatchLaw:
     sigma: float
     scales: int  # the informative scales it was fitted to
     _data: tuple[Scale, ...] = ()
+    _theta: tuple[float, ...] = ()  # the fit itself: the coefficients and ln(sigma - floor)
 
     def mean_log(self, tokens: float, params: float | None = None) -> float:
         x = self.intercept + self.tokens_exponent * math.log(tokens)
@@ -129,7 +130,8 @@ class BatchLaw:
         """B* at (tokens, params), with a `level` prediction interval."""
         mean = self.mean_log(tokens, params)
         target = _features(tokens, params if self.params_exponent is not None else None)
-        lo, hi = _profile_interval(self._data, self.params_exponent is not None, target, level)
+        x, lo_b, hi_b = _design(self._data, self.params_exponent is not None)
+        lo, hi = _profile_interval(x, lo_b, hi_b, np.array(self._theta), target, level)
         z = scipy.stats.norm.ppf(0.5 + level / 2)
         se = max(mean - lo, hi - mean) / z  # the mean's profile interval, read as a standard error
         half = z * math.sqrt(se * se + self.sigma * self.sigma)
@@ -212,11 +214,11 @@ def _fit(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, fixed: tuple[np.ndarray,
     return np.append(offset + free @ best.x[:-1], best.x[-1])
 
 
-def _profile_interval(scales: Sequence[Scale], with_params: bool, w: np.ndarray, level: float) -> tuple[float, float]:
+def _profile_interval(
+    x: np.ndarray, lo: np.ndarray, hi: np.ndarray, theta: np.ndarray, w: np.ndarray, level: float
+) -> tuple[float, float]:
     """The profile-likelihood interval of w . coefficients (an exponent: w a unit vector; the mean at a
-    target: w its features)."""
-    x, lo, hi = _design(scales, with_params)
-    theta = _fit(x, lo, hi)
+    target: w its features), about the maximum-likelihood fit `theta` of (x, lo, hi)."""
     best = _neg_log_likelihood(theta, x, lo, hi)
     at = float(w @ theta[:-1])
     drop = scipy.stats.chi2.ppf(level, 1) / 2
@@ -260,8 +262,8 @@ def fit_batch_law(scales: Sequence[Scale], level: float = LEVEL) -> BatchLaw | s
     x, lo, hi = _design(used, with_params)
     theta = _fit(x, lo, hi)
     k = x.shape[1]
-    tokens_interval = _profile_interval(used, with_params, np.eye(k)[1], level)
-    params_interval = _profile_interval(used, with_params, np.eye(k)[2], level) if with_params else None
+    tokens_interval = _profile_interval(x, lo, hi, theta, np.eye(k)[1], level)
+    params_interval = _profile_interval(x, lo, hi, theta, np.eye(k)[2], level) if with_params else None
     return BatchLaw(
         intercept=float(theta[0]),
         tokens_exponent=float(theta[1]),
@@ -271,6 +273,7 @@ def fit_batch_law(scales: Sequence[Scale], level: float = LEVEL) -> BatchLaw | s
         sigma=sigma_floor(lo, hi) + math.exp(float(theta[-1])),
         scales=len(used),
         _data=tuple(used),
+        _theta=tuple(float(t) for t in theta),
     )
 
 
