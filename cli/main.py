@@ -177,9 +177,7 @@ def law(
     an interval, check the law on the largest scale left out, and give the lr the cells' best lrs imply there."""
     from sweeps.analysis import read_report
 
-    if against not in ("self", "baseline"):
-        err.print(f"[red]--against must be self or baseline, got {against!r}[/]")
-        raise typer.Exit(2)
+    _check_against(against)
     loaded = []
     for item in reports:
         path, _, size = item.partition("@")
@@ -207,9 +205,7 @@ def study(
     from sweeps.analysis import read_report
     from sweeps.settings import runtime_from_env
 
-    if against not in ("self", "baseline"):
-        err.print(f"[red]--against must be self or baseline, got {against!r}[/]")
-        raise typer.Exit(2)
+    _check_against(against)
     plan = _load_study(study_path)
     if plan is None:
         err.print(f"[red]{study_path} is not a study[/] (a study has scales and a target: sweeps/study.py)")
@@ -232,6 +228,12 @@ def study(
     target_params = float(target.model.parameters(target.data.vocab_size)) if len(sizes) > 1 else None
     console.rule(f"the law, predicted at {target.trained_tokens:,} tokens ({target.model.preset or 'custom'})")
     _print_law(loaded, float(target.trained_tokens), target_params, against)
+
+
+def _check_against(against: str) -> None:
+    if against not in ("self", "baseline"):
+        err.print(f"[red]--against must be self or baseline, got {against!r}[/]")
+        raise typer.Exit(2)
 
 
 def _print_law(
@@ -330,6 +332,10 @@ def _si(n: float) -> str:
     return f"{n:g}"
 
 
+def _hours(h: float) -> str:
+    return f"{h:,.0f}" if h >= 10 else f"{h:.3g}"
+
+
 def _span(r: dict[str, float], fmt: Any) -> str:
     """A cost range as text: one value, or min - max (adaptive seeds)."""
     return fmt(r["max"]) if r["min"] == r["max"] else f"{fmt(r['min'])} - {fmt(r['max'])}"
@@ -370,24 +376,22 @@ def _price_study(study: Any, config: Any, as_json: bool) -> None:
     )
     for column in ("sweep", "model", "tokens a trial", "trials", "GPU-hours"):
         table.add_column(column, justify="right" if column != "sweep" else "left")
-    specs = {s.name: s for s in [*study.sweep_specs(), study.target_spec()]}
-    for name, c in [*cost.scales, (study.target_spec().name, cost.target)]:
-        spec = specs[name]
-        hours = _span(c.gpu_hours.model_dump(), lambda h: f"{h:,.0f}" if h >= 10 else f"{h:.3g}")
+    specs = [*study.sweep_specs(), study.target_spec()]  # in the order of cost.scales, then the target
+    for spec, (name, c) in zip(specs, [*cost.scales, (specs[-1].name, cost.target)], strict=True):
+        hours = _span(c.gpu_hours.model_dump(), _hours)
         trials = _span(c.trials.model_dump(), lambda n: f"{n:,}")
-        label = name + (" (what the study replaces)" if name.endswith("-target") else "")
+        label = name + (" (what the study replaces)" if spec is specs[-1] else "")
         table.add_row(label, spec.model.preset or "custom", f"{c.trained_tokens:.3g}", trials, hours)
     console.print(table)
-    lo, hi = cost.gpu_hours
     console.print(
-        f"the study: {_span({'min': lo, 'max': hi}, lambda h: f'{h:,.0f}' if h >= 10 else f'{h:.3g}')} GPU-hours, "
-        f"{cost.ratio[1]:.2f} of the sweep at the target ({cost.ratio[0]:.2f} at the fewest trials of each)"
+        f"the study: {_span(cost.gpu_hours.model_dump(), _hours)} GPU-hours, "
+        f"{cost.ratio.max:.2f} of the sweep at the target ({cost.ratio.min:.2f} at the fewest trials of each)"
     )
 
 
 def _print_cost(name: str, c: dict[str, Any]) -> None:
     """The dry run's `cost` (sweeps.cost.SweepCost as JSON) as a table."""
-    hours = _span(c["gpu_hours"], lambda h: f"{h:,.0f}" if h >= 10 else f"{h:.3g}")
+    hours = _span(c["gpu_hours"], _hours)
     table = Table(title=f"{name}: cost before it runs", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()

@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sweeps.cost import PriceConfig, SweepCost, price
+from sweeps.cost import FloatRange, PriceConfig, SweepCost, price
 from sweeps.spec import SweepSpec
-from worker.config import ModelConfig
+from worker.config import DataConfig, ModelConfig
 
 __all__ = ["MAX_SCALES", "StudyCost", "StudyScale", "StudySpec", "is_study", "price_study"]
 
@@ -111,9 +111,17 @@ class StudySpec(BaseModel):
             raise ValueError(f"{where} ({_describe(scale)}): {problems}") from None
 
     def sweep_specs(self) -> list[SweepSpec]:
-        """Each scale's sweep, smallest first (parameters x tokens)."""
-        ordered = sorted(self.pairs(), key=lambda s: (_params(s) * s.token_budget, s.token_budget))
+        """Each scale's sweep, smallest first (parameters at the sweeps' vocabulary x tokens)."""
+        vocab = self._vocab()
+        ordered = sorted(self.pairs(), key=lambda s: (s.model.parameters(vocab) * s.token_budget, s.token_budget))
         return [self._spec(f"{self.name}-s{i + 1}", s, f"scale {i + 1}") for i, s in enumerate(ordered)]
+
+    def _vocab(self) -> int:
+        """The sweeps' vocabulary size (the spec's data.vocab_size, or its default); one given wrongly is
+        reported by each sweep's validation, and orders the scales by the default meanwhile."""
+        data = self.sweep.get("data")
+        given = data.get("vocab_size") if isinstance(data, dict) else None
+        return given if isinstance(given, int) and given > 0 else int(DataConfig.model_fields["vocab_size"].default)
 
     def target_spec(self) -> SweepSpec:
         """The sweep at the target scale: what the study replaces."""
@@ -122,10 +130,6 @@ class StudySpec(BaseModel):
 
 def _scale_in(d: dict[str, Any]) -> dict[str, Any]:
     return dict(d, token_budget=_whole(d.get("token_budget")))
-
-
-def _params(scale: StudyScale) -> int:
-    return scale.model.parameters(4096)  # ordering only: the vocabulary is the same at every scale
 
 
 def _describe(scale: StudyScale) -> str:
@@ -144,9 +148,9 @@ class StudyCost(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     scales: list[tuple[str, SweepCost]]
-    gpu_hours: tuple[float, float]  # the scales' sweeps together: (min, max), as SweepCost.gpu_hours
+    gpu_hours: FloatRange  # the scales' sweeps together
     target: SweepCost
-    ratio: tuple[float, float]  # the study's GPU-hours against the target sweep's, (min, max) to (min, max)
+    ratio: FloatRange  # the study's GPU-hours against the target sweep's, min to min and max to max
 
 
 def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCost:
@@ -156,7 +160,7 @@ def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCos
     hi = sum(c.gpu_hours.max for _, c in costs)
     return StudyCost(
         scales=costs,
-        gpu_hours=(lo, hi),
+        gpu_hours=FloatRange(min=lo, max=hi),
         target=target,
-        ratio=(lo / target.gpu_hours.min, hi / target.gpu_hours.max),
+        ratio=FloatRange(min=lo / target.gpu_hours.min, max=hi / target.gpu_hours.max),
     )

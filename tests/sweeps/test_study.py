@@ -47,6 +47,16 @@ def test_the_product_of_models_and_budgets_runs_smallest_first() -> None:
     assert is_study(study()) and not is_study(tiny_spec())
 
 
+def test_the_scales_are_ordered_by_parameters_at_the_sweeps_vocabulary() -> None:
+    # gpt2-nano at 3x the tokens of gpt2-micro: larger at a vocabulary of 4,096 (micro has 3.6x its
+    # parameters), smaller at GPT-2's 50,257 (2.2x), where the embeddings weigh more
+    pairs = [{"model": NANO, "token_budget": 12288}, {"model": MICRO, "token_budget": 4096}]
+    gpt2 = StudySpec.model_validate(study(scales=pairs, data={"source": "builtin", "vocab_size": 50257}))
+    assert [x.model.preset for x in gpt2.sweep_specs()] == ["gpt2-micro", "gpt2-nano"]
+    small = StudySpec.model_validate(study(scales=pairs, data={"source": "builtin", "vocab_size": 4096}))
+    assert [x.model.preset for x in small.sweep_specs()] == ["gpt2-nano", "gpt2-micro"]
+
+
 def test_a_bad_study_names_the_scale_or_the_field() -> None:
     with pytest.raises(ValidationError, match=r"scale 1 \(gpt2-nano, seq_len 32, 4.1e\+03 tokens\): lr"):
         StudySpec.model_validate(study(lr={"min": -1.0, "max": 1e-2}))
@@ -63,10 +73,10 @@ def test_the_price_is_each_scale_s_sweep_beside_the_target_s() -> None:
     cost = price_study(s)
     each = [price(x).gpu_hours.max for x in s.sweep_specs()]
     assert [c.gpu_hours.max for _, c in cost.scales] == each
-    assert cost.gpu_hours[1] == pytest.approx(sum(each))
+    assert cost.gpu_hours.max == pytest.approx(sum(each))
     assert cost.target == price(s.target_spec())
-    assert cost.ratio[1] == pytest.approx(sum(each) / cost.target.gpu_hours.max)
-    assert 0 < cost.ratio[1] < 1  # four small sweeps against one at 8x the largest budget
+    assert cost.ratio.max == pytest.approx(sum(each) / cost.target.gpu_hours.max)
+    assert 0 < cost.ratio.max < 1  # four small sweeps against one at 8x the largest budget
 
 
 def test_sweeps_price_prices_a_study_file(tmp_path: Any) -> None:
@@ -83,7 +93,7 @@ def test_sweeps_price_prices_a_study_file(tmp_path: Any) -> None:
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert "a study of 4 sweeps" in text and "law-target" in text and "replaces" in text
-    assert f"{price_study(StudySpec.model_validate(study())).ratio[1]:.2f} of the sweep at the target" in text
+    assert f"{price_study(StudySpec.model_validate(study())).ratio.max:.2f} of the sweep at the target" in text
     path.write_text(written(study(model=NANO)))
     out = CliRunner().invoke(app, ["price", str(path)], catch_exceptions=False)
     assert out.exit_code == 2 and "a study sets model per scale" in " ".join(out.output.split())
