@@ -10,18 +10,16 @@ import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import anyio.to_thread
 from pydantic import ValidationError
 
-from service.api.schemas import DryRunResult, SweepDetail, SweepPage, SweepSummary, public_error
-from service.api.views import ViewCache
 from service.cluster.launcher import Launcher
 from service.cluster.supervisor import Supervisor
 from service.errors import Conflict, Invalid, TooMany, not_found
+from service.models import DryRunResult, SweepCurves, SweepPage, SweepSummary, public_error
 from service.policy import (
     CAP_PRICING,
     capped_price,
@@ -207,35 +205,6 @@ async def get_row(store: Store, sweep_id: str, owner: str) -> SweepRow:
     return row
 
 
-@dataclass(frozen=True)
-class SweepReader:
-    """`GET /sweeps/{id}`, the hot read: the sweep's rendered JSON, from the view cache when it holds
-    one (no thread hop, no query). One object, so the route resolves one dependency instead of three."""
-
-    store: Store
-    settings: Settings
-    views: ViewCache
-
-    async def _fetch(self, sweep_id: str) -> tuple[str, bytes] | None:
-        row = await anyio.to_thread.run_sync(self.store.get, sweep_id)
-        if row is None:
-            return None
-        link = self.settings.mlflow_link(row.experiment_id)
-        return row.owner, SweepDetail.from_row(row, link).model_dump_json().encode()
-
-    async def detail_json(self, sweep_id: str, owner: str) -> bytes:
-        view = await self.views.load(sweep_id, partial(self._fetch, sweep_id))
-        if view is None or view.owner != owner:
-            raise not_found(sweep_id)
-        return view.body
-
-    def cached_json(self, sweep_id: str, owner: str) -> bytes | None:
-        """The body `detail_json` would answer, if the view cache holds it for this owner; else None
-        (a miss, or another owner's sweep: the route answers those, with their errors)."""
-        view = self.views.peek(sweep_id, partial(self._fetch, sweep_id))
-        return view.body if view is not None and view.owner == owner else None
-
-
 async def page(
     store: Store, settings: Settings, owner: str, statuses: list[str] | None, limit: int, offset: int
 ) -> SweepPage:
@@ -265,11 +234,11 @@ async def report(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
     return row.report
 
 
-async def curves(store: Store, sweep_id: str, owner: str) -> dict[str, Any]:
+async def curves(store: Store, sweep_id: str, owner: str) -> SweepCurves:
     """Val loss against tokens of every trial the sweep's driver has reported so far (`GET /sweeps/{id}/curves`)."""
     row = await get_row(store, sweep_id, owner)
     trials = (row.progress or {}).get("curves") or []
-    return {"id": row.id, "status": row.status, "revision": row.revision, "trials": trials}
+    return SweepCurves.model_validate({"id": row.id, "status": row.status, "revision": row.revision, "trials": trials})
 
 
 class RenderedPages:

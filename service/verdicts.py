@@ -1,7 +1,7 @@
 """What a dry run says a submit would meet, beyond the spec's own validation: the GPU-hours caps and the cluster.
 
 Domain models: `service.policy` builds them, the JSON API answers them under `caps` and `cluster`
-(`service.api.schemas.DryRunResult`), the submit page and the CLI print their `summary()`.
+(`service.models.DryRunResult`), the submit page and the CLI print their `summary()`.
 """
 
 from __future__ import annotations

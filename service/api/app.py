@@ -28,12 +28,12 @@ from service.api.metrics import Metrics, RequestMetrics
 from service.api.middleware import BodyLimit, HotReads, PrefixHeaders
 from service.api.routes import docs, health, pages, sweeps
 from service.api.sessions import Sessions, SignInLimiter
-from service.api.views import ViewCache
 from service.cluster.launcher import Launcher, RayLauncher
 from service.cluster.supervisor import Supervisor
-from service.manager import RenderedPages, SweepReader
+from service.manager import RenderedPages
 from service.settings import Settings, redacted
 from service.store.database import Store
+from service.views import SweepReader, ViewCache
 from sweeps.spec import SweepSpec
 
 log = logging.getLogger(__name__)

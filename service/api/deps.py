@@ -14,9 +14,9 @@ from fastapi import Depends, Path, Request
 from service.api.health import HealthChecker
 from service.api.limits import Limits
 from service.cluster.supervisor import Supervisor
-from service.manager import SweepReader
 from service.settings import Settings
 from service.store.database import Store, SweepRow
+from service.views import SweepReader
 
 
 async def get_settings(request: Request) -> Settings:

@@ -29,8 +29,8 @@ from fastapi.sse import ServerSentEvent
 from service import manager
 from service.api.auth import Owner, web_session
 from service.api.deps import LimitsDep, StoreDep, SweepId
-from service.api.schemas import SweepSummary
 from service.api.sessions import COOKIE
+from service.models import SweepSummary
 from service.settings import Settings
 from service.store.database import Store
 

@@ -23,9 +23,9 @@ from pydantic import ValidationError
 from service import manager
 from service.api.auth import wants_page, web_session
 from service.api.errors import ApiError, as_api_error
-from service.api.schemas import SweepSummary
 from service.api.sessions import COOKIE, WebSession
 from service.errors import ServiceError
+from service.models import SweepSummary
 from service.settings import Settings
 from service.store.database import Store, SweepRow
 from sweeps.documents import compose_yaml

@@ -549,9 +549,8 @@ def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
 
     from service.api.auth import TokenTable
     from service.api.middleware import HotReads
-    from service.api.views import ViewCache
-    from service.manager import SweepReader
     from service.settings import Settings
+    from service.views import SweepReader, ViewCache
 
     cache = ViewCache(ttl_s=60)
     cache.put("s-1", cache.generation("s-1"), "alice", b'{"id": "s-1"}')
@@ -604,7 +603,7 @@ def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
 
 
 def test_concurrent_misses_share_one_store_read() -> None:
-    from service.api.views import ViewCache
+    from service.views import ViewCache
 
     cache = ViewCache(ttl_s=10)
     calls = 0
@@ -627,7 +626,7 @@ def test_concurrent_misses_share_one_store_read() -> None:
 
 
 def test_expired_view_is_served_while_one_renewal_runs() -> None:
-    from service.api.views import ViewCache
+    from service.views import ViewCache
 
     cache = ViewCache(ttl_s=0.01)
     bodies = iter([b"old", b"new"])

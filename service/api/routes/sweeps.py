@@ -22,17 +22,8 @@ from service.api.deps import (
     SweepId,
 )
 from service.api.events import StreamSlot, sweep_events
-from service.api.schemas import (
-    DryRunResult,
-    ErrorResponse,
-    Status,
-    SweepCreated,
-    SweepCurves,
-    SweepDetail,
-    SweepPage,
-    SweepSummary,
-    error_responses,
-)
+from service.api.schemas import ErrorResponse, SweepCreated, error_responses
+from service.models import DryRunResult, Status, SweepCurves, SweepDetail, SweepPage, SweepSummary
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 
@@ -129,7 +120,7 @@ async def list_sweeps(
 
 @router.get("/{sweep_id}", response_model=SweepDetail, responses=error_responses(401, 404, 422))
 async def get_sweep(sweep_id: SweepId, owner: Owner, reader: ReaderDep) -> Response:
-    # already-rendered JSON (see service/api/views.py); response_model documents its shape
+    # already-rendered JSON (see service/views.py); response_model documents its shape
     return Response(await reader.detail_json(sweep_id, owner), media_type="application/json")
 
 
@@ -140,7 +131,7 @@ async def get_sweep(sweep_id: SweepId, owner: Owner, reader: ReaderDep) -> Respo
     summary="Val loss against tokens of every trial so far (the live page draws them while the sweep runs)",
 )
 async def get_curves(sweep_id: SweepId, owner: Owner, store: StoreDep) -> SweepCurves:
-    return SweepCurves.model_validate(await manager.curves(store, sweep_id, owner))
+    return await manager.curves(store, sweep_id, owner)
 
 
 @router.get(

@@ -1,10 +1,10 @@
-"""Rendered `GET /sweeps/{id}` bodies, kept in memory for a short while.
+"""`GET /sweeps/{id}`: `SweepReader`, the sweep's rendered JSON for its owner, from `ViewCache`.
 
 The hot read of the API is clients polling one sweep. Serving it from the store costs a worker-thread
 hop and a query per request, which halves what the event loop can serve on a small machine (measured
-with benchmarks/api_load.py). So the rendered JSON is kept here: every writer in this process (the
-poller, cancel) invalidates the sweep's entry, and `ttl_s` bounds how stale an entry can be when
-another process wrote the store (several replicas on one PostgreSQL).
+with benchmarks/api_load.py). So the rendered JSON is kept here, in `ViewCache`: every writer in this
+process (the poller, cancel) invalidates the sweep's entry, and `ttl_s` bounds how stale an entry can be
+when another process wrote the store (several replicas on one PostgreSQL).
 
 Entries are touched from the event loop and from the poller's thread; single dict operations are
 atomic under the GIL, and a per-sweep generation counter keeps a slow reader from putting back a
@@ -18,6 +18,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
+
+import anyio.to_thread
+
+from service.errors import not_found
+from service.models import SweepDetail
+from service.settings import Settings
+from service.store.database import Store
 
 log = logging.getLogger(__name__)
 
@@ -114,3 +122,32 @@ class ViewCache:
     def invalidate(self, sweep_id: str) -> None:
         self._generation[sweep_id] = self._generation.get(sweep_id, 0) + 1
         self._views.pop(sweep_id, None)
+
+
+@dataclass(frozen=True)
+class SweepReader:
+    """`GET /sweeps/{id}`, the hot read: the sweep's rendered JSON, from the view cache when it holds
+    one (no thread hop, no query). One object, so the route resolves one dependency instead of three."""
+
+    store: Store
+    settings: Settings
+    views: ViewCache
+
+    async def _fetch(self, sweep_id: str) -> tuple[str, bytes] | None:
+        row = await anyio.to_thread.run_sync(self.store.get, sweep_id)
+        if row is None:
+            return None
+        link = self.settings.mlflow_link(row.experiment_id)
+        return row.owner, SweepDetail.from_row(row, link).model_dump_json().encode()
+
+    async def detail_json(self, sweep_id: str, owner: str) -> bytes:
+        view = await self.views.load(sweep_id, partial(self._fetch, sweep_id))
+        if view is None or view.owner != owner:
+            raise not_found(sweep_id)
+        return view.body
+
+    def cached_json(self, sweep_id: str, owner: str) -> bytes | None:
+        """The body `detail_json` would answer, if the view cache holds it for this owner; else None
+        (a miss, or another owner's sweep: the route answers those, with their errors)."""
+        view = self.views.peek(sweep_id, partial(self._fetch, sweep_id))
+        return view.body if view is not None and view.owner == owner else None
