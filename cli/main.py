@@ -818,8 +818,8 @@ def serve(
     service finds its running sweeps again. Stop it with `sweeps stop-head` (same SWEEPS_DATA_DIR).
     The data dir is made 0700 (tightened where it is looser), and the service runs with a umask of 077.
     """
-    from service.api.server import serve as run_server
     from service.private import start_private
+    from service.server import serve as run_server
     from service.settings import SettingsError, load_settings
 
     overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}

@@ -14,9 +14,9 @@ def main() -> None:
 
     from worker.local_ray import use_local_ray
 
-    use_local_ray()  # before ray is imported (by service.api.server): a local head on loopback only
-    from service.api.server import serve
+    use_local_ray()  # before ray is imported (by service.server): a local head on loopback only
     from service.private import start_private
+    from service.server import serve
     from service.settings import SettingsError, load_settings
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}

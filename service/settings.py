@@ -112,7 +112,7 @@ class Settings(SweepSettings):
     max_event_streams_per_owner: int = Field(default=16, ge=1)
     """open GET /sweeps/{id}/events streams per owner (each re-reads the store every sse_interval_s)"""
 
-    # ---- the browser pages (service/api/sessions.py, service/api/routes/pages.py) ------------------------------
+    # ---- the browser pages (service/api/sessions.py, service/web/pages.py) ------------------------------
     session_secret: SecretStr | None = None
     """the key that signs session cookies; None: a random key kept in <data dir>/session_secret (made on first
     start, mode 0600), so a restarted service keeps its sessions. Several replicas need one key."""
@@ -134,7 +134,7 @@ class Settings(SweepSettings):
     """proxies (IP addresses or networks, "*" for any) whose X-Forwarded-For/-Proto are believed: the client
     address of the sign-in limit and https for Secure cookies. Empty: the TCP peer, as it is."""
 
-    # ---- connections (service/api/server.py): what clients' sockets may hold of a service reachable directly ----
+    # ---- connections (service/server.py): what clients' sockets may hold of a service reachable directly ----
     max_connections: int | None = Field(default=None, ge=1)
     """client connections open at once; one more first closes the connection idle longest (no request in
     progress), or gets 503 and is closed when every one is busy. None: the file-descriptor soft limit (`ulimit

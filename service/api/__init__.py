@@ -1,1 +1,1 @@
-"""The HTTP API and its browser pages: the app, its routes, auth and sessions, limits, metrics."""
+"""The JSON API: its routes, auth and browser sessions, limits, errors, middleware, health and metrics."""

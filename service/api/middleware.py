@@ -3,7 +3,7 @@
 `BodyLimit`: a declared Content-Length over the cap is refused before a byte is read; a chunked body
 is counted as it arrives and refused once it passes the cap, so no body larger than the cap is ever
 buffered. A client that leaves before its body is whole (or is closed by the body deadline,
-service/api/server.py) ends its request quietly: nobody is there to answer, and it is no error of the service.
+service/server.py) ends its request quietly: nobody is there to answer, and it is no error of the service.
 
 `PrefixHeaders`: headers added to every answer under one path prefix (the offline docs' files, which
 fastapi-offline serves through a mount of its own, get `X-Content-Type-Options: nosniff` this way).

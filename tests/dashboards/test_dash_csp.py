@@ -1,5 +1,5 @@
 """The dashboard as the service serves it, under its Content-Security-Policy: exactly its own inline
-scripts, by their hashes (service/api/routes/pages.py, dashboard_csp)."""
+scripts, by their hashes (service/web/pages.py, dashboard_csp)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dash_helpers import rich_sweep
 
 from dashboards import build_figures, render_dashboard
 from dashboards.page import plotlyjs_from
-from service.api.pages import PLOTLYJS_URL, dashboard_csp, with_service_bar
+from service.web.pages import PLOTLYJS_URL, dashboard_csp, with_service_bar
 
 
 def test_the_dashboard_allows_its_own_inline_scripts_by_hash_and_no_others() -> None:

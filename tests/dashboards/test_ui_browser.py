@@ -32,10 +32,10 @@ import yaml
 from harness import ServiceProcess, tiny_spec
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Response, expect
 
-from service.api.pages import PLOTLYJS_URL
 from service.api.sessions import COOKIE
 from service.cluster.processes import free_port
 from service.cluster.ray_head import LocalRayHead
+from service.web.pages import PLOTLYJS_URL
 from sweeps.layout import KIND_TAG, KIND_TRAINING
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from harness import PostgresServer, RayHead, ServiceProcess, postgres_server
 from svc_helpers import ExistingRay, FakeLauncher, ThreadServer, fast_settings, start_service
 
-from service.api.app import create_app
 from service.api.health import mlflow_check
+from service.app import create_app
 from service.settings import Settings
 
 # --------------------------------------------------------------------------------------------------

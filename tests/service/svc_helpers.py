@@ -13,7 +13,7 @@ import httpx
 import uvicorn
 from harness import LOOPBACK, RayHead, ServiceProcess, free_port
 
-from service.api.app import create_app
+from service.app import create_app
 from service.cluster.launcher import DriverBusy
 from service.settings import Settings
 from sweeps.admission import ClusterCapacity

@@ -26,8 +26,8 @@ from harness import tiny_spec
 from svc_helpers import BOB, FakeLauncher, ThreadServer, auth, wait_until
 
 from service import policy
-from service.api.app import create_app
 from service.api.limits import Slots, TokenBucket
+from service.app import create_app
 from service.settings import Settings
 from sweeps.documents import MAX_DEPTH, MAX_NODES
 from worker.messages import EXCERPT_CHARS

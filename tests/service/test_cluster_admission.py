@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from harness import tiny_spec
 from svc_helpers import FakeLauncher, auth
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 from sweeps.admission import capacity_from
 

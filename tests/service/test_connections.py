@@ -34,7 +34,7 @@ import uvicorn
 from harness import LOOPBACK, ServiceProcess, free_port
 from svc_helpers import ALICE, TOKENS, FakeLauncher, auth, wait_until
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 
 FD_LIMIT = 400
@@ -122,7 +122,7 @@ SMALL = {
 @pytest.fixture
 def guarded(make_settings: Callable[..., Settings]) -> Iterator[int]:
     """The app (fake launcher) under uvicorn with the service's connection options: its port."""
-    from service.api.server import connection_options  # here: on code without them, only these tests fail
+    from service.server import connection_options  # here: on code without them, only these tests fail
 
     settings = make_settings(**SMALL)
     port = free_port()

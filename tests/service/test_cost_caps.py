@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from harness import tiny_spec
 from svc_helpers import BOB, FakeLauncher, auth, wait_until
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings, SettingsError, load_settings
 from service.store import database
 from service.store.database import Store, SweepRow, utcnow

@@ -1,4 +1,4 @@
-"""The API's docs pages (/docs, /redoc, /docs/oauth2-redirect; service/api/routes/docs.py) go out with the
+"""The API's docs pages (/docs, /redoc, /docs/oauth2-redirect; service/web/docs.py) go out with the
 browser pages' security headers: a Content-Security-Policy of this origin that allows each page's own
 inline script by its hash and no framing, nosniff, no-store and the same-origin referrer policy. And
 their scripts and styles go out with nosniff. Under that policy they work in Chromium: Swagger UI draws the operations, ReDoc draws them and searches
@@ -17,8 +17,8 @@ from harness import chromium
 from playwright.sync_api import Browser, Page
 from svc_helpers import ThreadServer
 
-from service.api.pages import PAGE_HEADERS
-from service.api.routes.docs import STATIC_URL
+from service.web.docs import STATIC_URL
+from service.web.pages import PAGE_HEADERS
 
 DOCS_PAGES = ["/docs", "/redoc", "/docs/oauth2-redirect"]
 

@@ -13,7 +13,7 @@ from service import errors
 from service.api.errors import STATUS_OF, as_api_error
 
 # the HTTP layer and what runs it; every other module of the service is the domain layer
-HTTP_LAYER = ("service.api", "service.__main__")
+HTTP_LAYER = ("service.api", "service.web", "service.app", "service.server", "service.__main__")
 
 
 @pytest.mark.parametrize(

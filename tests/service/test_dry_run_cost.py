@@ -17,7 +17,7 @@ from svc_helpers import ALICE, FakeLauncher, ThreadServer, auth
 from typer.testing import CliRunner
 
 from cli.main import app
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 from sweeps.cost import PriceConfig, price
 from sweeps.spec import SweepSpec

@@ -17,7 +17,7 @@ from harness import free_port, tiny_spec
 from httpx_sse import ServerSentEvent, connect_sse
 from svc_helpers import ALICE, BOB, FakeLauncher, auth, wait_until
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 
 

@@ -13,8 +13,8 @@ sys.path.insert(0, {helpers!r})
 sys.path.insert(0, {tests!r})  # tests/harness.py, which svc_helpers uses
 from svc_helpers import FakeLauncher, fast_settings, auth
 from harness import tiny_spec
-from service.api.app import create_app
-import service.cluster.launcher, service.api.server, service.store.migrations
+from service.app import create_app
+import service.cluster.launcher, service.server, service.store.migrations
 
 from pathlib import Path
 app = create_app(fast_settings(Path({data!r})), launcher=FakeLauncher())

@@ -15,9 +15,9 @@ from harness import real_report, tiny_spec
 from svc_helpers import ALICE, FakeLauncher, auth, wait_until
 
 from dashboards.page import PLOTLYJS_TAG, plotlyjs_from
-from service.api.app import create_app
-from service.api.pages import PLOTLYJS_URL, answer_of, static_url, with_service_bar
 from service.api.sessions import COOKIE
+from service.app import create_app
+from service.web.pages import PLOTLYJS_URL, answer_of, static_url, with_service_bar
 
 HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}  # what Chromium sends
 

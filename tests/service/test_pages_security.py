@@ -1,4 +1,4 @@
-"""Security of the browser sign-in (service/api/sessions.py, service/api/auth.py, service/api/routes/pages.py),
+"""Security of the browser sign-in (service/api/sessions.py, service/api/auth.py, service/web/pages.py),
 in-process: nothing works across owners by cookie either; a cookie's state change without the
 session's CSRF token is refused; the cookie's flags; sign-out ends the session for good; wrong tokens
 are rate-limited per client address; one-time links are one-time; the bearer API is as it was."""
@@ -18,8 +18,8 @@ from itsdangerous import URLSafeTimedSerializer
 from svc_helpers import ALICE, BOB, FakeLauncher, auth, wait_until
 from test_pages import HTML, sign_in, submit
 
-from service.api.app import create_app
 from service.api.sessions import COOKIE
+from service.app import create_app
 
 
 def cookie_attrs(resp: httpx.Response) -> dict[str, Any]:

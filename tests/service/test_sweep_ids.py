@@ -15,7 +15,7 @@ from sqlalchemy import event
 from svc_helpers import FakeLauncher, auth, wait_until
 from test_pages import sign_in
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 from service.store.database import Store
 

@@ -6,11 +6,10 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from service import manager
-from service.api import pages
 from service.api.auth import Owner
 from service.api.deps import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -142,20 +141,6 @@ async def get_curves(sweep_id: SweepId, owner: Owner, store: StoreDep) -> SweepC
 )
 async def get_report(sweep_id: SweepId, owner: Owner, store: StoreDep) -> JSONResponse:
     return JSONResponse(await manager.report(store, sweep_id, owner))
-
-
-@router.get(
-    "/{sweep_id}/dashboard",
-    response_class=HTMLResponse,
-    responses={200: {"content": {"text/html": {}}, "description": "the answer and the figures"}}
-    | error_responses(401, 404, 409, 422),
-    summary="One HTML page: the answer at the top, the batch-scaling figures below; 409 until finished "
-    "(a browser, asking for text/html, gets the sweep's live page instead)",
-)
-async def get_dashboard(
-    request: Request, sweep_id: SweepId, owner: Owner, settings: SettingsDep, store: StoreDep
-) -> Response:
-    return await pages.dashboard(request, sweep_id, owner, settings, store)
 
 
 @router.post(

@@ -26,7 +26,7 @@ from service.api.auth import TokenTable
 from service.api.health import HealthChecker, mlflow_check
 from service.api.metrics import Metrics, RequestMetrics
 from service.api.middleware import BodyLimit, HotReads, PrefixHeaders
-from service.api.routes import docs, health, pages, sweeps
+from service.api.routes import health, sweeps
 from service.api.sessions import Sessions, SignInLimiter
 from service.cluster.launcher import Launcher, RayLauncher
 from service.cluster.supervisor import Supervisor
@@ -34,6 +34,7 @@ from service.manager import RenderedPages
 from service.settings import Settings, redacted
 from service.store.database import Store
 from service.views import SweepReader, ViewCache
+from service.web import docs, pages
 from sweeps.spec import SweepSpec
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
             store.dispose()
 
     # FastAPIOffline: FastAPI that serves Swagger UI's and ReDoc's files itself (/static-offline-docs/), so the
-    # docs work offline and on machines that reach no CDN, as this one; their pages are routes/docs.py's
+    # docs work offline and on machines that reach no CDN, as this one; their pages are service/web/docs.py's
     # (with the pages' security headers), not its own
     app = FastAPIOffline(
         docs_url=None,
@@ -128,8 +129,9 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)  # type: ignore[arg-type]
     app.include_router(health.router)
     app.include_router(sweeps.router)
-    # the browser pages, sign-in and /static/ (not in the OpenAPI, but for POST /login/once)
+    # the browser pages, sign-in and /static/ (not in the OpenAPI), and GET /sweeps/{id}/dashboard (in it)
     app.include_router(pages.router)
+    app.include_router(pages.api_router)
     app.include_router(docs.router)  # /docs, /docs/oauth2-redirect, /redoc
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -1,8 +1,8 @@
 """The API's docs from this origin: Swagger UI at /docs (and its OAuth2 redirect page), ReDoc at /redoc.
 
 Their scripts and styles are fastapi-offline's copies, which the app serves under /static-offline-docs/
-(service/api/app.py), so the docs work on a machine that reaches no CDN. FastAPI's own builders make the
-HTML; each page goes out with the browser pages' security headers (service/api/pages.py, PAGE_HEADERS)
+(service/app.py), so the docs work on a machine that reaches no CDN. FastAPI's own builders make the
+HTML; each page goes out with the browser pages' security headers (service/web/pages.py, PAGE_HEADERS)
 and DOCS_CSP, which allows the page's inline script by its hash.
 """
 
@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import HTMLResponse
 
-from service.api.pages import DOCS_CSP, PAGE_HEADERS, csp_for
+from service.web.pages import DOCS_CSP, PAGE_HEADERS, csp_for
 
 DOCS_URL, REDOC_URL = "/docs", "/redoc"
 OAUTH2_REDIRECT_URL = "/docs/oauth2-redirect"

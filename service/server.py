@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 from sweeps.logs import configure as configure_logs
 
