@@ -80,11 +80,10 @@ def _validated_and_capped(body: bytes, content_type: str | None, settings: Setti
     return spec, hours
 
 
-def price_config(dry_run: bool, **given: Any) -> PriceConfig:
-    """The dry run's pricing from its query parameters (None: not given, the default); 422 naming the
-    bad parameter and value, or any of them on a submit that is not a dry run."""
+def unpriced_submit(**given: Any) -> None:
+    """A submit that is not a dry run takes no pricing: 422 naming the pricing parameters given (None: not given)."""
     asked = sorted(k for k, v in given.items() if v is not None)
-    if asked and not dry_run:
+    if asked:
         raise Invalid(
             "invalid_request",
             f"{', '.join(asked)} price a dry run; add dry_run=true",
@@ -93,6 +92,11 @@ def price_config(dry_run: bool, **given: Any) -> PriceConfig:
                 for k in asked
             ],
         )
+
+
+def price_config(**given: Any) -> PriceConfig:
+    """The dry run's pricing from its query parameters (None: not given, the default); 422 naming the
+    bad parameter and value."""
     try:
         return PriceConfig(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:

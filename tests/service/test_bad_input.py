@@ -317,8 +317,10 @@ def test_validation_is_fast_at_the_limits(make_settings: Callable[..., Settings]
 def test_dry_runs_are_rate_limited_per_owner(make_settings: Callable[..., Settings], launcher: FakeLauncher) -> None:
     settings = make_settings(dry_run_burst=3, dry_run_refill_s=60.0)
     with TestClient(create_app(settings, launcher=launcher)) as client:
-        for _ in range(3):
-            assert client.post("/sweeps?dry_run=true", json=tiny_spec(), headers=auth()).status_code == 200
+        # one bucket for the dry run at both its addresses
+        for path in ("/sweeps?dry_run=true", "/sweeps/dry-run", "/sweeps?dry_run=true"):
+            assert client.post(path, json=tiny_spec(), headers=auth()).status_code == 200
+        assert_error(client.post("/sweeps/dry-run", json=tiny_spec(), headers=auth()), 429, "too_many_dry_runs")
         # an invalid dry run counts too: validating it is the work being limited
         resp = client.post("/sweeps?dry_run=true", json=tiny_spec(seeds=0), headers=auth())
         err = assert_error(resp, 429, "too_many_dry_runs")

@@ -1,6 +1,7 @@
 """The dry run's price, over HTTP (in-process app, drivers faked, no Ray) and through the CLI:
-`POST /sweeps?dry_run=true[&gpu=&mfu=&peak_tflops=]` answers a `cost`, a bad pricing parameter is a
-422 naming it and its value, and `sweeps submit --dry-run` / `sweeps price` print the same figures."""
+`POST /sweeps/dry-run[?gpu=&mfu=&peak_tflops=]` and `POST /sweeps?dry_run=true[&gpu=...]` answer a `cost`,
+the same one, a bad pricing parameter is a 422 naming it and its value, and `sweeps submit --dry-run` /
+`sweeps price` print the same figures."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ from sweeps.spec import SweepSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "sweeps" / "examples"
 
+# the dry run's two addresses: its own route, and the submit route's flag (public since before it had one)
+DRY_RUNS = {"route": ("/sweeps/dry-run", {}), "flag": ("/sweeps", {"dry_run": "true"})}
+
+
+def dry_run(client: TestClient, how: str, spec: Any, **params: Any) -> Any:
+    path, flag = DRY_RUNS[how]
+    return client.post(path, params=flag | params, json=spec, headers=auth())
+
 
 def assert_error(resp: Any, status: int, code: str) -> dict[str, Any]:
     assert resp.status_code == status, resp.text
@@ -32,9 +41,10 @@ def assert_error(resp: Any, status: int, code: str) -> dict[str, Any]:
     return body["error"]  # type: ignore[no-any-return]
 
 
-def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLauncher) -> None:
+@pytest.mark.parametrize("how", DRY_RUNS)
+def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLauncher, how: str) -> None:
     spec = {k: v for k, v in tiny_spec().items() if k not in ("eval_every_tokens", "eval_tokens")}
-    resp = client.post("/sweeps?dry_run=true", json=spec, headers=auth())  # the evaluation defaults
+    resp = dry_run(client, how, spec)  # the evaluation defaults
     assert resp.status_code == 200, resp.text
     cost = resp.json()["cost"]
     # tiny_spec: gpt2-nano (L=2, d=64), seq_len 32, vocab 512, batch sizes [4, 8], 2 search + 1 seed, and
@@ -56,9 +66,10 @@ def test_a_dry_run_answers_the_cost_by_hand(client: TestClient, launcher: FakeLa
     assert launcher.started == [] and client.get("/sweeps", headers=auth()).json()["total"] == 0
 
 
-def test_the_gpu_mfu_and_peak_are_query_parameters(client: TestClient) -> None:
+@pytest.mark.parametrize("how", DRY_RUNS)
+def test_the_gpu_mfu_and_peak_are_query_parameters(client: TestClient, how: str) -> None:
     def hours(**params: Any) -> dict[str, Any]:
-        resp = client.post("/sweeps", params={"dry_run": "true", **params}, json=tiny_spec(), headers=auth())
+        resp = dry_run(client, how, tiny_spec(), **params)
         assert resp.status_code == 200, resp.text
         return resp.json()["cost"]  # type: ignore[no-any-return]
 
@@ -81,16 +92,58 @@ def test_the_gpu_mfu_and_peak_are_query_parameters(client: TestClient) -> None:
         ({"gpu": "x" * 65}, "query.gpu", ["at most 64"]),
     ],
 )
+@pytest.mark.parametrize("how", DRY_RUNS)
 def test_a_bad_pricing_parameter_is_a_422_naming_it(
-    client: TestClient, params: dict[str, str], field: str, words: list[str]
+    client: TestClient, params: dict[str, str], field: str, words: list[str], how: str
 ) -> None:
-    resp = client.post("/sweeps", params={"dry_run": "true", **params}, json=tiny_spec(), headers=auth())
+    resp = dry_run(client, how, tiny_spec(), **params)
     err = assert_error(resp, 422, "invalid_request")
     assert [d["field"] for d in err["details"]] == [field]
     text = err["details"][0]["message"]
     for w in words:
         assert w in text, text
     assert field in err["message"]
+
+
+def test_both_addresses_answer_the_same_dry_run(client: TestClient, launcher: FakeLauncher) -> None:
+    yaml_body = yaml.safe_dump(tiny_spec()).encode()
+    answers = {}
+    for how, (path, flag) in DRY_RUNS.items():
+        resp = client.post(
+            path,
+            params=flag | {"gpu": "A100", "mfu": 0.3},
+            content=yaml_body,
+            headers=auth() | {"Content-Type": "application/yaml"},
+        )
+        assert resp.status_code == 200, resp.text
+        answers[how] = resp.json()
+    assert answers["route"] == answers["flag"]
+    assert answers["route"]["valid"] is True and answers["route"]["cost"]["gpu"] == "A100"
+    assert {"caps", "cluster", "total_trials", "cells", "trained_tokens", "spec"} <= set(answers["route"])
+    # a dry run stores and starts nothing, at either address
+    assert launcher.started == [] and client.get("/sweeps", headers=auth()).json()["total"] == 0
+
+
+def test_the_dry_run_route_refuses_as_the_api_does(client: TestClient) -> None:
+    resp = client.post("/sweeps/dry-run", json=tiny_spec())
+    assert_error(resp, 401, "unauthorized")
+    err = assert_error(client.post("/sweeps/dry-run", json=tiny_spec(seeds=0), headers=auth()), 422, "invalid_spec")
+    assert [d["field"] for d in err["details"]] == ["seeds"]
+    plain = auth() | {"Content-Type": "text/plain"}
+    assert_error(client.post("/sweeps/dry-run", content=b"name: x", headers=plain), 415, "unsupported_media_type")
+    # it has no sweep id: a GET of the address is the read of a sweep that does not exist
+    assert_error(client.get("/sweeps/dry-run", headers=auth()), 404, "not_found")
+
+
+def test_the_openapi_documents_the_dry_run_route(client: TestClient) -> None:
+    operation = client.get("/openapi.json").json()["paths"]["/sweeps/dry-run"]["post"]
+    assert {p["name"] for p in operation["parameters"]} == {"gpu", "mfu", "peak_tflops"}
+    body = operation["requestBody"]["content"]
+    assert body["application/json"]["schema"] == {"$ref": "#/components/schemas/SweepSpec"}
+    assert "application/yaml" in body
+    ok = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert ok == {"$ref": "#/components/schemas/DryRunResult"}
+    assert {"401", "413", "415", "422", "429"} <= set(operation["responses"])
 
 
 def test_pricing_a_real_submit_is_refused(client: TestClient, launcher: FakeLauncher) -> None:

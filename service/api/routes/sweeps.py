@@ -40,6 +40,16 @@ SPEC_BODY: dict[str, Any] = {
 }
 
 
+# The dry run's pricing (sweeps/cost.py), on POST /sweeps/dry-run and POST /sweeps?dry_run=true
+Gpu = Annotated[
+    str | None, Query(description="dry run: the GPU to price on (default H100; worker/hardware.py's table)")
+]
+Mfu = Annotated[float | None, Query(description="dry run: the model FLOPs utilisation to assume, (0, 1]")]
+PeakTflops = Annotated[
+    float | None, Query(description="dry run: the GPU's dense bf16 peak in TFLOP/s (overrides the table)")
+]
+
+
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
@@ -58,15 +68,15 @@ async def submit_sweep(
     supervisor: SupervisorDep,
     limits: LimitsDep,
     dry_run: Annotated[
-        bool, Query(description="validate only: store and start nothing (rate-limited per owner)")
+        bool,
+        Query(
+            description="validate only: store and start nothing (rate-limited per owner); the same as "
+            "POST /sweeps/dry-run"
+        ),
     ] = False,
-    gpu: Annotated[
-        str | None, Query(description="dry run: the GPU to price on (default H100; worker/hardware.py's table)")
-    ] = None,
-    mfu: Annotated[float | None, Query(description="dry run: the model FLOPs utilisation to assume, (0, 1]")] = None,
-    peak_tflops: Annotated[
-        float | None, Query(description="dry run: the GPU's dense bf16 peak in TFLOP/s (overrides the table)")
-    ] = None,
+    gpu: Gpu = None,
+    mfu: Mfu = None,
+    peak_tflops: PeakTflops = None,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -74,23 +84,14 @@ async def submit_sweep(
         ),
     ] = None,
 ) -> SweepCreated | DryRunResult:
-    pricing = manager.price_config(dry_run, gpu=gpu, mfu=mfu, peak_tflops=peak_tflops)  # 422 names a bad one
-    # before the body is read: a refused request costs nothing
-    if dry_run:
-        limits.take_dry_run(owner)
-    else:
-        limits.take_submit(owner)
-    body = await request.body()
-    content_type = request.headers.get("content-type")
     if dry_run:
         response.status_code = status.HTTP_200_OK
-        return await manager.dry_run(
-            body, content_type, settings, pricing,
-            owner=owner, work=limits.specs, store=store, launcher=supervisor.launcher,
-        )  # fmt: skip
+        return await dry_run_sweep(request, owner, settings, store, supervisor, limits, gpu, mfu, peak_tflops)
+    manager.unpriced_submit(gpu=gpu, mfu=mfu, peak_tflops=peak_tflops)  # 422 naming any
+    limits.take_submit(owner)  # before the body is read: a refused request costs nothing
     created = await manager.submit(
-        body=body,
-        content_type=content_type,
+        body=await request.body(),
+        content_type=request.headers.get("content-type"),
         owner=owner,
         idempotency_key=idempotency_key,
         settings=settings,
@@ -102,6 +103,32 @@ async def submit_sweep(
     if created.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return SweepCreated(id=created.row.id, status=created.row.status, replayed=created.replayed)  # type: ignore[arg-type]
+
+
+@router.post(
+    "/dry-run",
+    response_model=DryRunResult,
+    responses=error_responses(401, 413, 415, 422, 429),
+    openapi_extra=SPEC_BODY,
+    summary="Validate and price a spec (JSON or YAML): store and start nothing (rate-limited per owner)",
+)
+async def dry_run_sweep(
+    request: Request,
+    owner: Owner,
+    settings: SettingsDep,
+    store: StoreDep,
+    supervisor: SupervisorDep,
+    limits: LimitsDep,
+    gpu: Gpu = None,
+    mfu: Mfu = None,
+    peak_tflops: PeakTflops = None,
+) -> DryRunResult:
+    pricing = manager.price_config(gpu=gpu, mfu=mfu, peak_tflops=peak_tflops)  # 422 names a bad one
+    limits.take_dry_run(owner)  # before the body is read: a refused request costs nothing
+    return await manager.dry_run(
+        await request.body(), request.headers.get("content-type"), settings, pricing,
+        owner=owner, work=limits.specs, store=store, launcher=supervisor.launcher,
+    )  # fmt: skip
 
 
 @router.get("", response_model=SweepPage, responses=error_responses(401, 422), summary="Your sweeps, newest first")
