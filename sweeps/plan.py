@@ -198,6 +198,35 @@ def next_search_lr(
     return (kind, lr)
 
 
+# A probe below a diverged confirmation run: this far below (in ln lr) the lowest lr at which a run of the
+# cell diverged. Near a stability edge that varies by seed, the search's own lrs below it may be a whole
+# step (2 x BRACKET_STEP) away or absent; a quarter of that keeps the cell near the edge, where its best
+# loss is, while clearing the seed-to-seed spread of the edge
+PROBE_STEP = 0.25
+
+
+def probe_lr(
+    confirmations_diverged: list[float], completed: list[float], diverged: list[float], *, lr_min: float
+) -> float | None:
+    """The lr at which a cell probes below a diverged confirmation run, or None.
+
+    `confirmations_diverged`: the lrs of the cell's diverged confirmation runs; `completed`: of its search
+    trials trained to the end; `diverged`: of its search trials that diverged. Where a confirmation run
+    diverged at c (the lowest such) and no search trial below c trained to the end (nothing for the
+    retreat to go to: `sweeps.analysis.pick_stable`), PROBE_STEP below the lowest lr that diverged there (c,
+    or a probe below it that diverged too), clipped to `lr_min`; None where a completed search lr lies
+    below c, no confirmation run diverged, or `lr_min` itself diverged."""
+    if not confirmations_diverged:
+        return None
+    ceiling = min(confirmations_diverged)
+    if any(ceiling * math.exp(-2 * PROBE_STEP) * (1.0 - _TIE) <= lr < ceiling * (1.0 - _TIE) for lr in completed):
+        return None
+    low = min([ceiling, *diverged])
+    if low <= lr_min * (1.0 + _TIE):
+        return None
+    return max(low * math.exp(-PROBE_STEP), lr_min)
+
+
 def _narrowed(
     best_lr: float, tried: list[float], narrow: float | None, *, lr_min: float, lr_max: float
 ) -> tuple[str, float | None]:

@@ -62,6 +62,7 @@ from sweeps.plan import (
     cell_order,
     coarse_lrs,
     next_search_lr,
+    probe_lr,
     study_name,
     warm_start_lrs,
 )
@@ -212,15 +213,37 @@ class Cell:
     def _reruns(self, role: str) -> list[Rerun]:
         return [v for v in self.running.values() if isinstance(v, Rerun) and v.role == role]
 
-    def budget(self) -> int:
+    def budget(self, probes: int = 0) -> int:
         """The cell's trials at most: n_search, one per other warm-up, n_seeds, and again the confirmation
-        runs spent at an lr the cell retreated from (a diverged run there), as far as `seeds_max` leaves room:
-        a retreat is confirmed whole where the spec's trial cap (every cell at seeds_max) allows it, and
-        otherwise spends what the search did not."""
+        runs spent at an lr the cell retreated from (a diverged run there) and its probes (`probes` more:
+        one about to be asked), as far as `seeds_max` leaves room: a retreat is confirmed whole where the
+        spec's trial cap (every cell at seeds_max) allows it, and otherwise spends what the search did not."""
         lr = self.best_lr()
-        retired = sum(1 for t in self.trials("seed") if lr is None or not _same_lr(float(t.params["lr"]), lr))
-        again = min(retired, max(0, self.seeds_max - self.n_seeds))
+        at = [float(t.params["lr"]) for t in self.trials("seed")] + [r.lr for r in self._reruns("seed")]
+        retired = sum(1 for x in at if lr is None or not _same_lr(x, lr))  # finished or running
+        again = min(retired + self.probes() + probes, max(0, self.seeds_max - self.n_seeds))
         return self.n_search + len(self.warmups) - 1 + self.n_seeds + again
+
+    def probes(self) -> int:
+        """Search trials asked below a diverged confirmation run (`probe_lr`), finished or running."""
+        asked = [*self.trials("search"), *(v for v in self.running.values() if not isinstance(v, Rerun))]
+        return sum(1 for t in asked if t.user_attrs.get("design") == "probe")
+
+    def probe_lr(self) -> float | None:
+        """The lr of the next probe (`sweeps.plan.probe_lr`) once the search is done and no search trial is
+        running, where the budget holds the probe and the confirmation runs after it; else None."""
+        if not self.search_done() or any(not isinstance(v, Rerun) for v in self.running.values()):
+            return None
+        search = self.trials("search")
+        lr = probe_lr(
+            [float(t.params["lr"]) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"],
+            [float(t.params["lr"]) for t in search if t.state == TrialState.COMPLETE and t.value is not None],
+            [float(t.params["lr"]) for t in search if t.user_attrs.get("status") == TrialStatus.diverged],
+            lr_min=self.lr_min,
+        )
+        if lr is None or self.spent() + 1 + self.n_seeds > self.budget(probes=1):
+            return None
+        return lr
 
     def spent(self) -> int:
         """The cell's trials finished or running, of every role."""
@@ -288,6 +311,8 @@ class Cell:
         lr = self.best_lr()
         if lr is None or self.warmups_wanted() or self._reruns("warmup"):
             return []
+        if any(not isinstance(v, Rerun) for v in self.running.values()):
+            return []  # a search trial (a probe) is running: its result may move the best lr
         warmup = self.best_warmup()
         seeds = self._reruns("seed")
         running = {r.seed for r in seeds if _same_lr(r.lr, lr) and r.warmup == warmup}
@@ -302,6 +327,7 @@ class Cell:
             self.search_finished() >= self.n_search
             or self.next_lr()[0] == "converged"
             or self.stop_reason() is not None
+            or self.probes() > 0  # a probe follows a finished search: the line search does not resume
         )
 
     def next_lr(self) -> tuple[str, float | None]:
@@ -362,7 +388,9 @@ class Cell:
             return not self.running
         if not self.search_done():
             return False
-        return self.best() is None or (not self.warmups_wanted() and not self.seeds_wanted() and not self.running)
+        return self.best() is None or (
+            not self.warmups_wanted() and not self.seeds_wanted() and not self.running and self.probe_lr() is None
+        )
 
 
 CURVE_POINTS = 40  # per trial on the live page: a few KB a sweep, at any number of evaluations
@@ -834,15 +862,11 @@ class CellSearcher(DriverOnly, Searcher):
                     return None
                 if kind in ("vertex", "step"):
                     cell.study.enqueue_trial({"lr": lr}, user_attrs={"design": kind})
-            cell.changed()
-            trial = cell.study.ask({"lr": self.distribution})
-            trial.set_user_attr("role", "search")
-            trial.set_user_attr("seed", 0)
-            cell.running[trial_id] = trial
-            # the bracket and the vertex steps are the search's design, trained to the end; only TPE's
-            # explorations may be stopped early by ASHA
-            prunable = not trial.user_attrs.get("design")
-            return self._config(cell, trial.params["lr"], seed=0, role="search", number=trial.number, prunable=prunable)
+            return self._ask_search(cell, trial_id)
+        if (probe := cell.probe_lr()) is not None:
+            # a confirmation run diverged with no completed search lr below it: a search trial just below
+            cell.study.enqueue_trial({"lr": probe}, user_attrs={"design": "probe"})
+            return self._ask_search(cell, trial_id)
         if cell.search_done() and (lr := cell.best_lr()) is not None:
             # first the other warm-ups at the best lr (seed 0, as the search), then the confirmation runs
             # at the best of them
@@ -855,6 +879,18 @@ class CellSearcher(DriverOnly, Searcher):
             cell.running[trial_id] = run
             return self._config(cell, lr, seed=run.seed, role=run.role, number=None, warmup=run.warmup)
         return None
+
+    def _ask_search(self, cell: Cell, trial_id: str) -> dict[str, Any]:
+        """A search trial of `cell`: the one enqueued (a design point), else TPE's draw; seed 0."""
+        cell.changed()
+        trial = cell.study.ask({"lr": self.distribution})
+        trial.set_user_attr("role", "search")
+        trial.set_user_attr("seed", 0)
+        cell.running[trial_id] = trial
+        # the bracket, vertex, step and probe trials are the search's design, trained to the end; only TPE's
+        # explorations may be stopped early by ASHA
+        prunable = not trial.user_attrs.get("design")
+        return self._config(cell, trial.params["lr"], seed=0, role="search", number=trial.number, prunable=prunable)
 
     def _config(
         self,

@@ -4,6 +4,7 @@ import pytest
 
 from sweeps.plan import (
     BRACKET_STEP,
+    PROBE_STEP,
     REFERENCE_NARROW,
     VERTEX_MIN_GAP,
     cell_key,
@@ -12,6 +13,7 @@ from sweeps.plan import (
     neighbourhood,
     next_search_lr,
     parabola_vertex,
+    probe_lr,
     run_name,
     study_name,
     warm_start_lrs,
@@ -146,6 +148,23 @@ def test_the_line_search_steps_out_or_halves_the_gap_below_a_divergence() -> Non
     assert next_search_lr([], [2e-4], [2e-4], lr_min=lo, lr_max=hi) == ("step", pytest.approx(lo))
     assert next_search_lr([], [1e-2], [1e-2, 1e-2 / math.e], lr_min=lo, lr_max=hi) == ("explore", None)
     assert next_search_lr([], [], [1e-2], lr_min=lo, lr_max=hi) == ("explore", None)
+
+
+def test_a_probe_goes_just_below_a_diverged_confirmation_lr_with_nothing_near_below_it() -> None:
+    assert PROBE_STEP == 0.25
+    # confirmation runs diverged at 1e-2; the nearest completed search lr is 1.9 ln-units below: a probe
+    assert probe_lr([1e-2, 2e-2], [1.7e-3, 1e-2, 2e-2], [4e-2], lr_min=1e-4) == pytest.approx(1e-2 * math.exp(-0.25))
+    # a completed search lr within 2 x PROBE_STEP below: the retreat goes there, no probe
+    assert probe_lr([1e-2], [1e-2 * math.exp(-0.45), 1e-2], [], lr_min=1e-4) is None
+    assert probe_lr([1e-2], [1e-2 * math.exp(-0.55), 1e-2], [], lr_min=1e-4) == pytest.approx(7.788e-3, rel=1e-3)
+    # a probe that diverged too: the next one below it
+    low = 1e-2 * math.exp(-0.25)
+    assert probe_lr([1e-2], [1e-2], [low], lr_min=1e-4) == pytest.approx(1e-2 * math.exp(-0.5))
+    # nothing diverged in confirmation: nothing to probe
+    assert probe_lr([], [1e-2], [2e-2], lr_min=1e-4) is None
+    # at the lower bound: clipped to it, and once it diverged there, no probe
+    assert probe_lr([1.1e-4], [1.1e-4], [], lr_min=1e-4) == pytest.approx(1e-4)
+    assert probe_lr([1.1e-4], [1.1e-4], [1e-4], lr_min=1e-4) is None
 
 
 def test_warm_start_refuses_nonsense() -> None:

@@ -27,6 +27,7 @@ from sweeps.analysis import (
     t_quantile,
     verdict_level,
 )
+from sweeps.plan import PROBE_STEP, coarse_lrs
 from sweeps.simulate import Run, simulate
 from sweeps.spec import SweepSpec, cell_search_trials
 
@@ -408,6 +409,48 @@ def test_a_retreat_is_confirmed_whole_where_the_trial_cap_leaves_room(seeds: Any
         else:
             assert cell.stable and cell.seeds == 2 and cell.unstable_reason is None
             assert cell.trials == search + 4 <= search + spec.seeds_max  # within what the dry run priced
+
+
+@pytest.mark.parametrize("seeds", [2, {"min": 2, "max": 6, "step": 2}], ids=["fixed", "adaptive"])
+def test_a_cell_probes_just_below_a_diverged_confirmation_lr_where_the_search_left_nothing_near(seeds: Any) -> None:
+    """The search's three coarse lrs, 1.9 ln-units apart, and a step up that diverges: the loss falls with
+    the lr up to the stability edge, at 2e-2 for seed 0 and at 1e-2 for the confirmation seeds. Both
+    confirmation runs at the best lr (1.16e-2) diverge; the next lr the search tried is far below. With room
+    in `seeds.max`, the cell probes PROBE_STEP below the diverged lr and is judged there; without, it stays
+    unconfirmed (undecided, never degraded)."""
+    spec = SweepSpec.from_mapping(
+        tiny_spec(
+            "probe",
+            optimizers=[{"name": "adamw"}],
+            batch_sizes=[4],
+            token_budget=8 * 32 * 8,
+            eval_every_tokens=None,  # a tenth of the budget: a divergence shows after the first evaluation
+            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 3},
+            seeds=seeds,
+            degradation={"tolerance": 0.01, "baseline": "adamw"},
+        )
+    )
+
+    def objective(run: Run) -> list[float]:
+        final = 3.0 - 0.1 * math.log(run.lr / 1e-4)  # lower with every step up to the edge
+        if run.lr > (2e-2 if run.seed == 0 else 1e-2):
+            return [final] + [math.inf] * (len(run.eval_tokens) - 1)
+        return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
+
+    result = simulate(spec, objective)
+    cell = result.report.optimizers["adamw"].cells[0]
+    _, far, best = coarse_lrs(1e-4, 3e-2)  # 1.7e-3, 1.16e-2
+    probes = [t for t in result.results if t.role == "search" and math.isclose(t.lr, best * math.exp(-PROBE_STEP))]
+    assert cell.retreated_from_lr == pytest.approx(best)
+    assert cell.trials <= cell_search_trials(3, reference=True) + spec.seeds_max  # what the dry run priced
+    if isinstance(seeds, int):
+        assert probes == [] and cell.best_lr == pytest.approx(far)  # no room: the far lr
+        assert not cell.stable and "2 missing" in (cell.unstable_reason or "")
+    else:
+        assert len(probes) == 1 and probes[0].status == "completed"
+        assert cell.best_lr == pytest.approx(probes[0].lr) and cell.stable and cell.seeds == 2
+        # no confirmation run went to the far lr while the probe ran: 4 search, 2 diverged, the probe, 2 seeds
+        assert cell.trials == 9 and all(t.lr > 5e-3 for t in result.results if t.role == "seed")
 
 
 def test_the_bracket_in_words() -> None:
