@@ -5,8 +5,9 @@
 
     python benchmarks/search_efficiency.py --family cliffs|noise-scale [--seeds 2]
 
-Targets: the answer equals the truth in >= 0.90 of answers and never less often than a 12-lr x 2-seed
-grid on the same problems; the report's bracket holds the truth in >= 95% of answers, and of the answers
+Targets: the answer equals the truth in >= max(the 12-lr x 2-seed grid's + 0.03, the noise ceiling's -
+0.02) of answers on the same problems (the ceiling: 8 completed runs at each cell's true best lr, judged by
+the same report builder: what seed noise alone leaves); the report's bracket holds the truth in >= 95% of answers, and of the answers
 resting on an edge-bound cell; <= 0.5 of that grid's tokens. The last line gives the three figures. Three
 families of problems: "bowls" (below, the
 family the search was first tuned on) and "cliffs" (`make_cliff_problem`: valleys 2-4x steeper above
@@ -108,6 +109,11 @@ CURVE_HEIGHT, CURVE_POWER = 0.15, 0.5  # Lmin (1 + h ((t/T)^-a - 1)) along token
 EVAL_JITTER = 0.5  # sd of an intermediate eval's own noise, in units of sigma
 SHARED_NOISE = 0.5  # share of the seed-noise variance common to the runs of one (cell, seed)
 CLIFF_JITTER = 0.1  # sd of ln(cliff) across seeds
+# The truth's lr at a stability edge: the edge's 5 % quantile over seeds, where 19 runs in 20 complete (the
+# nominal edge diverges in half the seeds, so no method trains there; the recorded runs' truth is likewise
+# the best lr at which all 12 recorded seeds completed)
+EDGE_Z = 1.645
+ORACLE_SEEDS = 8  # the noise ceiling's completed runs a cell, at the true best lr
 
 
 # --------------------------------------------------------------------------------------------------
@@ -176,14 +182,18 @@ class Problem:
             return t.cliff * self.lr_opt(opt, self.b0) * (b / self.b0) ** -t.cliff_gamma
         return self.lr_opt(opt, b) * (1.0 + (t.cliff - 1.0) * (b / self.b0) ** -t.cliff_gamma)
 
+    def usable_edge(self, opt: str, b: int) -> float:
+        """The highest lr at which 19 runs in 20 complete: the edge's 5 % quantile over seeds (EDGE_Z)."""
+        return self.cliff_lr(opt, b) * math.exp(-EDGE_Z * CLIFF_JITTER)
+
     def best_lr(self, opt: str, b: int) -> float:
-        """The noiseless best lr a sweep can reach: lr*(B), or the stability edge or lr bound below it."""
+        """The noiseless best lr a sweep can use: lr*(B), or the usable edge or lr bound below it."""
         lo, hi = self.lr_bounds
-        return min(max(self.lr_opt(opt, b), lo), hi, self.cliff_lr(opt, b))
+        return min(max(self.lr_opt(opt, b), lo), hi, self.usable_edge(opt, b))
 
     def edge_bound(self, opt: str, b: int) -> bool:
         """Whether the stability edge (not the bowl or the lr range) sets the cell's best lr."""
-        return self.cliff_lr(opt, b) < min(self.lr_opt(opt, b), self.lr_bounds[1])
+        return self.usable_edge(opt, b) < min(self.lr_opt(opt, b), self.lr_bounds[1])
 
     def noise_sd(self, opt: str, b: int, lr: float, cliff: float) -> float:
         t = self.truths[opt]
@@ -647,6 +657,28 @@ def run_tpe(problem: Problem, spec: Any) -> MethodOutcome:
     return MethodOutcome(_answers(report), tokens, len(results), results, report, _best_lrs(report))
 
 
+def run_oracle(problem: Problem, spec: Any) -> MethodOutcome:
+    """The noise ceiling: what seed noise alone leaves of the answer. Every cell trains at its true best lr
+    (`Problem.best_lr`) until ORACLE_SEEDS runs completed (a run past its seed's edge is replaced by the
+    next seed: divergence is not what this measures), judged by the same report builder. Its tokens are
+    not a cost anyone could pay: it knows the truth's lr."""
+    from sweeps.analysis import AnalysisInput, build_report
+
+    sched = schedules(spec)
+    results, tokens = [], 0
+    for number, (opt, b) in enumerate(spec.cells()):
+        lr, seed, done = problem.best_lr(opt, b), 1, []
+        while len(done) < ORACLE_SEEDS and seed <= 10 * ORACLE_SEEDS:
+            run = _trial_result(opt, b, lr, seed, "seed", simulate_run(problem, opt, b, lr, seed, sched[b]), None)
+            tokens += run.tokens
+            if run.status == "completed":
+                done.append(run)
+            seed += 1
+        results += [_mean_result(opt, b, lr, number, done), *done]
+    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    return MethodOutcome(_answers(report), tokens, len(results), results, report, _best_lrs(report))
+
+
 # --------------------------------------------------------------------------------------------------
 # The benchmark
 # --------------------------------------------------------------------------------------------------
@@ -660,6 +692,7 @@ class ProblemOutcome:
     grid: MethodOutcome  # GRID_POINTS lrs x `seeds` seeds (the benchmark's baseline)
     grid_once: MethodOutcome  # GRID_POINTS lrs once + `seeds` confirmation runs (a cheaper baseline)
     tpe: MethodOutcome  # per-cell TPE, the searcher's trials + `seeds` confirmation runs
+    oracle: MethodOutcome  # the noise ceiling: ORACLE_SEEDS runs at each cell's true best lr
 
 
 def run_problem(problem: Problem, spec: Any) -> ProblemOutcome:
@@ -670,6 +703,7 @@ def run_problem(problem: Problem, spec: Any) -> ProblemOutcome:
         run_grid(problem, spec),
         run_grid_once(problem, spec),
         run_tpe(problem, spec),
+        run_oracle(problem, spec),
     )
 
 
@@ -688,8 +722,8 @@ def _accuracy(outcomes: Sequence[ProblemOutcome], method: str, opt: str | None, 
     return sum(hits) / len(hits)
 
 
-METHODS = ("searcher", "tpe", "grid_once", "grid")
-LABELS = {"searcher": "searcher", "tpe": "TPE/cell", "grid_once": "grid once", "grid": "grid"}
+METHODS = ("searcher", "tpe", "grid_once", "grid", "oracle")
+LABELS = {"searcher": "searcher", "tpe": "TPE/cell", "grid_once": "grid once", "grid": "grid", "oracle": "ceiling"}
 
 
 def wilson(hits: int, n: int) -> tuple[float, float]:
@@ -858,11 +892,12 @@ def summarize(outcomes: Sequence[ProblemOutcome], spec: Any, wall_s: float) -> l
         f"wall time {wall_s:.1f} s ({wall_s / n * 1e3:.0f} ms a problem)",
     ]
     acc_s, acc_g = statistics.fmean(hits["searcher"]), statistics.fmean(hits["grid"])
+    ceiling = statistics.fmean(hits["oracle"])
     lo, hi = wilson(sum(hits["searcher"]), answers)
     coverage = statistics.fmean(cover["searcher"])
+    target = max(acc_g + 0.03, ceiling - 0.02)
     met = {
-        "accuracy >= 0.90": acc_s >= 0.90,
-        ">= grid": acc_s >= acc_g,
+        f"accuracy >= max(grid + 0.03, ceiling - 0.02) = {target:.3f}": acc_s >= target,
         "coverage >= 0.95": coverage >= 0.95,
         "edge-bound coverage >= 0.95": n_edge == 0
         or statistics.fmean(c for c, x in zip(cover["searcher"], edge, strict=True) if x) >= 0.95,
@@ -870,7 +905,8 @@ def summarize(outcomes: Sequence[ProblemOutcome], spec: Any, wall_s: float) -> l
     }
     lines += [
         "targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items()),
-        f"tokens searcher/grid = {ratio:.2f}, accuracy searcher {acc_s:.2f} vs grid {acc_g:.2f} "
+        f"tokens searcher/grid = {ratio:.2f}, accuracy searcher {acc_s:.3f} vs grid {acc_g:.3f} and ceiling "
+        f"{ceiling:.3f} "
         f"(searcher 95% [{lo:.2f}, {hi:.2f}]), bracket coverage {coverage:.2f}, family {family}",
     ]
     return lines
