@@ -19,6 +19,8 @@ answer is judged against the search's `against` reference (the baseline, the def
 Figures, each with its 95 % Wilson interval where it is a share of answers:
 - answer agrees: the search's answer (the report's point estimate, largest_degradation_free_batch_size)
   is within `resolution` of the full lattice sweep's (the same size, a neighbour, or both none);
+- the full lattice against itself: the same sweep on the same problem with every draw of noise new (other
+  seeds): how often listing agrees with listing, the most any method can agree with it;
 - answer within resolution of the truth, for the search and for the full sweep;
 - the bracket [largest_fine, smallest_degraded) holds the truth, for both;
 - tokens and simulated wall time (trials `--concurrency` at a time) of the search over the full sweep.
@@ -90,6 +92,9 @@ class Outcome:
     truth: dict[str, int | None]  # per optimizer, against the reference the search uses
     search: dict[str, Any]  # per optimizer: answer (a batch size or None), bracket (a `Bracket`)
     full: dict[str, Any]
+    # the full lattice again on the same problem with other noise (other seeds' draws): how often listing
+    # agrees with itself, the most any method can agree with it
+    again: dict[str, Any]
     tokens: tuple[int, int]  # search, full
     wall: tuple[int, int]
     sizes: dict[str, int]  # per optimizer: sizes the search tested
@@ -117,10 +122,13 @@ def run_problem(args: tuple[str, int, int, float, float, int]) -> Outcome:
     truth = {opt: t[ref] for opt, t in se.true_answers(problem).items()}
     s = simulate(search_spec, se.objective_of(problem, search_spec), seed=problem.seed)
     f = simulate(full_spec, se.objective_of(problem, full_spec), seed=problem.seed)
+    other = dataclasses.replace(problem, seed=problem.seed + 1)  # the same truth, every draw of noise new
+    g = simulate(full_spec, se.objective_of(other, full_spec), seed=other.seed)
     return Outcome(
         truth,
         _answers(s.report, ref),
         _answers(f.report, ref),
+        _answers(g.report, ref),
         (s.tokens_trained, f.tokens_trained),
         (s.wall_tokens, f.wall_tokens),
         {opt: len(r.search_steps) for opt, r in s.report.optimizers.items()},
@@ -151,6 +159,7 @@ def summarize(
 ) -> list[str]:
     answers = [(o, opt) for o in outcomes for opt in o.truth]
     agree = [within(o.search[opt]["answer"], o.full[opt]["answer"], lattice, resolution) for o, opt in answers]
+    itself = [within(o.full[opt]["answer"], o.again[opt]["answer"], lattice, resolution) for o, opt in answers]
     right_s = [within(o.search[opt]["answer"], o.truth[opt], lattice, resolution) for o, opt in answers]
     right_f = [within(o.full[opt]["answer"], o.truth[opt], lattice, resolution) for o, opt in answers]
     cover_s = [covers(o.search[opt]["bracket"], o.truth[opt]) for o, opt in answers]
@@ -165,6 +174,7 @@ def summarize(
         f"family {family}: {len(outcomes)} problems, {len(answers)} answers (problem x optimizer); lattice of "
         f"{len(lattice)} sizes {lattice[0]}..{lattice[-1]} at resolution {resolution:g}",
         f"  search answer = full lattice's, within resolution   {share(agree)}",
+        f"  full lattice = itself under other noise             {share(itself)}",
         f"  answer within resolution of the truth: search      {share(right_s)}",
         f"                                          full lattice {share(right_f)}",
         f"  bracket holds the truth: search                     {share(cover_s)}",
@@ -176,7 +186,8 @@ def summarize(
         f"range [{min(per_problem):.3f}, {max(per_problem):.3f}]",
         f"wall time {wall_s:.0f} s",
         "targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items()),
-        f"tokens search/full lattice = {tokens:.2f}, bracket coverage {coverage:.2f}, family {family}",
+        f"tokens search/full lattice = {tokens:.2f}, bracket coverage {coverage:.2f}, agreement "
+        f"{statistics.fmean(agree):.3f} (the full lattice with itself {statistics.fmean(itself):.3f}), family {family}",
     ]
 
 

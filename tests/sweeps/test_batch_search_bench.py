@@ -55,7 +55,9 @@ def test_the_last_line_is_the_token_ratio_and_the_coverage(
     bench.main(["--problems", "1", "--workers", "1", "--seed", "4"])
     lines = capsys.readouterr().out.strip().splitlines()
     m = re.fullmatch(
-        r"tokens search/full lattice = (\d+\.\d\d), bracket coverage ([01]\.\d\d), family cliffs", lines[-1]
+        r"tokens search/full lattice = (\d+\.\d\d), bracket coverage ([01]\.\d\d), agreement ([01]\.\d{3}) "
+        r"\(the full lattice with itself ([01]\.\d{3})\), family cliffs",
+        lines[-1],
     )
     assert m, lines[-1]
     (outcome,) = seen
@@ -64,3 +66,7 @@ def test_the_last_line_is_the_token_ratio_and_the_coverage(
     assert 0 < ratio < 1  # the search trains less than every lattice size
     covered = [bench.covers(outcome.search[opt]["bracket"], outcome.truth[opt]) for opt in outcome.truth]
     assert float(m.group(2)) == pytest.approx(sum(covered) / len(covered), abs=0.005)
+    # listing under other noise: the same problem's truth, its own answers
+    lattice = bench.make_spec({"min": 8, "max": 256, "resolution": 1.25}, concurrency=1, tolerance=0.01).lattice
+    again = [bench.within(outcome.full[o]["answer"], outcome.again[o]["answer"], lattice, 1.25) for o in outcome.truth]
+    assert float(m.group(4)) == pytest.approx(sum(again) / len(again), abs=0.0005)
