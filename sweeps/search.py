@@ -90,6 +90,9 @@ CELL_LOST_TRIALS = 3
 LOST_WITH_PROCESS = "process"  # a trial's `lost`: Tune gave it up after its process died each time
 
 
+GROWTH_PASSES = 64  # looks of `_grow` within one `suggest` at most (see there)
+
+
 class InfrastructureFailures(RuntimeError):
     """Too many trials were lost to the infrastructure: the cluster is broken, not the trials."""
 
@@ -551,7 +554,13 @@ class CellSearcher(DriverOnly, Searcher):
                     f"{self.lost_trials} trials were lost to infrastructure failures (worker processes killed, "
                     f"nodes lost), each after {TRIAL_RETRIES} restarts; the cluster needs attention"
                 )
-            for _ in range(3):  # again after adaptive confirmation or the batch search added runs
+            # Again after each growth (adaptive confirmation added runs, the batch search added or dropped a
+            # size), until a cell has a run to give or nothing moves: a plan may move several times before
+            # it has a run (a speculative size dropped, then a bisection added), and a None with no trial
+            # running would leave the sweep waiting for an event that never comes. Each growth adds seeds
+            # (up to seeds.max) or changes the sizes (up to the lattice): finite; the bound guards against
+            # a plan that oscillates.
+            for _ in range(GROWTH_PASSES):
                 for cell in self.cells:
                     config = self._next_of(cell, trial_id)
                     if config is not None:

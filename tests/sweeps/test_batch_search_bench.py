@@ -70,3 +70,16 @@ def test_the_last_line_is_the_token_ratio_and_the_coverage(
     lattice = bench.make_spec({"min": 8, "max": 256, "resolution": 1.25}, concurrency=1, tolerance=0.01).lattice
     again = [bench.within(outcome.full[o]["answer"], outcome.again[o]["answer"], lattice, 1.25) for o in outcome.truth]
     assert float(m.group(4)) == pytest.approx(sum(again) / len(again), abs=0.0005)
+
+
+def test_a_search_whose_plan_moves_several_times_without_a_run_still_ends(bench: ModuleType) -> None:
+    """Noise-scale problem 46: once merit's sizes are in, the plan drops a speculative size and bisects, more
+    looks within one `suggest` than it once took, with no trial running; the sweep must go on to its answer
+    (`sweeps.simulate` raises where the searcher suggests nothing and no trial runs, where Tune would wait
+    forever)."""
+    outcome = bench.run_problem(("noise-scale", 46, 0, 1.25, 0.01, 4))
+    lattice = bench.make_spec({"min": 8, "max": 256, "resolution": 1.25}, concurrency=1, tolerance=0.01).lattice
+    for opt in outcome.truth:
+        answer = outcome.search[opt]["answer"]
+        assert answer is None or answer in lattice
+    assert outcome.sizes["merit"] >= 3  # the searched sizes, the bisection among them
