@@ -1,4 +1,4 @@
-"""`GET /sweeps/{id}`: `SweepReader`, the sweep's rendered JSON for its owner, from `ViewCache`.
+"""`GET /sweeps/{id}`: `SweepReader.detail_json`, the one read of a sweep for its owner, over `ViewCache`.
 
 The hot read of the API is clients polling one sweep. Serving it from the store costs a worker-thread
 hop and a query per request, which halves what the event loop can serve on a small machine (measured
@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 
 import anyio.to_thread
 
@@ -28,6 +27,9 @@ from service.settings import Settings
 from service.store.database import Store
 
 log = logging.getLogger(__name__)
+
+# reads a sweep for the cache: (its owner, its rendered body), or None when there is no such sweep
+Fetch = Callable[[str], Awaitable[tuple[str, bytes] | None]]
 
 
 @dataclass(frozen=True)
@@ -52,31 +54,24 @@ class ViewCache:
             return None
         return view
 
-    async def load(self, sweep_id: str, fetch: Callable[[], Awaitable[tuple[str, bytes] | None]]) -> View | None:
-        """The sweep's view: fresh from memory; expired from memory while one background fetch renews
-        it; else fetched, concurrent misses of one sweep sharing a single fetch.
+    async def load(self, sweep_id: str, fetch: Fetch) -> View | None:
+        """The sweep's view: fresh from memory; expired from memory while one background fetch renews it
+        (this reader does not wait for it); else fetched, concurrent misses of one sweep sharing a single
+        fetch.
 
         Without this, every client polling a sweep misses at the same moment when its entry expires,
         and that burst (or the wait for one store read in a busy thread pool) is the latency tail of
-        the whole API. `fetch` returns (owner, body), or None when there is no such sweep.
+        the whole API. `fetch(sweep_id)` returns (owner, body), or None when there is no such sweep.
         """
-        view = self.peek(sweep_id, fetch)
+        view = self._views.get(sweep_id)
         if view is not None:
+            if time.monotonic() - view.made_at > self.ttl_s and sweep_id not in self._loading:
+                self._start_fetch(sweep_id, fetch)  # the renewal
             return view
         pending = self._loading.get(sweep_id) or self._start_fetch(sweep_id, fetch)
         return await asyncio.shield(pending)
 
-    def peek(self, sweep_id: str, fetch: Callable[[], Awaitable[tuple[str, bytes] | None]]) -> View | None:
-        """The sweep's view if one is in memory, without waiting: an expired one is returned while one
-        background `fetch` renews it. None on a miss (nothing fetched: `load` does that)."""
-        view = self._views.get(sweep_id)
-        if view is not None and time.monotonic() - view.made_at > self.ttl_s and sweep_id not in self._loading:
-            self._start_fetch(sweep_id, fetch)  # renewal; this reader does not wait for it
-        return view
-
-    def _start_fetch(
-        self, sweep_id: str, fetch: Callable[[], Awaitable[tuple[str, bytes] | None]]
-    ) -> asyncio.Future[View | None]:
+    def _start_fetch(self, sweep_id: str, fetch: Fetch) -> asyncio.Future[View | None]:
         """One fetch of the sweep, registered before it starts so later readers join it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[View | None] = loop.create_future()
@@ -86,7 +81,7 @@ class ViewCache:
 
         async def run() -> None:
             try:
-                fetched = await fetch()
+                fetched = await fetch(sweep_id)
                 view = None
                 if fetched is not None:
                     view = View(fetched[0], fetched[1], time.monotonic())
@@ -126,12 +121,21 @@ class ViewCache:
 
 @dataclass(frozen=True)
 class SweepReader:
-    """`GET /sweeps/{id}`, the hot read: the sweep's rendered JSON, from the view cache when it holds
-    one (no thread hop, no query). One object, so the route resolves one dependency instead of three."""
+    """`GET /sweeps/{id}`: `detail_json`, the one read of a sweep and its one owner check, whichever way
+    the request came in (the route, or `service.api.middleware.HotReads` before routing). From the view
+    cache when it holds the sweep: no thread hop, no query."""
 
     store: Store
     settings: Settings
     views: ViewCache
+
+    async def detail_json(self, sweep_id: str, owner: str) -> bytes:
+        """The sweep's `SweepDetail` as JSON; NotFound when there is none or it is another owner's (the
+        same answer for both: an owner learns nothing of other owners' sweeps)."""
+        view = await self.views.load(sweep_id, self._fetch)
+        if view is None or view.owner != owner:
+            raise not_found(sweep_id)
+        return view.body
 
     async def _fetch(self, sweep_id: str) -> tuple[str, bytes] | None:
         row = await anyio.to_thread.run_sync(self.store.get, sweep_id)
@@ -139,15 +143,3 @@ class SweepReader:
             return None
         link = self.settings.mlflow_link(row.experiment_id)
         return row.owner, SweepDetail.from_row(row, link).model_dump_json().encode()
-
-    async def detail_json(self, sweep_id: str, owner: str) -> bytes:
-        view = await self.views.load(sweep_id, partial(self._fetch, sweep_id))
-        if view is None or view.owner != owner:
-            raise not_found(sweep_id)
-        return view.body
-
-    def cached_json(self, sweep_id: str, owner: str) -> bytes | None:
-        """The body `detail_json` would answer, if the view cache holds it for this owner; else None
-        (a miss, or another owner's sweep: the route answers those, with their errors)."""
-        view = self.views.peek(sweep_id, partial(self._fetch, sweep_id))
-        return view.body if view is not None and view.owner == owner else None

@@ -52,7 +52,8 @@ async def get_limits(request: Request) -> Limits:
 # [a-z0-9-] (sweeps.spec.NAME_PATTERN), stored in a column of this length. Any other path segment is
 # refused with 422 (naming the value) by FastAPI before a route or the store sees it, whichever the store:
 # PostgreSQL, unlike SQLite, cannot even be asked about a string with a NUL in it.
-SWEEP_ID_PATTERN = rf"^[a-z0-9-]{{1,{SweepRow.__table__.c.id.type.length}}}$"
+SWEEP_ID_CHARS = rf"[a-z0-9-]{{1,{SweepRow.__table__.c.id.type.length}}}"
+SWEEP_ID_PATTERN = rf"^{SWEEP_ID_CHARS}$"
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -95,9 +95,15 @@ async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
 
 
-async def _service_error(request: Request, exc: Exception) -> JSONResponse:
+def service_error_response(exc: ServiceError) -> JSONResponse:
+    """A refusal of the domain layer as its answer (the exception handler's, and `HotReads`')."""
+    api = as_api_error(exc)
+    return error_response(api.status_code, api.code, api.message, api.details, api.headers)
+
+
+async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    return await _api_error(request, as_api_error(exc))
+    return service_error_response(exc)
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:

@@ -8,10 +8,11 @@ service/server.py) ends its request quietly: nobody is there to answer, and it i
 `PrefixHeaders`: headers added to every answer under one path prefix (the offline docs' files, which
 fastapi-offline serves through a mount of its own, get `X-Content-Type-Options: nosniff` this way).
 
-`HotReads`: `GET /sweeps/{id}` answered from the view cache before routing, when the cache holds the
-sweep for the caller's token (counted in the request metrics by itself). Everything else goes on to the FastAPI route, which owns the meaning of
-the endpoint (401, 404, cache misses, the OpenAPI docs); a test checks that both answer byte for byte
-the same.
+`HotReads`: `GET /sweeps/{id}` with a bearer token answered before routing, by the same read as the
+route (`SweepReader.detail_json`: the view cache, the store on a miss, the owner check) and counted in the
+request metrics by itself. Other forms of the request (a session cookie, no valid token, an id the route
+refuses) go on to the FastAPI route, which also documents the endpoint; a test checks that both answer
+byte for byte the same.
 """
 
 from __future__ import annotations
@@ -24,10 +25,15 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.errors import PayloadTooLarge, error_body
+from service.api.deps import SWEEP_ID_CHARS
+from service.api.errors import PayloadTooLarge, error_body, service_error_response
+from service.errors import ServiceError
+from service.views import SweepReader
 
 # the route's path, `/sweeps/{sweep_id}`: one segment, as Starlette's `{name}` converter matches
 SWEEP_PATH = re.compile(r"/sweeps/([^/]+)")
+# the same path with an id the route accepts (any other is the route's 422): what HotReads answers
+SWEEP_READ = re.compile(rf"/sweeps/({SWEEP_ID_CHARS})")
 HOT_ROUTE = "/sweeps/{sweep_id}"  # the route template HotReads answers for (its metrics label)
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -107,35 +113,50 @@ async def _send_413(send: Send, limit: int) -> None:
 
 
 class HotReads:
-    """The polling read of a sweep without routing or dependency solving.
+    """`GET /sweeps/{id}` with a bearer token, answered without FastAPI's routing and dependency solving.
 
     Clients watching a sweep poll this endpoint. Through FastAPI a cached answer still cost ~200 µs
     in the app (routing, dependency solving), ~15 µs here (measured in-process); with 50 clients on
     the 2-core machine that is ~2,000 against ~6,000 requests/s and a p99 of ~50 against ~20 ms
-    (benchmarks/api_load.py). A hit costs a header look-up, a dict look-up and the write. `state` is
-    `app.state`, read at request time (the lifespan puts `tokens` and `reader` on it).
+    (benchmarks/api_load.py). A cached sweep costs a header look-up, a dict look-up and the write.
+
+    It is another way in, not another read: the body or the refusal is `SweepReader.detail_json`'s
+    (service/views.py, the one read of a sweep and its one owner check), as on the route. What it
+    cannot answer cheaply goes on to the route (service/api/routes/sweeps.py): no bearer token that
+    names an owner (a session cookie, 401, a browser sent to sign in), an id of another form (422).
+    A test checks that both answer byte for byte the same. `state` is `app.state`, read at request
+    time (the lifespan puts `tokens` and `reader` on it).
     """
 
     def __init__(self, app: ASGIApp, state: Any) -> None:
         self.app, self.state = app, state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
+        if scope["type"] == "http" and scope["method"] == "GET" and (read := self._read(scope)) is not None:
             started = time.perf_counter()
-            if (body := self._hit(scope)) is not None:
+            reader, sweep_id, owner = read
+            try:
+                body = await reader.detail_json(sweep_id, owner)
+            except ServiceError as exc:  # not found: the error the route's handler answers
+                refusal = service_error_response(exc)
+                await refusal(scope, receive, send)
+                status = refusal.status_code
+            else:
                 headers = [(b"content-length", str(len(body)).encode()), *_JSON_HEADERS]
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
-                # a hit counts itself (service.api.metrics.Metrics, when on): RequestMetrics sits inside this
-                # middleware, so the hot read pays no wrapper of its messages (11 % of its p99 with one)
-                if (metrics := getattr(self.state, "metrics", None)) is not None:
-                    metrics.record("GET", HOT_ROUTE, 200, time.perf_counter() - started)
-                return
+                status = 200
+            # an answer here counts itself (service.api.metrics.Metrics, when on): RequestMetrics sits inside
+            # this middleware, so the hot read pays no wrapper of its messages (11 % of its p99 with one)
+            if (metrics := getattr(self.state, "metrics", None)) is not None:
+                metrics.record("GET", HOT_ROUTE, status, time.perf_counter() - started)
+            return
         await self.app(scope, receive, send)
 
-    def _hit(self, scope: Scope) -> bytes | None:
+    def _read(self, scope: Scope) -> tuple[SweepReader, str, str] | None:
+        """(the reader, the sweep id, the bearer's owner) when the request is one this answers; else None."""
         path, root = scope["path"], scope.get("root_path", "")
-        match = SWEEP_PATH.fullmatch(path[len(root) :] if root and path.startswith(root) else path)
+        match = SWEEP_READ.fullmatch(path[len(root) :] if root and path.startswith(root) else path)
         reader = getattr(self.state, "reader", None)  # None until the lifespan has run
         if match is None or reader is None:
             return None
@@ -145,4 +166,4 @@ class HotReads:
         owner = self.state.tokens.bearer(authorization.decode("latin-1"))
         if owner is None:
             return None
-        return reader.cached_json(match[1], owner)  # type: ignore[no-any-return]
+        return reader, match[1], owner

@@ -521,20 +521,48 @@ def test_cached_sweep_is_still_404_for_another_owner(client: TestClient) -> None
     assert_error(client.get(f"/sweeps/{sweep_id}", headers=auth(BOB)), 404, "not_found")
 
 
-def test_cached_read_answers_byte_for_byte_as_the_route(make_settings: Any, launcher: FakeLauncher) -> None:
-    # no poller: its write between the two reads would drop the entry and make the second a miss too
-    with TestClient(create_app(make_settings(poll_interval_s=60), launcher=launcher)) as client:
-        sweep_id = submit(client)
-        views = client.app.state.reader.views  # type: ignore[attr-defined]
+def test_both_ways_in_answer_byte_for_byte_the_same(make_settings: Any, launcher: FakeLauncher) -> None:
+    from test_pages import sign_in
+
+    # one endpoint, two ways in: a bearer request is answered before routing (HotReads), a session cookie's
+    # by the route; both through SweepReader.detail_json, so clients must not be able to tell them apart.
+    # No poller: its write between two reads would drop the cached entry and make a hit a miss.
+    with TestClient(create_app(make_settings(poll_interval_s=60), launcher=launcher)) as bearer:
+        # two browsers on the same app (not entered: the app's lifespan runs once, in `bearer`)
+        alices_browser, bobs_browser = TestClient(bearer.app), TestClient(bearer.app)
+        sign_in(alices_browser)
+        sign_in(bobs_browser, BOB)
+        sweep_id = submit(bearer)
+        views = bearer.app.state.reader.views  # type: ignore[attr-defined]
+        mine, none = f"/sweeps/{sweep_id}", "/sweeps/nope-12345678"
         views.invalidate(sweep_id)
-        routed = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a miss: the FastAPI route renders it
-        assert views.get(sweep_id) is not None
-        hot = client.get(f"/sweeps/{sweep_id}", headers=auth())  # a hit: HotReads answers before routing
-        assert views.get(sweep_id) is not None  # still the same entry: nothing invalidated it meanwhile
-    # one endpoint, two code paths: clients must not be able to tell them apart
-    assert (hot.status_code, hot.content) == (routed.status_code, routed.content) == (200, routed.content)
-    assert sorted(hot.headers.raw) == sorted(routed.headers.raw)
-    assert hot.json()["id"] == sweep_id
+        answers = {"miss": bearer.get(mine, headers=auth())}
+        assert views.get(sweep_id) is not None  # the miss cached it: the next bearer read is a hit
+        answers |= {
+            "hit": bearer.get(mine, headers=auth()),
+            "routed": alices_browser.get(mine),
+            "another owner's": bearer.get(mine, headers=auth(BOB)),
+            "another owner's, routed": bobs_browser.get(mine),
+            "none such": bearer.get(none, headers=auth()),
+            "none such, routed": alices_browser.get(none),
+        }
+    alike = [
+        ("miss", "hit", "routed"),
+        ("another owner's", "another owner's, routed"),
+        ("none such", "none such, routed"),
+    ]
+    for cases in alike:
+        first = answers[cases[0]]
+        for case in cases:
+            resp = answers[case]
+            assert (resp.status_code, resp.content) == (first.status_code, first.content), case
+            assert sorted(resp.headers.raw) == sorted(first.headers.raw), case
+    assert answers["hit"].status_code == 200 and answers["hit"].json()["id"] == sweep_id
+    # another owner's sweep is answered as one that does not exist
+    assert answers["another owner's"].json() == {
+        "error": {"code": "not_found", "message": f"no sweep '{sweep_id}'", "details": []}
+    }
+    assert answers["none such"].status_code == 404
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": f"Basic {ALICE}"}])
@@ -544,7 +572,7 @@ def test_cached_sweep_still_needs_a_valid_token(client: TestClient, headers: dic
     assert_error(client.get(f"/sweeps/{sweep_id}", headers=headers), 401, "unauthorized")
 
 
-def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
+def test_hot_reads_answers_a_bearers_read_and_passes_on_the_rest() -> None:
     from types import SimpleNamespace
 
     from service.api.auth import TokenTable
@@ -554,9 +582,14 @@ def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
 
     cache = ViewCache(ttl_s=60)
     cache.put("s-1", cache.generation("s-1"), "alice", b'{"id": "s-1"}')
+    fetched: list[str] = []
+
+    def get(sweep_id: str) -> None:  # the store: no other sweep
+        fetched.append(sweep_id)
+
     state = SimpleNamespace(
         tokens=TokenTable(Settings(tokens=f"alice={ALICE},bob={BOB}")),
-        reader=SweepReader(store=None, settings=None, views=cache),  # type: ignore[arg-type]  # hits touch neither
+        reader=SweepReader(store=SimpleNamespace(get=get), settings=None, views=cache),  # type: ignore[arg-type]
     )
     passed_on: list[str] = []
 
@@ -583,23 +616,32 @@ def test_hot_reads_answers_only_a_cached_sweep_of_the_callers_own() -> None:
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert sent[0]["status"] == 200 and sent[1]["body"] == b'{"id": "s-1"}'
     assert dict(sent[0]["headers"])[b"content-length"] == b"13"
-    assert passed_on == []
+    assert passed_on == [] and fetched == []  # from the cache
 
-    # everything else is the route's: its errors, its misses, its other endpoints
+    # a bearer's read of another owner's sweep, or of none: the reader's 404, answered here too
+    for headers, path in [(auth(BOB), "/sweeps/s-1"), (auth(), "/sweeps/s-2")]:
+        sent = asyncio.run(request("GET", path, headers))
+        assert sent[0]["status"] == 404
+        assert json.loads(sent[1]["body"])["error"]["code"] == "not_found"
+    assert passed_on == [] and fetched == ["s-2"]  # the miss read the store
+
+    # everything else is the route's: other ways to sign, no valid token, ids it refuses, other endpoints
     for method, path, headers in [
-        ("GET", "/sweeps/s-1", auth(BOB)),  # another owner's sweep: the route's 404
         ("GET", "/sweeps/s-1", {}),
         ("GET", "/sweeps/s-1", auth("nope")),
-        ("GET", "/sweeps/s-2", auth()),  # not cached
+        ("GET", "/sweeps/s-1", {"Authorization": f"Basic {ALICE}"}),
+        ("GET", "/sweeps/S-1", auth()),  # the route's 422
+        ("GET", "/sweeps/s\x00-1", auth()),
+        ("GET", "/sweeps/" + "s" * 81, auth()),
         ("POST", "/sweeps/s-1", auth()),
         ("GET", "/sweeps/s-1/report", auth()),
         ("GET", "/sweeps/s-1/", auth()),
     ]:
         assert asyncio.run(request(method, path, headers)) == []
-    assert len(passed_on) == 7
+    assert len(passed_on) == 9 and fetched == ["s-2"]
     # before the lifespan has made the reader, nothing is answered here
     asyncio.run(request("GET", "/sweeps/s-1", auth(), SimpleNamespace(tokens=state.tokens)))
-    assert len(passed_on) == 8
+    assert len(passed_on) == 10
 
 
 def test_concurrent_misses_share_one_store_read() -> None:
@@ -608,7 +650,7 @@ def test_concurrent_misses_share_one_store_read() -> None:
     cache = ViewCache(ttl_s=10)
     calls = 0
 
-    async def fetch() -> tuple[str, bytes]:
+    async def fetch(sweep_id: str) -> tuple[str, bytes]:
         nonlocal calls
         calls += 1
         await asyncio.sleep(0.05)
@@ -632,7 +674,7 @@ def test_expired_view_is_served_while_one_renewal_runs() -> None:
     bodies = iter([b"old", b"new"])
     calls = 0
 
-    async def fetch() -> tuple[str, bytes]:
+    async def fetch(sweep_id: str) -> tuple[str, bytes]:
         nonlocal calls
         calls += 1
         await asyncio.sleep(0.05)

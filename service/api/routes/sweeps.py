@@ -146,7 +146,8 @@ async def list_sweeps(
 
 @router.get("/{sweep_id}", response_model=SweepDetail, responses=error_responses(401, 404, 422))
 async def get_sweep(sweep_id: SweepId, owner: Owner, reader: ReaderDep) -> Response:
-    # already-rendered JSON (see service/views.py); response_model documents its shape
+    # already-rendered JSON (service/views.py); response_model documents its shape. A bearer request for a
+    # well-formed id is answered before routing, by the same read (service.api.middleware.HotReads)
     return Response(await reader.detail_json(sweep_id, owner), media_type="application/json")
 
 
