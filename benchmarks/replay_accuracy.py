@@ -15,7 +15,9 @@ analysis's rule), whose own uncertainty is stated: the share of bootstrap resamp
 - right: the report's answer equals the truth, per optimizer and reference (self, baseline), with its Wilson
   95 % interval;
 - bracket: the report's bracket [largest_fine, smallest_degraded) holds the truth;
-- tokens: the sweep's tokens against a 12-lr x 2-seed grid of the same cells trained to their budget.
+- tokens: the sweep's tokens against a 12-lr x 2-seed grid of the same cells trained to their budget;
+- the peers on the same problem and the same replayed seeds: the grid itself (`grid_report`) and per-cell
+  TPE with the search's trials and the first confirmation runs (`tpe_report`).
 
 Only batch sizes the recording holds whole (every lr at `seeds` seeds and phase 2 done, for every optimizer
 swept) are drawn from: a partial recording gives smaller problems, said in the output. The last line gives the figures for
@@ -115,6 +117,75 @@ def subset(rec: Recording, optimizers: list[str], sizes: tuple[int, ...]) -> Rec
     return Recording({k: v for k, v in rec.cells.items() if k[0] in optimizers and k[1] in sizes})
 
 
+GRID_LRS = 12  # the peer: a 12-lr grid over the user's lr range, each lr at 2 seeds
+
+
+def grid_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> Any:
+    """The peer on the same problem and the same replayed seeds: every cell trains GRID_LRS lrs log-spaced over
+    the user's range at seeds 1 and 2, to the budget; the lr with the lowest mean of completed runs (both
+    completed; `sweeps.analysis.pick_best` over those means) gives the cell's samples; the same report builder
+    judges them."""
+    import numpy as np
+
+    from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_best
+
+    tokens = spec.trained_tokens
+    lrs = [float(x) for x in np.geomspace(spec.lr.min, spec.lr.max, GRID_LRS)]
+    results: list[TrialResult] = []
+    for opt, b in spec.cells():
+        means, runs_at = [], {}
+        for number, lr in enumerate(lrs):
+            runs = []
+            for seed in (1, 2):
+                final = rec.run(opt, b, lr, seed + seed_offset)(tokens)
+                done = math.isfinite(final)
+                status = "completed" if done else "diverged"
+                runs.append(TrialResult(opt, b, lr, seed, "seed", status, final if done else None, tokens, 1))
+            runs_at[lr] = runs
+            done = all(r.status == "completed" for r in runs)
+            mean = statistics.fmean(r.val_loss for r in runs) if done else None  # type: ignore[misc]
+            means.append(
+                TrialResult(opt, b, lr, 0, "search", "completed" if done else "diverged", mean, 0, 0, number=number)
+            )
+        best = pick_best(means, lambda t: (t.val_loss, t.lr, t.number) if t.val_loss is not None else None)
+        results += means + (runs_at[best.lr] if best is not None else [])
+    return build_report(results, inputs=AnalysisInput.from_spec(spec))
+
+
+def tpe_report(rec: Recording, spec: SweepSpec, seed_offset: int, sampler_seed: int) -> Any:
+    """The peer a user of a sweep tool would run, on the same problem and replayed seeds: per cell, Optuna's
+    TPE over ln lr in the user's range for the search's trials (seed 0, to the budget), then the sweep's
+    first confirmation runs (seeds 1..seeds.min) at its best (`sweeps.analysis.pick_best`), judged by the
+    same report builder."""
+    import optuna
+
+    from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_best
+
+    tokens = spec.trained_tokens
+    results: list[TrialResult] = []
+
+    def run(opt: str, b: int, lr: float, seed: int, role: str, number: int | None) -> TrialResult:
+        final = rec.run(opt, b, lr, seed + seed_offset)(tokens)
+        done = math.isfinite(final)
+        status = "completed" if done else "diverged"
+        return TrialResult(opt, b, lr, seed, role, status, final if done else None, tokens, 1, number=number)
+
+    for i, (opt, b) in enumerate(spec.cells()):
+        sampler = optuna.samplers.TPESampler(seed=sampler_seed + i, n_startup_trials=2)
+        study = optuna.create_study(sampler=sampler)
+        cell = []
+        for number in range(spec.lr.trials_per_batch_size):
+            trial = study.ask()
+            t = run(opt, b, trial.suggest_float("lr", spec.lr.min, spec.lr.max, log=True), 0, "search", number)
+            study.tell(trial, t.val_loss if t.val_loss is not None else math.inf)
+            cell.append(t)
+        best = pick_best(cell, lambda t: (t.val_loss, t.lr, t.number) if t.val_loss is not None else None)
+        if best is not None:
+            cell += [run(opt, b, best.lr, s, "seed", None) for s in range(1, spec.seeds_min + 1)]
+        results += cell
+    return build_report(results, inputs=AnalysisInput.from_spec(spec))
+
+
 def truth_agreement(rec: Recording, d: Drawn, optimizers: list[str], resamples: int = 100) -> float:
     """Share of bootstrap resamples of the recorded seeds (within each lr) whose truth equals the full data's."""
     rng = random.Random(1000 + d.seed)
@@ -143,7 +214,15 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
         return None
     lo = min(grid["lrs"][o]["min"] for o in optimizers)
     hi = max(grid["lrs"][o]["max"] for o in optimizers)
-    out: dict[str, list[float]] = {"right": [], "covered": [], "tight": [], "tokens": [], "truth": []}
+    out: dict[str, list[float]] = {
+        "right": [],
+        "covered": [],
+        "tight": [],
+        "tokens": [],
+        "truth": [],
+        "grid": [],
+        "tpe": [],
+    }
     for k in range(problems):
         d = draw(k, whole, lo, hi)
         spec = spec_of(name, grid["configs"][name], optimizers, d)
@@ -151,12 +230,15 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
         truth = sub.truth(d.tolerance, optimizers[0], optimizers)
         out["truth"].append(truth_agreement(sub, d, optimizers))
         result = simulate(spec, replay_objective(sub, seed_offset=d.seed), seed=d.seed)
+        peers = {"grid": grid_report(sub, spec, d.seed), "tpe": tpe_report(sub, spec, d.seed, d.seed)}
         out["tokens"].append(result.tokens_trained / (len(optimizers) * len(d.sizes) * 12 * 2 * spec.trained_tokens))
         for opt in optimizers:
             report = result.report.optimizers[opt]
             for ref in REFERENCES:
                 t = truth[opt][ref]
                 out["right"].append(int(getattr(report.largest_degradation_free_batch_size, ref) == t))
+                for peer, r in peers.items():
+                    out[peer].append(int(getattr(r.optimizers[opt].largest_degradation_free_batch_size, ref) == t))
                 b = getattr(report.bracket, ref)
                 fine, bad = b.largest_fine, b.smallest_degraded
                 covered = fine is None if t is None else (fine is None or fine <= t) and (bad is None or t < bad)
@@ -169,7 +251,8 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
     r_lo, r_hi = wilson(int(sum(right)), len(right))
     print(
         f"{name}: {problems} problems over batch sizes {whole}; right {statistics.fmean(right):.3f} "
-        f"[{r_lo:.3f}, {r_hi:.3f}], bracket holds the truth {statistics.fmean(out['covered']):.3f} and is tight "
+        f"[{r_lo:.3f}, {r_hi:.3f}] (the 12 x 2 grid {statistics.fmean(out['grid']):.3f}, TPE per cell "
+        f"{statistics.fmean(out['tpe']):.3f}), bracket holds the truth {statistics.fmean(out['covered']):.3f} and is tight "
         f"(neighbours) in {statistics.fmean(out['tight']):.3f}, tokens vs the "
         f"12x2 grid {statistics.fmean(out['tokens']):.2f}; the truth itself stable in "
         f"{statistics.fmean(out['truth']):.2f} of seed resamples"
@@ -186,7 +269,15 @@ def main() -> None:
     grid = yaml.safe_load(GRID.read_text())
     optimizers = args.optimizers.split(",")
     started = time.perf_counter()
-    totals: dict[str, list[float]] = {"right": [], "covered": [], "tight": [], "tokens": [], "truth": []}
+    totals: dict[str, list[float]] = {
+        "right": [],
+        "covered": [],
+        "tight": [],
+        "tokens": [],
+        "truth": [],
+        "grid": [],
+        "tpe": [],
+    }
     for name in args.config or list(grid["configs"]):
         for key, values in (run_config(name, grid, optimizers, args.problems) or {}).items():
             totals[key] += values
@@ -194,7 +285,8 @@ def main() -> None:
         raise SystemExit("no configuration is recorded far enough to replay (benchmarks/record_runs.py)")
     print(
         f"replayed real runs ({time.perf_counter() - started:.0f} s): right {statistics.fmean(totals['right']):.3f} "
-        f"(target >= 0.90), bracket {statistics.fmean(totals['covered']):.3f} (target >= 0.95), tight "
+        f"(target >= 0.90, and >= the 12x2 grid's {statistics.fmean(totals['grid']):.3f} + 0.03; TPE per cell "
+        f"{statistics.fmean(totals['tpe']):.3f}), bracket {statistics.fmean(totals['covered']):.3f} (target >= 0.95), tight "
         f"{statistics.fmean(totals['tight']):.3f}, tokens vs the 12x2 "
         f"grid {statistics.fmean(totals['tokens']):.2f} (target <= 0.5), truth stable "
         f"{statistics.fmean(totals['truth']):.2f}"

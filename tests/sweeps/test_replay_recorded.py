@@ -66,3 +66,17 @@ def test_the_recording_is_swept_end_to_end() -> None:
         # every cell swept has a best lr among those the replay could answer from
         for cell in result.report.optimizers[opt].cells:
             assert cell.best_lr is None or math.isfinite(cell.best_lr)
+    # the grid peer, on the same problem: 12 lrs over the user's range, its best lr's 2 seeds as the samples
+    grid = replay.grid_report(replay.subset(rec, optimizers, drawn.sizes), spec, seed_offset=0)
+    lrs = [spec.lr.min * (spec.lr.max / spec.lr.min) ** (i / 11) for i in range(12)]
+    for opt in optimizers:
+        for cell in grid.optimizers[opt].cells:
+            assert (
+                any(math.isclose(cell.best_lr, lr) for lr in lrs) and cell.seeds == 2 and cell.trials == 14
+            )  # 12 means + 2 runs
+    # and TPE per cell: the search's trials, then the first confirmation runs at its best
+    tpe = replay.tpe_report(replay.subset(rec, optimizers, drawn.sizes), spec, seed_offset=0, sampler_seed=0)
+    for opt in optimizers:
+        for cell in tpe.optimizers[opt].cells:
+            assert spec.lr.min <= cell.best_lr <= spec.lr.max and cell.seeds == spec.seeds_min
+            assert cell.trials == spec.lr.trials_per_batch_size + spec.seeds_min
