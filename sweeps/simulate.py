@@ -25,6 +25,9 @@ then `collect_results` and `build_report` make the report, with the driver's war
 edge of the range. Only training is replaced: `max_concurrent_trials` trials run at a time in simulated
 time, each taking its tokens of time (a trial that reaches an evaluation at tokens t has run t units).
 
+`simulate_study(study, objective, seed)` rehearses a study (`sweeps.study.StudySpec`) the same way, scale by
+scale, smallest first; `Run.params` and `Run.eval_tokens[-1]` tell the objective the scale.
+
 This signature is public and stable: benchmarks and outside checks of the method call it.
 `objective_trial(spec, objective)` gives the real driver (`run_sweep(..., trial_fn=...)`) the same
 objective in place of training; tests/sweeps/test_simulate_vs_tune.py shows the two agree on every trial,
@@ -45,7 +48,7 @@ from sweeps.layout import VAL_LOSS
 from sweeps.spec import SweepSpec
 from worker.session import run_result
 
-__all__ = ["Objective", "Run", "SimulationResult", "objective_trial", "simulate"]
+__all__ = ["Objective", "Run", "SimulationResult", "StudySimulation", "objective_trial", "simulate", "simulate_study"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Run:
     # "search" (chooses the lr), "warmup" (another warm-up at the best lr) or "seed" (a confirmation run)
     role: str = "search"
     warmup_tokens: int = 0  # tokens of the linear warm-up (worker.schedule.warmup_steps x tokens per step)
+    params: int = 0  # the model's parameters at the sweep's vocabulary: a study's scale (with eval_tokens[-1])
 
 
 Objective = Callable[[Run], Sequence[float]]
@@ -130,6 +134,7 @@ def run_of(spec: SweepSpec, config: dict[str, Any]) -> tuple[Run, int]:
         eval_tokens=tuple(s * train.tokens_per_step for s in eval_steps(train.total_steps, train.eval_interval_steps)),
         role=str(config["role"]),
         warmup_tokens=train.warmup_total_steps * train.tokens_per_step,
+        params=spec.model.parameters(spec.data.vocab_size),
     )
     return run, train.tokens_per_step
 
@@ -225,3 +230,36 @@ def simulate(spec: SweepSpec, objective: Objective, seed: int = 0) -> Simulation
     report = searcher.report()
     report.warnings = [*report.warnings, *lr_edge_warnings(report)]
     return SimulationResult(report=report, tokens_trained=tokens, trials=launched, results=results, wall_tokens=clock)
+
+
+@dataclass
+class StudySimulation:
+    """A study rehearsed (`simulate_study`): each scale's sweep spec and its `SimulationResult`, smallest first."""
+
+    scales: list[tuple[SweepSpec, SimulationResult]]
+
+    @property
+    def tokens_trained(self) -> int:
+        return sum(r.tokens_trained for _, r in self.scales)
+
+    def law(self, optimizer: str, against: str = "baseline") -> Any:
+        """`optimizer`'s batch law from the scales' brackets (`sweeps.law.fit_batch_law`: a `BatchLaw`, or why
+        none), in the model size too where the scales have two or more."""
+        from sweeps.law import fit_batch_law, scale_of
+
+        sizes = {spec.model.parameters(spec.data.vocab_size) for spec, _ in self.scales}
+        return fit_batch_law(
+            [
+                scale_of(r.report, optimizer, against, float(params) if len(sizes) > 1 else None)
+                for spec, r in self.scales
+                for params in [spec.model.parameters(spec.data.vocab_size)]
+            ]
+        )
+
+
+def simulate_study(study: Any, objective: Objective, seed: int = 0) -> StudySimulation:
+    """Rehearse a study (a `sweeps.study.StudySpec`) as `sweeps study` runs it: each scale's sweep, smallest
+    first, through `simulate` against one `objective` for every scale (its `Run` says the scale: the model's
+    `params` and the budget, `eval_tokens[-1]`), so that a law the objective holds can be fitted back
+    (`StudySimulation.law`). `seed` seeds the first scale's sampler, the next scales' seed + 1, ..."""
+    return StudySimulation([(spec, simulate(spec, objective, seed + i)) for i, spec in enumerate(study.sweep_specs())])
