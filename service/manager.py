@@ -209,11 +209,11 @@ async def get_row(store: Store, sweep_id: str, owner: str) -> SweepRow:
     return row
 
 
-async def page(
+async def list_sweeps(
     store: Store, settings: Settings, owner: str, statuses: list[str] | None, limit: int, offset: int
 ) -> SweepPage:
     result = await anyio.to_thread.run_sync(
-        lambda: store.page(owner=owner, statuses=statuses, limit=limit, offset=offset)
+        lambda: store.list_sweeps(owner=owner, statuses=statuses, limit=limit, offset=offset)
     )
     items = [SweepSummary.from_row(r, settings.mlflow_link(r.experiment_id)) for r in result.items]
     return SweepPage(items=items, total=result.total, limit=limit, offset=offset)
@@ -245,7 +245,7 @@ async def curves(store: Store, sweep_id: str, owner: str) -> SweepCurves:
     return SweepCurves.model_validate({"id": row.id, "status": row.status, "revision": row.revision, "trials": trials})
 
 
-class RenderedPages:
+class DashboardCache:
     """Dashboards of finished sweeps, rendered once each: a finished sweep's page never changes (its report
     and runs are final), and rendering one reads MLflow and draws every figure (~1 s). At most `size`
     pages are kept (least recently shown first out); requests for a page being rendered wait for that
@@ -283,14 +283,14 @@ class RenderedPages:
 async def dashboard(
     store: Store,
     settings: Settings,
-    pages: RenderedPages,
+    cache: DashboardCache,
     sweep_id: str,
     owner: str,
     *,
     plotlyjs_src: str | None = None,
 ) -> str:
     """The sweep's dashboard page (dashboards.dashboard_page), rendered once per finished sweep off the
-    event loop (`pages`, the app's); with `plotlyjs_src` it loads plotly.js from there (the service's
+    event loop (`cache`, the app's); with `plotlyjs_src` it loads plotly.js from there (the service's
     /static/ copy) instead of inline."""
     from dashboards import SweepDataError, dashboard_page
 
@@ -299,6 +299,6 @@ async def dashboard(
         raise Conflict("not_finished", f"sweep {sweep_id!r} is {row.status}; its dashboard comes with its report")
     key = (settings.tracking_uri, sweep_id, str(row.finished_at), plotlyjs_src or "")
     try:
-        return await pages.get(key, partial(dashboard_page, settings.tracking_uri, sweep_id, plotlyjs_src=plotlyjs_src))
+        return await cache.get(key, partial(dashboard_page, settings.tracking_uri, sweep_id, plotlyjs_src=plotlyjs_src))
     except SweepDataError as exc:
         raise Conflict("no_dashboard", f"sweep {sweep_id!r} has no recorded figures yet: {exc}") from exc

@@ -104,7 +104,7 @@ class Limits:
     # sessions (POST /login) and one-time links (POST /login/once) made per owner: each is a stored row
     sign_ins: TokenBucket
     # reading submitted specs (dry runs, submits, the submit page's check): one at a time per owner
-    specs: SpecWork = field(default_factory=SpecWork)
+    spec_work: SpecWork = field(default_factory=SpecWork)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:

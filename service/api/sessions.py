@@ -125,7 +125,7 @@ class Sessions:
         session_id = secrets.token_urlsafe(32)
         now = utcnow()
         session = WebSession(owner, secrets.token_urlsafe(32), now + timedelta(seconds=self.ttl_s))
-        with self.store.session() as s:
+        with self.store.transaction() as s:
             s.execute(delete(WebSessionRow).where(WebSessionRow.expires_at <= now))  # the dead ones, on the way
             s.add(
                 WebSessionRow(
@@ -153,7 +153,7 @@ class Sessions:
         session_id = self._session_id(cookie)
         if session_id is None:
             return None
-        with self.store.session() as s:
+        with self.store.transaction() as s:
             row = s.get(WebSessionRow, _digest(session_id))
             if row is None or row.expires_at <= utcnow():
                 return None
@@ -171,7 +171,7 @@ class Sessions:
         session_id = self._session_id(cookie)
         if session_id is None:
             return False
-        with self.store.session() as s:
+        with self.store.transaction() as s:
             return s.execute(delete(WebSessionRow).where(WebSessionRow.id_hash == _digest(session_id))).rowcount > 0  # type: ignore[attr-defined,no-any-return]
 
     # ---- one-time links ---------------------------------------------------------------------------
@@ -181,7 +181,7 @@ class Sessions:
         code = secrets.token_urlsafe(32)
         now = utcnow()
         expires = now + timedelta(seconds=self.link_ttl_s)
-        with self.store.session() as s:
+        with self.store.transaction() as s:
             s.execute(delete(SignInLinkRow).where(SignInLinkRow.expires_at <= now))
             s.add(
                 SignInLinkRow(
@@ -198,7 +198,7 @@ class Sessions:
         """The owner of a live code, which is used up by this call; None when unknown, used, expired, or
         no longer its owner's (removed, or another token)."""
         digest = _digest(code)
-        with self.store.session() as s:
+        with self.store.transaction() as s:
             found = s.execute(
                 select(SignInLinkRow.owner, SignInLinkRow.token_mark).where(
                     SignInLinkRow.code_hash == digest, SignInLinkRow.expires_at > utcnow()

@@ -204,7 +204,9 @@ class Created:
 
 
 @dataclass(frozen=True)
-class Page:
+class SweepList:
+    """One page of an owner's sweeps (`Store.list_sweeps`), and how many match in all."""
+
     items: list[SweepRow]
     total: int
 
@@ -242,7 +244,8 @@ class Store:
         self.engine.dispose()
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
+    def transaction(self) -> Iterator[Session]:
+        """A SQLAlchemy session in one transaction: committed at the end, rolled back on an exception."""
         with self._sessions() as s, s.begin():
             yield s
 
@@ -272,7 +275,7 @@ class Store:
         digest = spec_hash(spec)
         with self._submit_lock:
             try:
-                with self.session() as s:
+                with self.transaction() as s:
                     if self.dialect == "postgresql":
                         # serialises submits of one owner across processes, until this transaction ends
                         s.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": owner})
@@ -327,7 +330,7 @@ class Store:
         unknown = set(fields) - _MUTABLE
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}; mutable fields: {sorted(_MUTABLE)}")
-        with self.session() as s:
+        with self.transaction() as s:
             row = s.get(SweepRow, sweep_id, with_for_update=self.dialect == "postgresql")
             if row is None:
                 return None
@@ -343,7 +346,7 @@ class Store:
 
     def count_driver_start(self, sweep_id: str) -> int:
         """One more driver start of the sweep (before it is started); returns the count."""
-        with self.session() as s:
+        with self.transaction() as s:
             row = s.get(SweepRow, sweep_id, with_for_update=self.dialect == "postgresql")
             if row is None:
                 return 0
@@ -352,7 +355,7 @@ class Store:
 
     def request_cancel(self, sweep_id: str) -> SweepRow | None:
         """Flag a cancel; a sweep that is still queued and never started ends here as cancelled."""
-        with self.session() as s:
+        with self.transaction() as s:
             row = s.get(SweepRow, sweep_id, with_for_update=self.dialect == "postgresql")
             if row is None or row.final:
                 return row
@@ -368,7 +371,7 @@ class Store:
 
     def delete_all(self) -> None:
         """Tests only."""
-        with self.session() as s:
+        with self.transaction() as s:
             s.execute(SweepRow.__table__.delete())
 
     # ---- reads ------------------------------------------------------------------------------------
@@ -386,7 +389,9 @@ class Store:
         with self._sessions() as s:
             return s.execute(select(SweepRow.revision).where(SweepRow.id == sweep_id)).scalar_one_or_none()
 
-    def page(self, *, owner: str, statuses: Sequence[str] | None = None, limit: int = 20, offset: int = 0) -> Page:
+    def list_sweeps(
+        self, *, owner: str, statuses: Sequence[str] | None = None, limit: int = 20, offset: int = 0
+    ) -> SweepList:
         """The owner's sweeps, newest first."""
         where = [SweepRow.owner == owner]
         if statuses:
@@ -404,7 +409,7 @@ class Store:
                 .scalars()
                 .all()
             )
-        return Page(items=list(rows), total=int(total))
+        return SweepList(items=list(rows), total=int(total))
 
     def active(self) -> list[SweepRow]:
         """Every queued or running sweep, oldest first (the poller's work list)."""
@@ -502,7 +507,7 @@ __all__ = [
     "Created",
     "IdempotencyConflict",
     "OverBudget",
-    "Page",
+    "SweepList",
     "SignInLinkRow",
     "Store",
     "SweepRow",

@@ -224,7 +224,7 @@ def require_same_origin(request: Request) -> None:
         raise ApiError(403, "cross_site", "sign-in forms are accepted from this site's own pages only")
 
 
-def sweep_json(row: SweepRow, settings: Settings) -> SweepSummary:
+def summary_of(row: SweepRow, settings: Settings) -> SweepSummary:
     return SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
 
 
@@ -463,9 +463,9 @@ async def home(
     if session is None:
         return sign_in_page(request, safe_next(next_path))
     result = await anyio.to_thread.run_sync(
-        lambda: store.page(owner=session.owner, statuses=None, limit=PAGE_SIZE, offset=offset)
+        lambda: store.list_sweeps(owner=session.owner, statuses=None, limit=PAGE_SIZE, offset=offset)
     )
-    rows = [{"summary": sweep_json(r, settings), "answer": answer_of(r.report)} for r in result.items]
+    rows = [{"summary": summary_of(r, settings), "answer": answer_of(r.report)} for r in result.items]
     context = {
         "nav": "sweeps",
         "rows": rows,
@@ -508,7 +508,7 @@ async def submit_form(
             limits.take_dry_run(owner)
             result = await manager.dry_run(
                 body, "application/yaml", settings,
-                owner=owner, work=limits.specs, store=store, launcher=supervisor.launcher,
+                owner=owner, work=limits.spec_work, store=store, launcher=supervisor.launcher,
             )  # fmt: skip
             most = "at most " if isinstance(result.spec.get("batch_sizes"), dict) else ""  # a search of the batch axis
             message = (
@@ -531,11 +531,11 @@ async def submit_form(
             settings=settings,
             store=store,
             supervisor=supervisor,
-            work=limits.specs,
+            work=limits.spec_work,
         )
     except (ApiError, ServiceError) as refusal:
         exc = refusal if isinstance(refusal, ApiError) else as_api_error(refusal)
-        problems, lines = await limits.specs.run(owner, annotate, text, exc.details)
+        problems, lines = await limits.spec_work.run(owner, annotate, text, exc.details)
         retry = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "retry-after"}
         return submit_page(
             request,
@@ -571,12 +571,12 @@ async def get_dashboard(
         if not browser:
             raise
         return error_page(request, as_api_error(exc))
-    summary = sweep_json(row, settings)
+    summary = summary_of(row, settings)
     note = None
     if (row.final and row.report is not None) or not browser:
         try:
-            pages = request.app.state.pages
-            html = await manager.dashboard(store, settings, pages, sweep_id, owner, plotlyjs_src=PLOTLYJS_URL)
+            cache = request.app.state.dashboards
+            html = await manager.dashboard(store, settings, cache, sweep_id, owner, plotlyjs_src=PLOTLYJS_URL)
         except ServiceError as exc:
             if not browser:
                 raise

@@ -138,7 +138,7 @@ def test_the_cap_per_owner_counts_their_sweeps_within_the_window(
     assert caps["passes"] is True and caps["owner_gpu_hours"] == pytest.approx(TINY)
 
     # the first sweep leaves the window: the third fits
-    with store.session() as s:
+    with store.transaction() as s:
         s.get(SweepRow, first.json()["id"]).created_at = utcnow() - timedelta(days=7, seconds=1)  # type: ignore[union-attr]
     resp = client.post("/sweeps", json=tiny_spec("t2"), headers=auth())
     assert resp.status_code == 201, resp.text

@@ -277,7 +277,7 @@ def test_the_store_keeps_digests_not_session_ids_or_codes(client: TestClient) ->
     value = cookie_attrs(client.post("/login", data={"token": ALICE}, follow_redirects=False))["value"]
     code = client.post("/login/once", headers=auth()).json()["url"].split("code=")[1]
     store = client.app.state.store  # type: ignore[attr-defined]
-    with store.session() as s:
+    with store.transaction() as s:
         stored = [
             *s.execute(select(WebSessionRow.id_hash)).scalars(),
             *s.execute(select(SignInLinkRow.code_hash)).scalars(),

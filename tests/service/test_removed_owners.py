@@ -48,7 +48,7 @@ def rows(settings: Settings, owner: str) -> tuple[int, int]:
     """(sessions, links) of `owner` in the store."""
     store = Store(settings.database)
     try:
-        with store.session() as s:
+        with store.transaction() as s:
             sessions = s.execute(select(func.count()).where(WebSessionRow.owner == owner)).scalar_one()
             links = s.execute(select(func.count()).where(SignInLinkRow.owner == owner)).scalar_one()
     finally:

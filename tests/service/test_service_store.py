@@ -89,14 +89,14 @@ def test_page_is_newest_first_filtered_and_owner_scoped(store: Store) -> None:
     store.update("a-1", status="running")
     store.update("a-3", status="succeeded")
 
-    page = store.page(owner="alice", limit=2)
+    page = store.list_sweeps(owner="alice", limit=2)
     assert page.total == 5
     assert [r.id for r in page.items] == ["a-4", "a-3"]
-    assert [r.id for r in store.page(owner="alice", limit=2, offset=2).items] == ["a-2", "a-1"]
-    assert [r.id for r in store.page(owner="alice", limit=2, offset=4).items] == ["a-0"]
-    running = store.page(owner="alice", statuses=["running", "succeeded"])
+    assert [r.id for r in store.list_sweeps(owner="alice", limit=2, offset=2).items] == ["a-2", "a-1"]
+    assert [r.id for r in store.list_sweeps(owner="alice", limit=2, offset=4).items] == ["a-0"]
+    running = store.list_sweeps(owner="alice", statuses=["running", "succeeded"])
     assert (running.total, [r.id for r in running.items]) == (2, ["a-3", "a-1"])
-    assert [r.id for r in store.page(owner="bob").items] == ["b-0"]
+    assert [r.id for r in store.list_sweeps(owner="bob").items] == ["b-0"]
 
 
 def test_active_and_count_active(store: Store) -> None:

@@ -97,7 +97,7 @@ async def submit_sweep(
         settings=settings,
         store=store,
         supervisor=supervisor,
-        work=limits.specs,
+        work=limits.spec_work,
     )
     response.headers["Location"] = f"/sweeps/{created.row.id}"
     if created.replayed:
@@ -127,7 +127,7 @@ async def dry_run_sweep(
     limits.take_dry_run(owner)  # before the body is read: a refused request costs nothing
     return await manager.dry_run(
         await request.body(), request.headers.get("content-type"), settings, pricing,
-        owner=owner, work=limits.specs, store=store, launcher=supervisor.launcher,
+        owner=owner, work=limits.spec_work, store=store, launcher=supervisor.launcher,
     )  # fmt: skip
 
 
@@ -141,7 +141,9 @@ async def list_sweeps(
     # bounded: the store's integers are 64-bit, and no owner has a million sweeps to page through
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> SweepPage:
-    return await manager.page(store, settings, owner, list(status_filter) if status_filter else None, limit, offset)
+    return await manager.list_sweeps(
+        store, settings, owner, list(status_filter) if status_filter else None, limit, offset
+    )
 
 
 @router.get("/{sweep_id}", response_model=SweepDetail, responses=error_responses(401, 404, 422))
