@@ -204,6 +204,7 @@ def study(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from sweeps.analysis import read_report
     from sweeps.settings import runtime_from_env
+    from sweeps.study import transferred
 
     _check_against(against)
     plan = _load_study(study_path)
@@ -215,8 +216,10 @@ def study(
     target = plan.target_spec()
     sizes = {s.model.parameters(s.data.vocab_size) for s in specs}
     runtime = runtime_from_env(data_dir)
-    loaded = []
+    loaded, done = [], []
     for i, spec in enumerate(specs, 1):
+        if plan.transfer:  # the batch-axis search starts where the smaller scales predict (sweeps.study)
+            spec = transferred(spec, done)
         path = folder / f"{spec.name}.json"
         if path.exists():
             console.print(f"scale {i} of {len(specs)}: [bold]{spec.name}[/] done before ({path})")
@@ -224,7 +227,9 @@ def study(
             console.rule(f"scale {i} of {len(specs)}: {spec.model.preset or 'custom'}, {spec.trained_tokens:,} tokens")
             _run_one(spec, spec.name, runtime, path)
         params = float(spec.model.parameters(spec.data.vocab_size)) if len(sizes) > 1 else None
-        loaded.append((read_report(json.loads(path.read_text())), params))
+        report = read_report(json.loads(path.read_text()))
+        loaded.append((report, params))
+        done.append((spec, report))
     target_params = float(target.model.parameters(target.data.vocab_size)) if len(sizes) > 1 else None
     console.rule(f"the law, predicted at {target.trained_tokens:,} tokens ({target.model.preset or 'custom'})")
     _print_law(loaded, float(target.trained_tokens), target_params, against)

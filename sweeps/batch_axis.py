@@ -41,7 +41,7 @@ __all__ = [
 MAX_LATTICE = 40  # sizes a lattice may hold: each is a possible column of cells (search_bounds: ~0.3 s at 40)
 
 # Why a cell's batch size was tested: the report and MLflow say it for every cell
-Chosen = Literal["listed", "reference", "step up", "bisect", "speculative"]
+Chosen = Literal["listed", "reference", "predicted", "step up", "bisect", "speculative"]
 Verdict = Literal["fine", "degraded", "undecided"]
 
 
@@ -115,11 +115,13 @@ def plan_for_reference(
     step: float,
     resolution: float,
     passes: Mapping[int, bool | None] | None = None,
+    start: int | None = None,
 ) -> Decision:
     """The next size of one reference's search over the lattice `sizes` from the verdicts of the tested
     sizes (None: not decided yet, its runs are under way).
 
-    - the reference (the smallest size) first; if it is degraded nothing above it can be fine: done
+    - the reference (the smallest size) first; then, with `start` (a predicted boundary), the lattice size
+      nearest it, and on from there as below; if the reference is degraded nothing above it can be fine: done
       (undecided, against another optimizer's reference: nothing can be fine, the search still looks
       for the smallest degraded size);
     - largest_fine: the largest size with every tested size up to it fine; smallest_degraded: the
@@ -142,6 +144,9 @@ def plan_for_reference(
         return Decision("wait")
     if verdicts[ref] == "degraded":
         return Decision("done", why=f"the reference {ref} is degraded: no batch size is fine against it")
+    if start is not None and len(verdicts) == 1 and len(sizes) > 1:
+        predicted = _nearest(sizes[1:], start)
+        return Decision("test", predicted, "predicted", f"the predicted boundary, {start}")
     tested = sorted(verdicts)
     # largest_fine None: the reference itself is undecided (against another optimizer's)
     largest_fine, smallest_degraded = bracket_of(verdicts)
@@ -208,11 +213,12 @@ def _tree(
     bounds: tuple[int, int, int, int, int, int],
     step: float,
     resolution: float,
+    start: int | None = None,
 ) -> tuple[int, int]:
     """(fewest, most) sizes tested from this state on, over the monotone outcomes still possible: sizes[:a]
     fine, sizes[a:c] undecided, sizes[c:] degraded, the means of sizes[:m] within the tolerance, a <= m <= c;
     `bounds` = (a_lo, a_hi, m_lo, m_hi, c_lo, c_hi) from what was revealed."""
-    d = plan_for_reference(sizes, verdicts, step=step, resolution=resolution, passes=passes)
+    d = plan_for_reference(sizes, verdicts, step=step, resolution=resolution, passes=passes, start=start)
     if d.kind != "test":
         return len(verdicts), len(verdicts)
     j = sizes.index(d.batch_size)  # type: ignore[arg-type]
@@ -228,16 +234,18 @@ def _tree(
         al, ah, ml, mh, cl, ch = b
         if not (al <= ah and ml <= mh and cl <= ch and al <= mh and max(ml, al) <= ch):
             continue  # no monotone outcome has this
-        f, m = _tree(sizes, {**verdicts, d.batch_size: verdict}, {**passes, d.batch_size: passed}, b, step, resolution)  # type: ignore[dict-item]
+        f, m = _tree(
+            sizes, {**verdicts, d.batch_size: verdict}, {**passes, d.batch_size: passed}, b, step, resolution, start
+        )  # type: ignore[dict-item]
         fewest, most = min(fewest, f), max(most, m)
     return int(fewest), most
 
 
 @functools.lru_cache(maxsize=256)
-def search_bounds(sizes: tuple[int, ...], step: float, resolution: float) -> tuple[int, int]:
+def search_bounds(sizes: tuple[int, ...], step: float, resolution: float, start: int | None = None) -> tuple[int, int]:
     """(fewest, most) sizes an optimizer's search tests, over every outcome that is monotone in batch
     size (fine up to some size, undecided up to another, degraded above; means within the tolerance up
     to a size in the undecided band), by walking the search's decision tree. The searcher never tests
     more than the most (`sweeps.search`): it is also the cap a non-monotone outcome meets."""
     n = len(sizes)
-    return _tree(sizes, {}, {}, (0, n, 0, n, 0, n), step, resolution)
+    return _tree(sizes, {}, {}, (0, n, 0, n, 0, n), step, resolution, start)

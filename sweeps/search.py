@@ -685,6 +685,7 @@ class CellSearcher(DriverOnly, Searcher):
                     step=search.step,
                     resolution=search.resolution,
                     passes=passes,
+                    start=search.start_for(opt),
                 )
                 if d.kind == "test" and len(mine) >= cap:
                     self.search_done_why[opt] = f"stopped at the cap of {cap} batch sizes; next would be {d.batch_size}"
@@ -717,8 +718,10 @@ class CellSearcher(DriverOnly, Searcher):
             if ref_loss is None or any(v is None or v > (1 + tol) * ref_loss for v in likely):
                 continue
             hopeful = {b: ("fine" if v is None else v) for b, v in decided.items()}
-            d = plan_for_reference(lattice, hopeful, step=search.step, resolution=search.resolution)  # type: ignore[arg-type]
-            if d.kind == "test" and d.chosen == "step up":
+            d = plan_for_reference(
+                lattice, hopeful, step=search.step, resolution=search.resolution, start=search.start_for(opt)
+            )  # type: ignore[arg-type]
+            if d.kind == "test" and d.chosen in ("step up", "predicted"):
                 waiting = ", ".join(str(c.batch_size) for c in pending)
                 self._open_cell(
                     opt, d.batch_size, "speculative", f"step up while {waiting} confirm(s): x{search.step:g}"

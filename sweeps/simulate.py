@@ -261,5 +261,13 @@ def simulate_study(study: Any, objective: Objective, seed: int = 0) -> StudySimu
     """Rehearse a study (a `sweeps.study.StudySpec`) as `sweeps study` runs it: each scale's sweep, smallest
     first, through `simulate` against one `objective` for every scale (its `Run` says the scale: the model's
     `params` and the budget, `eval_tokens[-1]`), so that a law the objective holds can be fitted back
-    (`StudySimulation.law`). `seed` seeds the first scale's sampler, the next scales' seed + 1, ..."""
-    return StudySimulation([(spec, simulate(spec, objective, seed + i)) for i, spec in enumerate(study.sweep_specs())])
+    (`StudySimulation.law`); with the study's `transfer`, each scale starts where the smaller ones predict
+    (`sweeps.study.transferred`). `seed` seeds the first scale's sampler, the next scales' seed + 1, ..."""
+    from sweeps.study import transferred
+
+    scales: list[tuple[SweepSpec, SimulationResult]] = []
+    for i, spec in enumerate(study.sweep_specs()):
+        if study.transfer:
+            spec = transferred(spec, [(s, r.report) for s, r in scales])
+        scales.append((spec, simulate(spec, objective, seed + i)))
+    return StudySimulation(scales)

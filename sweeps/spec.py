@@ -335,6 +335,13 @@ class SweepSpec(_Strict):
         search = self.batch_search
         if search is None:
             return
+        if isinstance(search.start, dict) and (unknown := sorted(set(search.start) - set(self.optimizer_names))):
+            raise _problem(
+                "batch_sizes.start",
+                f"batch_sizes.start names {', '.join(unknown)}, not among the optimizers "
+                f"({', '.join(self.optimizer_names)})",
+                unknown[0],
+            )
         workers = self.resources.workers_per_trial
         try:
             sizes = lattice(search.min, search.max, search.resolution, workers)
@@ -466,7 +473,8 @@ class SweepSpec(_Strict):
         """(fewest, most) batch sizes one optimizer tests: the list's length, or the search's bounds."""
         if (search := self.batch_search) is None:
             return len(self.lattice), len(self.lattice)
-        return search_bounds(tuple(self.lattice), search.step, search.resolution)
+        bounds = [search_bounds(tuple(self.lattice), search.step, search.resolution, s) for s in search.starts()]
+        return min(b[0] for b in bounds), max(b[1] for b in bounds)
 
     @property
     def total_trials(self) -> int:

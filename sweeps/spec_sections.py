@@ -103,6 +103,17 @@ class BatchSearchSpec(_Strict):
     # the reference that drives the search: the baseline optimizer at min (the claim "no loss against
     # AdamW at 480"), or the optimizer's own min; the other is judged on the sizes tested
     against: Literal["baseline", "self"] = "baseline"
+    # where the search goes after the reference: the lattice size nearest `start` (a prediction: a study's
+    # law at this scale), then on from there as from any tested size; one size for every optimizer or one
+    # per optimizer name (the others step up from min); None: x step up from min
+    start: int | dict[str, int] | None = None
+
+    def start_for(self, optimizer: str) -> int | None:
+        return self.start.get(optimizer) if isinstance(self.start, dict) else self.start
+
+    def starts(self) -> set[int | None]:
+        """Every start an optimizer's search may have (None: one that steps up from min)."""
+        return {self.start} if not isinstance(self.start, dict) else {*self.start.values(), None}
 
     @model_validator(mode="after")
     def _order(self) -> BatchSearchSpec:
@@ -110,6 +121,13 @@ class BatchSearchSpec(_Strict):
             raise _problem(
                 "max", f"batch_sizes.max must be > batch_sizes.min, got min={self.min}, max={self.max}", self.max
             )
+        for start in self.starts() - {None}:
+            if not self.min < start <= self.max:  # type: ignore[operator]
+                raise _problem(
+                    "start",
+                    f"batch_sizes.start must be > min and <= max, got start={start} (min={self.min}, max={self.max})",
+                    start,
+                )
         if self.step < self.resolution:
             raise _problem(
                 "step",

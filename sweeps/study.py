@@ -13,11 +13,18 @@ A study file is a sweep spec without `model` and `token_budget`, plus `scales` a
 Each scale's sweep is the sweep spec with that scale's model and token budget (validated as a sweep is, its
 errors naming the scale), named `<name>-s<i>`, smallest first (by parameters x tokens: the order a study runs
 them, so that each can start from what the smaller ones imply).
+
+Transfer (`transfer: true`, the default): a scale whose sweep searches the batch axis starts, after its
+reference, at the size the smaller scales predict for each optimizer (`batch_sizes.start`, `transferred`):
+with two or more scales behind it, the batch law fitted to their brackets (`sweeps.law`) at this scale; with
+one, that scale's largest size decided fine (the critical batch does not shrink with more tokens).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -25,7 +32,10 @@ from sweeps.cost import FloatRange, PriceConfig, SweepCost, price
 from sweeps.spec import SweepSpec
 from worker.config import DataConfig, ModelConfig
 
-__all__ = ["MAX_SCALES", "StudyCost", "StudyScale", "StudySpec", "is_study", "price_study"]
+if TYPE_CHECKING:
+    from sweeps.report import Report
+
+__all__ = ["MAX_SCALES", "StudyCost", "StudyScale", "StudySpec", "is_study", "price_study", "transferred"]
 
 MAX_SCALES = 24  # sweeps in one study
 
@@ -69,6 +79,7 @@ class StudySpec(BaseModel):
     scales: list[StudyScale] | StudyGrid
     target: StudyScale
     sweep: dict[str, Any]
+    transfer: bool = True  # each scale's batch-axis search starts where the smaller scales predict
 
     @model_validator(mode="before")
     @classmethod
@@ -76,7 +87,7 @@ class StudySpec(BaseModel):
         """The file's flat form: the sweep fields beside `name`, `scales` and `target`."""
         if not isinstance(data, dict) or "sweep" in data:
             return data
-        own = {"name", "scales", "target"}
+        own = {"name", "scales", "target", "transfer"}
         out = {k: v for k, v in data.items() if k in own} | {"sweep": {k: v for k, v in data.items() if k not in own}}
         for key in ("model", "token_budget"):
             if key in out["sweep"]:
@@ -164,3 +175,39 @@ def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCos
         target=target,
         ratio=FloatRange(min=lo / target.gpu_hours.min, max=hi / target.gpu_hours.max),
     )
+
+
+def transferred(spec: SweepSpec, earlier: Sequence[tuple[SweepSpec, Report]]) -> SweepSpec:
+    """`spec` starting from what the smaller scales' finished sweeps (`earlier`, smallest first) imply: a
+    search of the batch axis goes, after its reference, to each optimizer's predicted boundary
+    (`batch_sizes.start`): the batch law of their brackets against the search's reference at this scale
+    (model size in it where the scales have two or more), or with one scale (or no law) the largest size
+    the last one decided fine. A list of batch sizes, or nothing to go on, leaves `spec` as it is."""
+    from sweeps.law import BatchLaw, fit_batch_law, scale_of
+
+    search = spec.batch_search
+    if search is None or not earlier:
+        return spec
+    vocab = spec.data.vocab_size
+    sizes = {s.model.parameters(vocab) for s, _ in earlier} | {spec.model.parameters(vocab)}
+
+    def params(s: SweepSpec) -> float | None:
+        return float(s.model.parameters(vocab)) if len(sizes) > 1 else None
+
+    starts: dict[str, int] = {}
+    for opt in spec.optimizer_names:
+        if not all(opt in r.optimizers for _, r in earlier):
+            continue
+        scales = [scale_of(r, opt, search.against, params(s)) for s, r in earlier]
+        law = fit_batch_law(scales) if len(scales) >= 2 else None
+        if isinstance(law, BatchLaw):
+            predicted: float | None = math.exp(law.mean_log(float(spec.trained_tokens), params(spec)))
+        else:
+            predicted = scales[-1].largest_fine
+        if predicted is not None and predicted > search.min:
+            starts[opt] = int(round(min(predicted, search.max)))
+    if not starts:
+        return spec
+    data = spec.model_dump(mode="json", exclude_unset=True)
+    data["batch_sizes"] = {**data["batch_sizes"], "start": starts}
+    return SweepSpec.from_mapping(data)

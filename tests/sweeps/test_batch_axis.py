@@ -33,13 +33,15 @@ def test_a_min_that_admits_no_granule_is_refused_with_one_that_does() -> None:
     assert lattice(6, 12, 1.25)[:3] == [6, 7, 8]
 
 
-def run_plan(sizes: list[int], truth, passes=None, step: float = 2.0, resolution: float = 1.25) -> list[Decision]:
+def run_plan(
+    sizes: list[int], truth, passes=None, step: float = 2.0, resolution: float = 1.25, start: int | None = None
+) -> list[Decision]:
     verdicts: dict[int, str] = {}
     seen: dict[int, bool] = {}
     out = []
     while True:
         d = plan_for_reference(
-            sizes, verdicts, step=step, resolution=resolution, passes=None if passes is None else seen
+            sizes, verdicts, step=step, resolution=resolution, passes=None if passes is None else seen, start=start
         )
         out.append(d)
         if d.kind != "test":
@@ -64,6 +66,22 @@ def test_the_plan_steps_up_until_degraded_then_bisects_to_the_resolution() -> No
     assert plan[-1].kind == "done" and "fine up to 2880, degraded from 3360" in plan[-1].why
     assert 3360 / 2880 <= 1.25  # the bracket is as narrow as asked
     assert "between 1920 (fine) and 3840 (degraded)" in plan[4].why
+
+
+def test_a_predicted_start_goes_there_after_the_reference_and_on_from_it() -> None:
+    sizes = lattice(480, 16384, 1.25, workers=2)
+    truth = lambda b: "fine" if b <= 3000 else "degraded"  # noqa: E731
+    # a good prediction: the reference, the lattice size nearest 2,900, a step up, then the bisection
+    tested = [(d.batch_size, d.chosen) for d in run_plan(sizes, truth, start=2900) if d.kind == "test"]
+    assert tested == [(480, "reference"), (2880, "predicted"), (5760, "step up"), (3840, "bisect"), (3360, "bisect")]
+    # too high: bisect down from it; fewer sizes than stepping up from 480 either way
+    high = [(d.batch_size, d.chosen) for d in run_plan(sizes, truth, start=12000) if d.kind == "test"]
+    assert high[:2] == [(480, "reference"), (11520, "predicted")] and all(c == "bisect" for _, c in high[2:])
+    ends = [run_plan(sizes, truth, start=s)[-1].why for s in (None, 2900, 12000)]
+    assert all("fine up to 2880, degraded from 3360" in why for why in ends)
+    # the trial cap counts every outcome from the start too
+    fewest, most = search_bounds(tuple(sizes), 2.0, 1.25, 2880)
+    assert fewest <= len(tested) <= most
 
 
 def test_the_plan_stops_at_the_top_and_at_a_degraded_reference() -> None:
@@ -176,7 +194,10 @@ def test_a_search_spec_has_a_lattice_equal_tokens_and_a_trial_cap() -> None:
         ({"resolution": 1.01}, "batch_sizes.resolution", "greater than or equal to 1.1"),
         ({"step": 1.2}, "batch_sizes.step", "must be >= batch_sizes.resolution"),
         ({"against": "them"}, "batch_sizes.against", "'baseline' or 'self'"),
-        ({"bogus": 1}, "batch_sizes.bogus", "valid fields: min, max, resolution, step, against"),
+        ({"bogus": 1}, "batch_sizes.bogus", "valid fields: min, max, resolution, step, against, start"),
+        ({"start": 4}, "batch_sizes.start", "got start=4 (min=4, max=64)"),
+        ({"start": {"adamw": 128}}, "batch_sizes.start", "got start=128"),
+        ({"start": {"lion": 16}}, "batch_sizes.start", "names lion, not among the optimizers (adamw)"),
         ({"min": 5, "resolution": 1.5}, "batch_sizes.min", "min=5 cannot start a lattice"),
     ],
 )
