@@ -1,7 +1,7 @@
 """Search the batch axis: the boundary of degradation, not a fixed list of batch sizes. Pure: no Ray,
 no Optuna; `sweeps.search.CellSearcher` calls it with the report's verdicts.
 
-A spec may give `batch_sizes: {min, max, resolution, step, against}`. Per optimizer, against one
+A spec may give `batch_sizes: {min, max, resolution, step, against, start}`. Per optimizer, against one
 reference (`against`: the baseline at `min`, the default, or the optimizer's own `min`), the search
 starts at the reference (`min`), steps up geometrically (x `step`) until a batch size is degraded or
 `max` is reached, then bisects geometrically between the largest fine and the smallest degraded size

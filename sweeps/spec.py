@@ -148,7 +148,7 @@ class SweepSpec(_Strict):
     data: DataConfig = Field(default_factory=DataConfig)
     optimizers: list[OptimizerSpec]
     # global batch in sequences: a list, strictly increasing, every one trained; or {min, max,
-    # resolution, step, against}: a search of the batch axis for the boundary (BatchSearchSpec)
+    # resolution, step, against, start}: a search of the batch axis for the boundary (BatchSearchSpec)
     batch_sizes: list[int] | BatchSearchSpec
     token_budget: int = Field(gt=0, le=MAX_TOKENS)  # tokens per trial, the same at every batch size
     lr: LRSearchSpec

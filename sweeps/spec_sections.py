@@ -90,7 +90,7 @@ MAX_LR_EXTEND = 100.0
 
 
 class BatchSearchSpec(_Strict):
-    """`batch_sizes: {min, max, resolution, step, against}`: search the batch axis instead of a list
+    """`batch_sizes: {min, max, resolution, step, against, start}`: search the batch axis instead of a list
     (sweeps/batch_axis.py). Per optimizer, from the reference `min` up x `step` until a size is
     degraded against `against` (or `max`), then bisection until the largest fine and the smallest
     degraded size are at most `resolution` apart. Sizes come from a lattice fixed in advance
