@@ -584,7 +584,8 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
     than degraded (their `unstable_reason` says so), so its bracket has no smallest degraded size, and
     every case's `verdict_rule` says so; the upper ends of `verdict_diff_ci` (30 values), now at the fine
     claims' level of a fixed sequence rather than a Bonferroni share (no verdict or bracket moved), and
-    `verdict_rule` with them."""
+    `verdict_rule` with them; the search case's `batch_search.start`, new (null: the search stepped up from
+    its min)."""
     data = json.loads((Path(__file__).parent / "data" / "report_baseline.json").read_text())[case]
     report = build_report(data["results"], inputs=AnalysisInput(**data["inputs"]), steps=data["steps"])
     assert isinstance(report, Report)
