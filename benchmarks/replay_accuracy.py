@@ -47,6 +47,8 @@ from sweeps.spec import SweepSpec  # noqa: E402
 GRID = HERE / "real_runs" / "grid.yaml"
 TOLERANCES = (0.005, 0.01, 0.02)
 REFERENCES = ("self", "baseline")
+# per answer (right, covered, tight, grid, tpe) or per problem (tokens, truth): what each configuration reports
+FIGURES = ("right", "covered", "tight", "tokens", "truth", "grid", "tpe")
 
 
 def wilson(hits: int, n: int) -> tuple[float, float]:
@@ -214,15 +216,7 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
         return None
     lo = min(grid["lrs"][o]["min"] for o in optimizers)
     hi = max(grid["lrs"][o]["max"] for o in optimizers)
-    out: dict[str, list[float]] = {
-        "right": [],
-        "covered": [],
-        "tight": [],
-        "tokens": [],
-        "truth": [],
-        "grid": [],
-        "tpe": [],
-    }
+    out: dict[str, list[float]] = {k: [] for k in FIGURES}
     for k in range(problems):
         d = draw(k, whole, lo, hi)
         spec = spec_of(name, grid["configs"][name], optimizers, d)
@@ -269,15 +263,7 @@ def main() -> None:
     grid = yaml.safe_load(GRID.read_text())
     optimizers = args.optimizers.split(",")
     started = time.perf_counter()
-    totals: dict[str, list[float]] = {
-        "right": [],
-        "covered": [],
-        "tight": [],
-        "tokens": [],
-        "truth": [],
-        "grid": [],
-        "tpe": [],
-    }
+    totals: dict[str, list[float]] = {k: [] for k in FIGURES}
     for name in args.config or list(grid["configs"]):
         for key, values in (run_config(name, grid, optimizers, args.problems) or {}).items():
             totals[key] += values
