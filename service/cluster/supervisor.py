@@ -154,6 +154,15 @@ class Supervisor:
         if status not in SweepStatus.__members__:
             log.warning("sweep %s: driver reports unknown status %r", row.id, status)
             return False
+        if SweepStatus(status) == SweepStatus.queued and row.id not in self._launching:
+            # a driver created and never started: the service that created it stopped in between (its
+            # `start` never came), and the driver would wait for it for ever
+            if row.cancel_requested:
+                self.launcher.kill(row.id)
+                self._end_without_driver(row, SweepStatus.cancelled, None)
+                return False
+            log.warning("sweep %s: its driver was created but never started; starting it", row.id)
+            return True  # launched again: the launcher finds the driver and starts it (idempotent)
         final = SweepStatus(status) in FINAL_STATUSES
         fields: dict[str, Any] = {
             "status": status,

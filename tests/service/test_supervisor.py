@@ -309,3 +309,22 @@ def test_drivers_opening_the_optuna_storage_the_service_prepared_do_not_race(tmp
         t.join()
     assert errors == []
     prepare_optuna("postgresql://nobody@127.0.0.1:1/none")  # unreachable: logged, not raised
+
+
+def test_a_driver_created_but_never_started_is_started_or_ended_if_cancelled(
+    store: Store, launcher: FakeLauncher, settings: Settings
+) -> None:
+    """The service was killed between creating a sweep's driver and starting it (the soak's kill -9 of the API
+    right after a submit): the driver answers "queued" and would wait for ever. The next service starts it;
+    with a cancel pending, it ends the sweep cancelled instead."""
+    for sweep_id in ("s-1", "s-2"):
+        new(store, sweep_id)
+        store.count_driver_start(sweep_id)
+        launcher.start(sweep_id, {})
+        launcher.set(sweep_id, status="queued", started_at=None)  # created, `start` never called
+    store.request_cancel("s-2")
+    sup = Supervisor(store, launcher, settings)
+    assert [r.id for r in sup.poll_once()] == ["s-1"]  # started again at once: nothing is lost
+    assert store.get("s-2").status == "cancelled" and launcher.killed == ["s-2"]  # type: ignore[union-attr]
+    run(lambda: poll_and_launch(sup))
+    assert launcher.started.count("s-1") == 2 and store.get("s-1").driver_starts == 2  # type: ignore[union-attr]
