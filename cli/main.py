@@ -204,7 +204,7 @@ def study(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from sweeps.analysis import read_report
     from sweeps.settings import runtime_from_env
-    from sweeps.study import transferred
+    from sweeps.study import law_params, transferred
 
     _check_against(against)
     plan = _load_study(study_path)
@@ -214,7 +214,7 @@ def study(
     folder = out or Path(f"{plan.name}-reports")
     specs = plan.sweep_specs()
     target = plan.target_spec()
-    sizes = {s.model.parameters(s.data.vocab_size) for s in specs}
+    params = law_params(specs)
     runtime = runtime_from_env(data_dir)
     loaded, done = [], []
     for i, spec in enumerate(specs, 1):
@@ -226,11 +226,11 @@ def study(
         else:
             console.rule(f"scale {i} of {len(specs)}: {spec.model.preset or 'custom'}, {spec.trained_tokens:,} tokens")
             _run_one(spec, spec.name, runtime, path)
-        params = float(spec.model.parameters(spec.data.vocab_size)) if len(sizes) > 1 else None
         report = read_report(json.loads(path.read_text()))
-        loaded.append((report, params))
+        loaded.append((report, params[i - 1]))
         done.append((spec, report))
-    target_params = float(target.model.parameters(target.data.vocab_size)) if len(sizes) > 1 else None
+    # the target's model size where the law has one (the scales' sizes decide: law_params)
+    target_params = None if params[0] is None else float(target.model.parameters(target.data.vocab_size))
     console.rule(f"the law, predicted at {target.trained_tokens:,} tokens ({target.model.preset or 'custom'})")
     _print_law(loaded, float(target.trained_tokens), target_params, against)
 

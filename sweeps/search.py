@@ -199,10 +199,13 @@ class Cell:
         the best, or the best below an lr at which a confirmation run diverged)."""
 
         def best() -> optuna.trial.FrozenTrial | None:
-            diverged = [float(t.params["lr"]) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"]
-            return pick_stable(self.trials("search", (TrialState.COMPLETE,)), _score, diverged)
+            return pick_stable(self.trials("search", (TrialState.COMPLETE,)), _score, self.confirmations_diverged())
 
         return self._once(("best",), best)
+
+    def confirmations_diverged(self) -> list[float]:
+        """The lrs of the cell's diverged confirmation runs (a retreat goes below the lowest; a probe below it)."""
+        return [float(t.params["lr"]) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"]
 
     def best_lr(self) -> float | None:
         best = self.best()
@@ -239,7 +242,7 @@ class Cell:
             return None
         search = self.trials("search")
         lr = probe_lr(
-            [float(t.params["lr"]) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"],
+            self.confirmations_diverged(),
             [float(t.params["lr"]) for t in search if t.state == TrialState.COMPLETE and t.value is not None],
             [float(t.params["lr"]) for t in search if t.user_attrs.get("status") == TrialStatus.diverged],
             lr_min=self.lr_min,

@@ -246,14 +246,11 @@ class StudySimulation:
         """`optimizer`'s batch law from the scales' brackets (`sweeps.law.fit_batch_law`: a `BatchLaw`, or why
         none), in the model size too where the scales have two or more."""
         from sweeps.law import fit_batch_law, scale_of
+        from sweeps.study import law_params
 
-        sizes = {spec.model.parameters(spec.data.vocab_size) for spec, _ in self.scales}
+        params = law_params([spec for spec, _ in self.scales])
         return fit_batch_law(
-            [
-                scale_of(r.report, optimizer, against, float(params) if len(sizes) > 1 else None)
-                for spec, r in self.scales
-                for params in [spec.model.parameters(spec.data.vocab_size)]
-            ]
+            [scale_of(r.report, optimizer, against, p) for (_, r), p in zip(self.scales, params, strict=True)]
         )
 
 

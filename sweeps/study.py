@@ -35,7 +35,7 @@ from worker.config import DataConfig, ModelConfig
 if TYPE_CHECKING:
     from sweeps.report import Report
 
-__all__ = ["MAX_SCALES", "StudyCost", "StudyScale", "StudySpec", "is_study", "price_study", "transferred"]
+__all__ = ["MAX_SCALES", "StudyCost", "StudyScale", "StudySpec", "is_study", "law_params", "price_study", "transferred"]
 
 MAX_SCALES = 24  # sweeps in one study
 
@@ -177,6 +177,14 @@ def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCos
     )
 
 
+def law_params(specs: Sequence[SweepSpec]) -> list[float | None]:
+    """Each sweep's model size as the law takes it (`sweeps.law.Scale.params`): its parameters at its
+    vocabulary where the sweeps have two or more model sizes; None for every one where they have one (the
+    law is then in tokens alone)."""
+    sizes = [float(s.model.parameters(s.data.vocab_size)) for s in specs]
+    return sizes if len(set(sizes)) > 1 else [None] * len(sizes)
+
+
 def transferred(spec: SweepSpec, earlier: Sequence[tuple[SweepSpec, Report]]) -> SweepSpec:
     """`spec` starting from what the smaller scales' finished sweeps (`earlier`, smallest first) imply: a
     search of the batch axis goes, after its reference, to each optimizer's predicted boundary
@@ -188,20 +196,15 @@ def transferred(spec: SweepSpec, earlier: Sequence[tuple[SweepSpec, Report]]) ->
     search = spec.batch_search
     if search is None or not earlier:
         return spec
-    vocab = spec.data.vocab_size
-    sizes = {s.model.parameters(vocab) for s, _ in earlier} | {spec.model.parameters(vocab)}
-
-    def params(s: SweepSpec) -> float | None:
-        return float(s.model.parameters(vocab)) if len(sizes) > 1 else None
-
+    *params, here = law_params([*(s for s, _ in earlier), spec])  # the earlier scales', this one's
     starts: dict[str, int] = {}
     for opt in spec.optimizer_names:
         if not all(opt in r.optimizers for _, r in earlier):
             continue
-        scales = [scale_of(r, opt, search.against, params(s)) for s, r in earlier]
+        scales = [scale_of(r, opt, search.against, p) for (_, r), p in zip(earlier, params, strict=True)]
         law = fit_batch_law(scales) if len(scales) >= 2 else None
         if isinstance(law, BatchLaw):
-            predicted: float | None = math.exp(law.mean_log(float(spec.trained_tokens), params(spec)))
+            predicted: float | None = math.exp(law.mean_log(float(spec.trained_tokens), here))
         else:
             predicted = scales[-1].largest_fine
         if predicted is not None and predicted > search.min:
