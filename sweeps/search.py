@@ -726,9 +726,8 @@ class CellSearcher(DriverOnly, Searcher):
             )  # type: ignore[arg-type]
             if d.kind == "test" and d.chosen in ("step up", "predicted"):
                 waiting = ", ".join(str(c.batch_size) for c in pending)
-                self._open_cell(
-                    opt, d.batch_size, "speculative", f"step up while {waiting} confirm(s): x{search.step:g}"
-                )  # type: ignore[arg-type]
+                move = f"x{search.step:g}" if d.chosen == "step up" else d.why  # or "the predicted boundary, N"
+                self._open_cell(opt, d.batch_size, "speculative", f"{d.chosen} while {waiting} confirm(s): {move}")  # type: ignore[arg-type]
                 log.info("%s: batch size %d speculatively, while %s confirm(s)", opt, d.batch_size, waiting)
                 grew = True
         return grew
