@@ -11,7 +11,8 @@
 
 Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
   sweeps submit SPEC.yaml [--watch] [--dry-run]           submit; --watch follows the progress and prints the answer;
-                                                          --dry-run validates and prints the cost (--gpu, --mfu)
+                                                          --dry-run validates and prints the cost (--gpu, --mfu);
+                                                          a study file: priced scale by scale (--dry-run only)
   sweeps list [--status running]                          your sweeps, newest first
   sweeps status ID | cancel ID | report ID                one sweep
   sweeps serve [--host 127.0.0.1] [--port 8000]           start the service (and, with no RAY_ADDRESS, its Ray head)
@@ -346,6 +347,18 @@ def _span(r: dict[str, float], fmt: Any) -> str:
     return fmt(r["max"]) if r["min"] == r["max"] else f"{fmt(r['min'])} - {fmt(r['max'])}"
 
 
+def _is_study_file(path: Path, kind: str) -> bool:
+    """`path` holds a study (it has `scales`), read as the service will read it; False where it does not parse
+    (the service names what is wrong)."""
+    from sweeps.spec import SpecLoadError, parse_document
+    from sweeps.study import is_study
+
+    try:
+        return is_study(parse_document(path.read_text(encoding="utf-8"), "json" if kind.endswith("json") else "yaml"))
+    except (OSError, UnicodeDecodeError, SpecLoadError):
+        return False
+
+
 def _load_study(path: Path) -> Any:
     """The study in `path`, or None when the file is a sweep spec (it has no `scales`); a bad study exits 2."""
     from pydantic import ValidationError
@@ -376,21 +389,44 @@ def _price_study(study: Any, config: Any, as_json: bool) -> None:
     if as_json:
         console.print_json(cost.model_dump_json())
         return
+    specs = study.sweep_specs()
+
+    def row(spec: Any, c: Any) -> dict[str, Any]:
+        return {
+            "name": spec.name,
+            "model": spec.model.preset or "custom",
+            "trained_tokens": spec.trained_tokens,
+            "cost": c.model_dump(mode="json"),
+        }
+
+    _print_study(
+        study.name,
+        {
+            "sweeps": [row(spec, c) for spec, (_, c) in zip(specs, cost.scales, strict=True)],
+            "target": row(study.target_spec(), cost.target),
+            "gpu_hours": cost.gpu_hours.model_dump(),
+            "ratio": cost.ratio.model_dump(),
+        },
+    )
+
+
+def _print_study(name: str, priced: dict[str, Any]) -> None:
+    """A study's price (`POST /studies/dry-run`'s answer, or the same built here) as a table."""
     table = Table(
-        title=f"{study.name}: a study of {len(cost.scales)} sweeps, priced before it runs", title_justify="left"
+        title=f"{name}: a study of {len(priced['sweeps'])} sweeps, priced before it runs", title_justify="left"
     )
     for column in ("sweep", "model", "tokens a trial", "trials", "GPU-hours"):
         table.add_column(column, justify="right" if column != "sweep" else "left")
-    specs = [*study.sweep_specs(), study.target_spec()]  # in the order of cost.scales, then the target
-    for spec, (name, c) in zip(specs, [*cost.scales, (specs[-1].name, cost.target)], strict=True):
-        hours = _span(c.gpu_hours.model_dump(), _hours)
-        trials = _span(c.trials.model_dump(), lambda n: f"{n:,}")
-        label = name + (" (what the study replaces)" if spec is specs[-1] else "")
-        table.add_row(label, spec.model.preset or "custom", f"{c.trained_tokens:.3g}", trials, hours)
+    for s in [*priced["sweeps"], priced["target"]]:
+        hours = _span(s["cost"]["gpu_hours"], _hours)
+        trials = _span(s["cost"]["trials"], lambda n: f"{n:,}")
+        label = s["name"] + (" (what the study replaces)" if s is priced["target"] else "")
+        table.add_row(label, s["model"], f"{s['trained_tokens']:.3g}", trials, hours)
     console.print(table)
+    ratio = priced["ratio"]
     console.print(
-        f"the study: {_span(cost.gpu_hours.model_dump(), _hours)} GPU-hours, "
-        f"{cost.ratio.max:.2f} of the sweep at the target ({cost.ratio.min:.2f} at the fewest trials of each)"
+        f"the study: {_span(priced['gpu_hours'], _hours)} GPU-hours, "
+        f"{ratio['max']:.2f} of the sweep at the target ({ratio['min']:.2f} at the fewest trials of each)"
     )
 
 
@@ -597,7 +633,8 @@ def submit(
     url: str = _URL,
     token: Optional[str] = _TOKEN,
 ) -> None:
-    """Submit a sweep to the service; prints its id (with --watch: its progress and answer)."""
+    """Submit a sweep to the service; prints its id (with --watch: its progress and answer). A study file
+    (sweeps/study.py) is priced by the service with --dry-run; `sweeps study` runs one."""
     pricing = {k: v for k, v in {"gpu": gpu, "mfu": mfu, "peak_tflops": peak_tflops}.items() if v is not None}
     if pricing and not dry_run:
         err.print("[red]--gpu, --mfu and --peak-tflops price a --dry-run;[/] add --dry-run")
@@ -609,6 +646,18 @@ def submit(
         raise typer.Exit(2) from None
     kind = "application/json" if spec_path.suffix.lower() == ".json" else "application/yaml"
     headers = {"Content-Type": kind} | ({"Idempotency-Key": idempotency_key} if idempotency_key else {})
+    if _is_study_file(spec_path, kind):
+        if not dry_run:
+            err.print(f"[red]{spec_path} is a study:[/] the service prices one (--dry-run); `sweeps study` runs it")
+            raise typer.Exit(2)
+        with _client(url, token) as client:
+            out = _call(client, "POST", "/studies/dry-run", content=body, headers=headers, params=pricing).json()
+        _print_study(out["study"]["name"], out)
+        from service.verdicts import GpuHoursCaps
+
+        caps = GpuHoursCaps.model_validate(out["caps"])
+        console.print(caps.summary(), style=None if caps.passes else "red", markup=False)
+        return
     with _client(url, token) as client:
         params = {"dry_run": "true", **pricing} if dry_run else None
         resp = _call(client, "POST", "/sweeps", content=body, headers=headers, params=params)

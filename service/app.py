@@ -26,7 +26,7 @@ from service.api.auth import TokenTable
 from service.api.health import HealthChecker, mlflow_check
 from service.api.metrics import Metrics, RequestMetrics
 from service.api.middleware import BodyLimit, HotReads, PrefixHeaders
-from service.api.routes import health, sweeps
+from service.api.routes import health, studies, sweeps
 from service.api.sessions import Sessions, SignInLimiter
 from service.cluster.launcher import Launcher, RayLauncher
 from service.cluster.supervisor import Supervisor
@@ -129,6 +129,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)  # type: ignore[arg-type]
     app.include_router(health.router)
     app.include_router(sweeps.router)
+    app.include_router(studies.router)
     # the browser pages, sign-in and /static/ (not in the OpenAPI), and GET /sweeps/{id}/dashboard (in it)
     app.include_router(pages.router)
     app.include_router(pages.api_router)

@@ -19,7 +19,15 @@ from pydantic import ValidationError
 from service.cluster.launcher import Launcher
 from service.cluster.supervisor import Supervisor
 from service.errors import Conflict, Invalid, TooMany, not_found
-from service.models import DryRunResult, SweepCurves, SweepPage, SweepSummary, public_error
+from service.models import (
+    DryRunResult,
+    StudyDryRunResult,
+    StudySweepPrice,
+    SweepCurves,
+    SweepPage,
+    SweepSummary,
+    public_error,
+)
 from service.policy import (
     CAP_PRICING,
     capped_price,
@@ -30,7 +38,9 @@ from service.policy import (
     over_owner_cap,
     owner_budget,
     parse_body,
+    study_caps_verdict,
     validate_spec,
+    validate_study,
 )
 from service.settings import Settings
 from service.spec_work import SpecWork
@@ -46,6 +56,7 @@ from service.store.database import (
 from sweeps.admission import ClusterCapacity
 from sweeps.cost import PriceConfig, SweepCost, price
 from sweeps.spec import SweepSpec, json_value
+from sweeps.study import price_study
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +162,49 @@ async def dry_run(
         trained_tokens=spec.trained_tokens, cost=cost, caps=caps_verdict(hours, settings, owner, priced),
         cluster=fit,
     )  # fmt: skip
+
+
+def _study_priced(
+    body: bytes, content_type: str | None, settings: Settings, pricing: PriceConfig
+) -> tuple[StudyDryRunResult, list[tuple[str, float]]]:
+    """The study validated and priced (`sweeps.study.price_study`), and each scale's sweep at the caps' pricing."""
+    study = validate_study(parse_body(body, content_type), settings)
+    cost = price_study(study, pricing)
+    specs = study.sweep_specs()
+
+    def priced(spec: SweepSpec, c: SweepCost) -> StudySweepPrice:
+        return StudySweepPrice(
+            name=spec.name, model=spec.model.preset or "custom", trained_tokens=spec.trained_tokens, cost=c
+        )
+
+    result = StudyDryRunResult(
+        study=study.model_dump(mode="json"),
+        sweeps=[priced(spec, c) for spec, (_, c) in zip(specs, cost.scales, strict=True)],
+        gpu_hours=cost.gpu_hours,
+        target=priced(study.target_spec(), cost.target),
+        ratio=cost.ratio,
+    )
+    return result, [(spec.name, capped_price(spec)) for spec in specs]
+
+
+async def dry_run_study(
+    body: bytes,
+    content_type: str | None,
+    settings: Settings,
+    pricing: PriceConfig | None = None,
+    *,
+    owner: str,
+    work: SpecWork,
+    store: Store | None = None,
+) -> StudyDryRunResult:
+    """A study validated and priced scale by scale beside the target's sweep it replaces, and whether its
+    sweeps would pass the GPU-hours caps (the cap per owner judged given the store)."""
+    result, hours = await work.run(owner, _study_priced, body, content_type, settings, pricing or PriceConfig())
+    priced = None
+    if (budget := owner_budget(settings)) is not None and store is not None:
+        since = utcnow() - budget.window
+        priced = await anyio.to_thread.run_sync(store.priced_since, owner, since)
+    return result.model_copy(update={"caps": study_caps_verdict(hours, settings, owner, priced)})
 
 
 async def submit(

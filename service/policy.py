@@ -42,6 +42,7 @@ from sweeps.cost import PriceConfig, price
 from sweeps.documents import SpecLoadError, parse_document
 from sweeps.spec import SweepSpec, format_validation_error
 from sweeps.spec import problem as _problem
+from sweeps.study import StudySpec, is_study
 from worker.config import corpus_shortfall, split_batch
 from worker.messages import excerpt
 from worker.sources import OutsideRoots, TooManyEntries, all_files, candidate_files, is_inside, outside
@@ -90,6 +91,30 @@ def validate_spec(data: dict[str, Any], settings: Settings) -> SweepSpec:
     if problems:
         raise refused(problems)
     return spec
+
+
+def validate_study(data: Any, settings: Settings) -> StudySpec:
+    """The study (`sweeps.study`), or `Invalid` naming what is refused: the study's own fields, then each
+    scale's sweep as a submit of it would be judged (its problems' fields prefixed with the sweep's name).
+    The target's sweep is priced, never run: only the study's own rules apply to it."""
+    if not is_study(data):
+        raise invalid(
+            "not a study: a study has scales and a target (sweeps/study.py); POST /sweeps/dry-run prices a sweep",
+            [_problem("scales", "missing: a study lists its scales", None)],
+        )
+    try:
+        study = StudySpec.model_validate(data)
+    except ValidationError as exc:
+        raise invalid("invalid study", format_validation_error(exc)[:MAX_DETAILS]) from None
+    problems: list[dict[str, Any]] = []
+    for spec in study.sweep_specs():
+        try:
+            validate_spec(spec.model_dump(mode="json"), settings)
+        except Invalid as exc:
+            problems += [dict(p, field=f"{spec.name}.{p['field']}".rstrip(".")) for p in exc.details]
+    if problems:
+        raise refused(problems)
+    return study
 
 
 def refused(problems: list[dict[str, Any]]) -> Invalid:
@@ -210,6 +235,30 @@ def caps_verdict(
             if when is not None:
                 problem += f"; room for it again in {_span(max(1, math.ceil((when - utcnow()).total_seconds())))}"
             problems.append(problem)
+    return GpuHoursCaps(
+        gpu_hours=hours,
+        max_gpu_hours_per_sweep=settings.max_gpu_hours_per_sweep,
+        max_gpu_hours_per_owner=settings.max_gpu_hours_per_owner,
+        window_s=settings.gpu_hours_window_s,
+        owner_gpu_hours=spent,
+        passes=not problems,
+        problems=problems,
+    )
+
+
+def study_caps_verdict(
+    sweeps: Sequence[tuple[str, float]],
+    settings: Settings,
+    owner: str | None = None,
+    priced: Sequence[tuple[datetime, float]] | None = None,
+) -> GpuHoursCaps:
+    """What a study's dry run says of the caps: each of its sweeps (name, GPU-hours at CAP_PRICING) against
+    the cap per sweep, as its submit would be judged, and all of them together against the cap per owner."""
+    hours = math.fsum(h for _, h in sweeps)
+    problems = [f"{name}: {p}" for name, h in sweeps if (p := sweep_cap_problem(h, settings)) is not None]
+    spent = math.fsum(h for _, h in priced) if priced is not None else None
+    if spent is not None and not problems and (p := owner_cap_problem(owner or "you", spent, hours, settings)):
+        problems.append(f"the study's {len(sweeps)} sweeps together: {p}")
     return GpuHoursCaps(
         gpu_hours=hours,
         max_gpu_hours_per_sweep=settings.max_gpu_hours_per_sweep,

@@ -68,6 +68,23 @@ def test_dry_run_and_invalid_spec(cli: Any, tmp_path: Path) -> None:
     assert out.exit_code == 2 and "token_budget" in out.output and "422" in out.output
 
 
+def test_a_study_is_priced_by_the_service_and_never_submitted(cli: Any, tmp_path: Path) -> None:
+    sweep = {k: v for k, v in tiny_spec("law").items() if k not in ("model", "token_budget")}
+    study = sweep | {
+        "scales": {"models": [{"preset": "gpt2-nano", "seq_len": 32}], "token_budgets": [3000, 6000]},
+        "target": {"model": {"preset": "gpt2-nano", "seq_len": 32}, "token_budget": 48000},
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    out = cli("submit", "--dry-run", str(path))
+    assert out.exit_code == 0, out.output
+    assert "a study of 2 sweeps" in out.output and "law-s1" in out.output and "law-s2" in out.output
+    assert "law-target" in out.output and "replaces" in out.output and "of the sweep at the target" in out.output
+    assert "GPU-hours: no GPU-hours cap is set" in out.output
+    out = cli("submit", str(path))
+    assert out.exit_code == 2 and "study: the service prices one" in out.output and "sweeps study" in out.output
+
+
 def test_submit_watch_prints_the_answer(cli: Any, spec_file: Path, fake_server: ThreadServer) -> None:
     launcher = fake_server.launcher
 

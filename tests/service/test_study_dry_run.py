@@ -1,0 +1,118 @@
+"""A study priced over HTTP (in-process app, drivers faked, no Ray): `POST /studies/dry-run` answers each
+scale's sweep with its cost, their sum and the sweep at the target it replaces, the same figures as
+`sweeps.study.price_study` by hand; whether its sweeps pass the GPU-hours caps; and refuses, naming the
+field, a body that is not a study, a scale the service would not run, a bad pricing parameter. Nothing is
+recorded or started."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from harness import tiny_spec
+from svc_helpers import FakeLauncher, auth
+
+from service.app import create_app
+from service.policy import capped_price
+from service.settings import Settings
+from sweeps.cost import PriceConfig
+from sweeps.study import StudySpec, price_study
+
+
+def tiny_study(name: str = "law", budgets: tuple[int, ...] = (3000, 6000), **overrides: Any) -> dict[str, Any]:
+    sweep = {k: v for k, v in tiny_spec(name).items() if k not in ("model", "token_budget")}
+    model = {"preset": "gpt2-nano", "seq_len": 32}
+    return sweep | {
+        "scales": {"models": [model], "token_budgets": list(budgets)},
+        "target": {"model": dict(model), "token_budget": 48_000},  # a copy: YAML would write an alias
+    } | overrides  # fmt: skip
+
+
+@pytest.fixture
+def app_client(make_settings: Callable[..., Settings], launcher: FakeLauncher) -> Iterator[Callable[..., TestClient]]:
+    clients: list[TestClient] = []
+
+    def make(**overrides: Any) -> TestClient:
+        client = TestClient(create_app(make_settings(**overrides), launcher=launcher))
+        clients.append(client.__enter__())
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def error(resp: Any, status: int) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    return resp.json()["error"]  # type: ignore[no-any-return]
+
+
+def test_a_study_is_priced_scale_by_scale_beside_the_sweep_it_replaces(
+    app_client: Callable[..., TestClient], launcher: FakeLauncher
+) -> None:
+    client = app_client()
+    study = tiny_study()
+    resp = client.post("/studies/dry-run", params={"gpu": "A100", "mfu": 0.3}, json=study, headers=auth())
+    assert resp.status_code == 200, resp.text
+    got = resp.json()
+    want = price_study(StudySpec.model_validate(study), PriceConfig(gpu="A100", mfu=0.3))
+    assert [s["name"] for s in got["sweeps"]] == ["law-s1", "law-s2"] == [n for n, _ in want.scales]
+    for s, (_, cost) in zip(got["sweeps"], want.scales, strict=True):
+        assert s["cost"] == cost.model_dump(mode="json") and s["model"] == "gpt2-nano"
+    assert [s["trained_tokens"] for s in got["sweeps"]] == [
+        s.trained_tokens for s in StudySpec.model_validate(study).sweep_specs()
+    ]
+    assert got["target"]["name"] == "law-target" and got["target"]["cost"] == want.target.model_dump(mode="json")
+    assert got["gpu_hours"] == want.gpu_hours.model_dump() and got["ratio"] == want.ratio.model_dump()
+    assert 0 < got["ratio"]["max"] < 1  # two small budgets against one 8x the larger
+    # the caps judge the study's sweeps at their own pricing: together, and each as its submit would be
+    caps = got["caps"]
+    hours = [capped_price(s) for s in StudySpec.model_validate(study).sweep_specs()]
+    assert caps["passes"] is True and caps["gpu_hours"] == pytest.approx(sum(hours))
+    # the same study as YAML: the same answer
+    resp = client.post(
+        "/studies/dry-run",
+        params={"gpu": "A100", "mfu": 0.3},
+        content=yaml.safe_dump(study),
+        headers=auth() | {"content-type": "application/yaml"},
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == got
+    # nothing recorded, nothing started
+    assert client.get("/sweeps", headers=auth()).json()["total"] == 0 and launcher.started == []
+
+
+def test_the_caps_judge_each_sweep_and_the_study_together(app_client: Callable[..., TestClient]) -> None:
+    study = tiny_study()
+    hours = [capped_price(s) for s in StudySpec.model_validate(study).sweep_specs()]
+    # a cap per sweep between the two: the larger sweep is named
+    client = app_client(max_gpu_hours_per_sweep=(hours[0] + hours[1]) / 2)
+    caps = client.post("/studies/dry-run", json=study, headers=auth()).json()["caps"]
+    assert caps["passes"] is False and len(caps["problems"]) == 1
+    assert caps["problems"][0].startswith("law-s2: ") and "SWEEPS_MAX_GPU_HOURS_PER_SWEEP" in caps["problems"][0]
+    # a cap per owner each sweep passes alone but not both together
+    client = app_client(max_gpu_hours_per_owner=max(hours) * 1.01)
+    caps = client.post("/studies/dry-run", json=study, headers=auth()).json()["caps"]
+    assert caps["passes"] is False and caps["owner_gpu_hours"] == 0.0
+    assert caps["problems"][0].startswith("the study's 2 sweeps together: ")
+    assert "SWEEPS_MAX_GPU_HOURS_PER_OWNER" in caps["problems"][0]
+
+
+def test_what_is_not_a_study_the_service_would_run_is_refused_naming_it(app_client: Callable[..., TestClient]) -> None:
+    client = app_client(max_token_budget=5000)
+    # a sweep spec is not a study
+    err = error(client.post("/studies/dry-run", json=tiny_spec(), headers=auth()), 422)
+    assert "not a study" in err["message"] and err["details"][0]["field"] == "scales"
+    # one scale over the service's token budget: its sweep named, the field with it
+    err = error(client.post("/studies/dry-run", json=tiny_study(), headers=auth()), 422)
+    assert [d["field"] for d in err["details"]] == ["law-s2.token_budget"]
+    assert "max_token_budget=5000" in err["details"][0]["message"]
+    # the study's own rules: one scale is no law
+    err = error(client.post("/studies/dry-run", json=tiny_study(budgets=(3000,)), headers=auth()), 422)
+    assert "2 to 24 scales, got 1" in str(err["details"])
+    # a bad pricing parameter, named with its value
+    err = error(client.post("/studies/dry-run", params={"mfu": 2}, json=tiny_study(), headers=auth()), 422)
+    assert "mfu" in str(err["details"]) and "2" in str(err["details"])
