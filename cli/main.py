@@ -187,7 +187,9 @@ def law(
         except (OSError, ValueError) as exc:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
             err.print(f"[red]cannot read report {item}:[/] {str(exc)[:500]}")
             raise typer.Exit(2) from None
-    _print_law(loaded, target_tokens, target_params, against)
+    from sweeps.law import study_laws
+
+    _print_law(study_laws(loaded, target_tokens, target_params, against))
 
 
 @app.command()
@@ -204,8 +206,11 @@ def study(
     without one), then fit the law from their reports and predict at the target, as `sweeps law` does."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from sweeps.analysis import read_report
+    from sweeps.law import study_laws
+    from sweeps.layout import study_experiment
     from sweeps.settings import runtime_from_env
     from sweeps.study import law_params, transferred
+    from sweeps.study_record import record_study
 
     _check_against(against)
     plan = _load_study(study_path)
@@ -233,7 +238,10 @@ def study(
     # the target's model size where the law has one (the scales' sizes decide: law_params)
     target_params = None if params[0] is None else float(target.model.parameters(target.data.vocab_size))
     console.rule(f"the law, predicted at {target.trained_tokens:,} tokens ({target.model.preset or 'custom'})")
-    _print_law(loaded, float(target.trained_tokens), target_params, against)
+    laws = study_laws(loaded, float(target.trained_tokens), target_params, against)
+    _print_law(laws)
+    run_id = record_study(runtime.tracking_uri, plan, [(s.name, report) for s, report in done], laws)
+    console.print(f"in MLflow: the study's run {run_id} ({study_experiment(plan.name)}), its sweeps nested under it")
 
 
 def _check_against(against: str) -> None:
@@ -242,54 +250,45 @@ def _check_against(against: str) -> None:
         raise typer.Exit(2)
 
 
-def _print_law(
-    loaded: list[tuple[Any, float | None]], target_tokens: float, target_params: float | None, against: str
-) -> None:
-    """Per optimizer of every report: the scales' brackets, the law, its prediction at the target, the
-    leave-largest-out check and the lr law's lr there (`sweeps.law`). `loaded`: (report, model size or None)."""
-    from sweeps.law import BatchLaw, LeaveOneOut, LrLaw, fit_batch_law, fit_lr_law, leave_largest_out, lr_points_of
-    from sweeps.law import scale_of as scale_from
-
-    names = [n for n in loaded[0][0].optimizers if all(n in r.optimizers for r, _ in loaded)]
-    for name in names:
-        scales = [scale_from(r, name, against, params) for r, params in loaded]
-        console.rule(f"[bold]{name}[/] against {'itself' if against == 'self' else loaded[0][0].baseline}")
-        for s in sorted(scales, key=lambda s: (s.tokens, s.params or 0)):
+def _print_law(laws: list[Any]) -> None:
+    """Per optimizer (`sweeps.law.study_laws`): the scales' brackets, the law, its prediction at the target,
+    the leave-largest-out check and the lr law's lr there."""
+    for law in laws:
+        console.rule(f"[bold]{law.optimizer}[/] against {'itself' if law.against == 'self' else law.reference}")
+        for s in law.scales:
             size = f", {s.params:.3g} params" if s.params else ""
             console.print(f"  {s.tokens:.3g} tokens{size}: [{s.largest_fine or '-'}, {s.smallest_degraded or '-'})")
-        fitted = fit_batch_law(scales)
-        if not isinstance(fitted, BatchLaw):
-            console.print(f"  no law: {fitted}")
+        if law.no_law is not None:
+            console.print(f"  no law: {law.no_law}")
             continue
-        lo, hi = fitted.tokens_interval
-        line = f"  B* ~ tokens^{fitted.tokens_exponent:.2f} (95% [{lo:.2f}, {hi:.2f}])"
-        if fitted.params_exponent is not None and fitted.params_interval is not None:
-            plo, phi = fitted.params_interval
-            line += f" x params^{fitted.params_exponent:.2f} (95% [{plo:.2f}, {phi:.2f}])"
-        console.print(line + f", scatter {fitted.sigma:.2f} in ln B*, from {fitted.scales} scales")
-        if fitted.params_exponent is not None and target_params is None:
+        lo, hi = law.tokens_interval
+        line = f"  B* ~ tokens^{law.tokens_exponent:.2f} (95% [{lo:.2f}, {hi:.2f}])"
+        if law.params_exponent is not None and law.params_interval is not None:
+            plo, phi = law.params_interval
+            line += f" x params^{law.params_exponent:.2f} (95% [{plo:.2f}, {phi:.2f}])"
+        console.print(line + f", scatter {law.sigma:.2f} in ln B*, from {law.fitted_scales} scales")
+        if law.predicted is None:
             console.print("  the law has a model-size exponent: give --target-params to predict")
             continue
-        pred = fitted.predict(target_tokens, target_params)
+        p = law.predicted
         console.print(
-            f"  at {target_tokens:.3g} tokens: B* {pred.batch_size:.0f} (95% prediction interval "
-            f"{pred.low:.0f}-{pred.high:.0f})"
+            f"  at {law.target_tokens:.3g} tokens: B* {p.value:.0f} (95% prediction interval {p.low:.0f}-{p.high:.0f})"
         )
-        check = leave_largest_out(scales)
-        if isinstance(check, LeaveOneOut):
+        if (check := law.check) is not None:
             verdict = "holds it" if check.held else f"misses by a factor {check.miss:.2f}"
+            left = check.left_out
             console.print(
-                f"  check: without {check.left_out.tokens:.3g} tokens the law predicts {check.prediction.batch_size:.0f} "
-                f"there; its bracket [{check.left_out.largest_fine}, {check.left_out.smallest_degraded}) {verdict}"
+                f"  check: without {left.tokens:.3g} tokens the law predicts {check.predicted.value:.0f} "
+                f"there; its bracket [{left.largest_fine}, {left.smallest_degraded}) {verdict}"
             )
         else:
-            console.print(f"  check: {check}")
-        lr_law = fit_lr_law([p for r, params in loaded for p in lr_points_of(r, name, params)])
-        if isinstance(lr_law, LrLaw):
-            lr = lr_law.predict(pred.batch_size, target_tokens, target_params if len(lr_law.coef) == 4 else None)
-            console.print(f"  lr there: {lr.batch_size:.3g} (95% prediction interval {lr.low:.3g}-{lr.high:.3g})")
+            console.print(f"  check: {law.no_check}")
+        if law.lr is not None:
+            console.print(
+                f"  lr there: {law.lr.value:.3g} (95% prediction interval {law.lr.low:.3g}-{law.lr.high:.3g})"
+            )
         else:
-            console.print(f"  lr: no law: {lr_law}")
+            console.print(f"  lr: no law: {law.no_lr}")
 
 
 _GPU = typer.Option(None, "--gpu", help="GPU to price on (default H100; see worker/hardware.py for the table)")

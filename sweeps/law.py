@@ -35,9 +35,12 @@ import scipy.linalg
 import scipy.optimize
 import scipy.special
 import scipy.stats
+from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "SIGMA_FLOOR",
+    "OptimizerLaw",
+    "study_laws",
     "lr_points_of",
     "scale_of",
     "BatchLaw",
@@ -415,3 +418,119 @@ def lr_points_of(report: Report, optimizer: str, params: float | None = None) ->
         for c in report.optimizers[optimizer].cells
         if c.best_lr is not None and c.unstable_reason is None
     ]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Band(_Out):
+    """A value with its prediction interval (`Prediction` as JSON)."""
+
+    value: float
+    low: float
+    high: float
+
+
+class Bracket(_Out):
+    """One scale's bracket of B*, in sequences (`Scale` as JSON)."""
+
+    tokens: float
+    params: float | None
+    largest_fine: int | None
+    smallest_degraded: int | None
+
+
+class Check(_Out):
+    """`LeaveOneOut` as JSON: the law without the largest scale, against that scale's bracket."""
+
+    left_out: Bracket
+    predicted: Band
+    held: bool
+    miss: float
+
+
+class OptimizerLaw(_Out):
+    """One optimizer's law from a study's sweeps, against one reference: what `sweeps law` and `sweeps study`
+    print and what a study's MLflow run keeps (law.json). Each part says why it is missing where it is."""
+
+    optimizer: str
+    against: str  # "self" or "baseline"
+    reference: str  # the optimizer whose smallest batch size the brackets compare against
+    scales: list[Bracket]  # by tokens, then model size
+    tokens_exponent: float | None = None
+    tokens_interval: tuple[float, float] | None = None
+    params_exponent: float | None = None
+    params_interval: tuple[float, float] | None = None
+    sigma: float | None = None  # the scatter of B* about the law, in ln B*
+    fitted_scales: int = 0  # the informative scales the law was fitted to
+    no_law: str | None = None  # why no law
+    target_tokens: float
+    target_params: float | None = None
+    predicted: Band | None = None  # B* at the target
+    no_prediction: str | None = None
+    check: Check | None = None
+    no_check: str | None = None
+    lr: Band | None = None  # the lr law's lr at the predicted B* and the target
+    no_lr: str | None = None
+
+
+def _bracket(s: Scale) -> Bracket:
+    return Bracket(tokens=s.tokens, params=s.params, largest_fine=s.largest_fine, smallest_degraded=s.smallest_degraded)
+
+
+def _band(p: Prediction) -> Band:
+    return Band(value=p.batch_size, low=p.low, high=p.high)
+
+
+def study_laws(
+    loaded: Sequence[tuple[Report, float | None]], target_tokens: float, target_params: float | None, against: str
+) -> list[OptimizerLaw]:
+    """Per optimizer every report has, against `against`: the scales' brackets, the batch law, its prediction
+    at the target, the leave-largest-out check and the lr law's lr there. `loaded`: (report, model size or
+    None: one model size in the study)."""
+    names = [n for n in loaded[0][0].optimizers if all(n in r.optimizers for r, _ in loaded)]
+    out = []
+    for name in names:
+        scales = [scale_of(r, name, against, params) for r, params in loaded]
+        part: dict[str, object] = {
+            "optimizer": name,
+            "against": against,
+            "reference": name if against == "self" else loaded[0][0].baseline,
+            "scales": [_bracket(s) for s in sorted(scales, key=lambda s: (s.tokens, s.params or 0))],
+            "target_tokens": target_tokens,
+            "target_params": target_params,
+        }
+        fitted = fit_batch_law(scales)
+        if not isinstance(fitted, BatchLaw):
+            out.append(OptimizerLaw.model_validate(part | {"no_law": fitted}))
+            continue
+        part |= {
+            "tokens_exponent": fitted.tokens_exponent,
+            "tokens_interval": fitted.tokens_interval,
+            "params_exponent": fitted.params_exponent,
+            "params_interval": fitted.params_interval,
+            "sigma": fitted.sigma,
+            "fitted_scales": fitted.scales,
+        }
+        check = leave_largest_out(scales)
+        if isinstance(check, LeaveOneOut):
+            part["check"] = Check(
+                left_out=_bracket(check.left_out), predicted=_band(check.prediction), held=check.held, miss=check.miss
+            )
+        else:
+            part["no_check"] = check
+        if fitted.params_exponent is not None and target_params is None:
+            part["no_prediction"] = "the law has a model-size exponent: give the target's model size"
+            out.append(OptimizerLaw.model_validate(part))
+            continue
+        pred = fitted.predict(target_tokens, target_params)
+        part["predicted"] = _band(pred)
+        lr_law = fit_lr_law([p for r, params in loaded for p in lr_points_of(r, name, params)])
+        if isinstance(lr_law, LrLaw):
+            at = target_params if len(lr_law.coef) == 4 else None
+            part["lr"] = _band(lr_law.predict(pred.batch_size, target_tokens, at))
+        else:
+            part["no_lr"] = lr_law
+        out.append(OptimizerLaw.model_validate(part))
+    return out

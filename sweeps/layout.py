@@ -6,6 +6,13 @@ spells a tag or a filter.
     run  "merit bs=64"                       role=cell; its trials nest under it (mlflow.parentRunId)
       run  "merit bs=64 lr=3.1e-03 seed=0"   role=search|seed|warmup; metrics with step = tokens seen
     run  "summary"                           role=summary: spec.yaml, report.json, cells.csv, figures/
+
+A study (`sweeps study`) keeps its own experiment beside its sweeps' (MLflow nests runs, not experiments):
+
+  experiment  "<study name> (study)"         tags: batchsweep.study, mlflow.experimentKind
+    run  "<study name>"                      role=study: study.yaml, law.json; metrics per optimizer
+      run  "<sweep id>"                      role=scale, batchsweep.sweep_id: one scale's sweep (its experiment
+                                             is named by that id); metrics: its brackets
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class Tag(enum.StrEnum):
     # step up, bisect, speculative) and the search's decision in words
     chosen = PREFIX + "chosen"
     chosen_why = PREFIX + "chosen_why"
+    study = PREFIX + "study"  # a study's experiment and runs: the study's name
 
 
 class Role(enum.StrEnum):
@@ -60,11 +68,14 @@ class Role(enum.StrEnum):
     seed = "seed"  # a confirmation run at the cell's best lr
     warmup = "warmup"  # at the cell's best lr with another warm-up (the spec's schedule.warmup_search)
     summary = "summary"
+    study = "study"  # a study's own run: its law
+    scale = "scale"  # one scale of a study: its sweep, nested under the study's run
 
 
 TRIAL_ROLES = (Role.search, Role.seed, Role.warmup)
 SUMMARY_RUN_NAME = "summary"
 SPEC_FILE, REPORT_FILE, CELLS_FILE, FIGURES_DIR = "spec.yaml", "report.json", "cells.csv", "figures"
+STUDY_FILE, LAW_FILE = "study.yaml", "law.json"
 
 
 def role_filter(role: Role) -> str:
@@ -112,6 +123,23 @@ def trial_tags(
 
 def summary_tags(sweep_id: str) -> dict[str, str]:
     return {Tag.sweep_id: sweep_id, Tag.role: Role.summary}
+
+
+def study_experiment(study: str) -> str:
+    """The name of a study's experiment: not a sweep id (those have no spaces), so never one of its sweeps'."""
+    return f"{study} (study)"
+
+
+def study_experiment_tags(study: str) -> dict[str, str]:
+    return {Tag.study: study, KIND_TAG: KIND_TRAINING}
+
+
+def study_tags(study: str) -> dict[str, str]:
+    return {Tag.study: study, Tag.role: Role.study}
+
+
+def scale_tags(study: str, sweep_id: str, parent_run_id: str) -> dict[str, str]:
+    return {PARENT_TAG: parent_run_id, Tag.study: study, Tag.role: Role.scale, Tag.sweep_id: sweep_id}
 
 
 # ---- finding a sweep's runs (an MlflowClient in, MLflow entities out) ----------------------------------

@@ -1,7 +1,8 @@
 """`sweeps study` end to end on the session's Ray cluster: a study of two token budgets runs its sweeps
 smallest first, each into its report, then turns to the law (two scales support none, and it says so: the fit
-itself is tests/sweeps/test_law.py's and test_law_cli.py's); run again, it trains nothing and answers from the
-reports it has."""
+itself is tests/sweeps/test_law.py's and test_law_cli.py's), recorded in MLflow as the study's run with its
+sweeps nested under it; run again, it trains nothing, answers from the reports it has and updates the same
+runs."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from typing import Any
 import pytest
 import yaml
 from harness import tiny_spec
+from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from cli.main import app
 from sweeps.analysis import read_report
+from sweeps.layout import LAW_FILE, PARENT_TAG, Role, Tag, runs_of, study_experiment
+from sweeps.settings import runtime_from_env
 
 pytestmark = pytest.mark.ray
 
@@ -53,8 +57,22 @@ def test_a_study_runs_its_scales_smallest_first_and_fits_the_law(
     text = " ".join(result.output.split())
     assert text.index("scale 1 of 2") < text.index("scale 2 of 2") < text.index("the law, predicted at 65,536 tokens")
     assert "no law: 2 scale(s)" in text or "no law: 1 scale(s)" in text or "no law: 0 scale(s)" in text
+    # in MLflow: the study's run, its two sweeps nested under it, and what the fit said
+    client = MlflowClient(runtime_from_env().tracking_uri)
+    experiment = client.get_experiment_by_name(study_experiment("study"))
+    assert experiment is not None
+    (parent,) = runs_of(client, experiment.experiment_id, Role.study)
+    assert parent.info.run_id in text
+    nested = runs_of(client, experiment.experiment_id, Role.scale)
+    assert sorted(r.data.tags[Tag.sweep_id] for r in nested) == ["study-s1", "study-s2"]
+    assert {r.data.tags[PARENT_TAG] for r in nested} == {parent.info.run_id}
+    law = json.loads(Path(client.download_artifacts(parent.info.run_id, LAW_FILE, str(tmp_path))).read_text())
+    assert [x["optimizer"] for x in law["laws"]] == ["adamw"] and law["laws"][0]["no_law"]
     # again: every scale has its report, nothing trains, the same law
     again = runner.invoke(app, ["study", str(path), "--out", str(out)], catch_exceptions=False)
     assert again.exit_code == 0, again.output
     assert " ".join(again.output.split()).count("done before") == 2
     assert text.split("the law, predicted at")[1] == " ".join(again.output.split()).split("the law, predicted at")[1]
+    # and the same runs, not a second study run
+    assert [r.info.run_id for r in runs_of(client, experiment.experiment_id, Role.study)] == [parent.info.run_id]
+    assert len(runs_of(client, experiment.experiment_id, Role.scale)) == 2

@@ -76,3 +76,45 @@ def test_too_few_scales_and_bad_input_say_so(reports: list[Path], tmp_path: Path
     bad.write_text('{"schema_version": 2}')
     out = invoke("law", str(bad), "--target-tokens", "1e6")
     assert out.exit_code == 2 and "cannot read report" in out.output
+
+
+def test_a_study_is_recorded_in_mlflow_with_its_sweeps_nested(reports: list[Path], tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.analysis import read_report
+    from sweeps.law import study_laws
+    from sweeps.layout import LAW_FILE, PARENT_TAG, STUDY_FILE, Role, Tag, runs_of, study_experiment
+    from sweeps.study import StudySpec
+    from sweeps.study_record import record_study
+
+    sweep = {k: v for k, v in tiny_spec("law").items() if k not in ("model", "token_budget")}
+    model = {"preset": "gpt2-nano", "seq_len": 32}
+    study = StudySpec.model_validate(
+        sweep
+        | {
+            "scales": {"models": [model], "token_budgets": list(BUDGETS)},
+            "target": {"model": dict(model), "token_budget": 2097152},
+        }
+    )
+    loaded = [(read_report(json.loads(p.read_text())), None) for p in reports]
+    laws = study_laws(loaded, 2097152.0, None, "baseline")
+    scales = [(f"law-s{i + 1}", r) for i, (r, _) in enumerate(loaded)]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = record_study(uri, study, scales, laws)
+    assert record_study(uri, study, scales, laws) == run_id  # again: the same runs, updated
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(study_experiment("law"))
+    assert experiment is not None and experiment.tags[Tag.study] == "law"
+    (parent,) = runs_of(client, experiment.experiment_id, Role.study)
+    assert parent.info.run_id == run_id and parent.info.status == "FINISHED"
+    law = json.loads((Path(client.download_artifacts(run_id, LAW_FILE, str(tmp_path)))).read_text())
+    assert law["laws"] == [x.model_dump(mode="json") for x in laws]
+    assert (Path(client.download_artifacts(run_id, STUDY_FILE, str(tmp_path)))).read_text().startswith("name: law")
+    assert parent.data.metrics["adamw.baseline.tokens_exponent"] == pytest.approx(laws[0].tokens_exponent)
+    assert parent.data.metrics["adamw.baseline.predicted_batch_size"] == pytest.approx(laws[0].predicted.value)  # type: ignore[union-attr]
+    nested = runs_of(client, experiment.experiment_id, Role.scale)
+    assert sorted(r.data.tags[Tag.sweep_id] for r in nested) == ["law-s1", "law-s2", "law-s3"]
+    assert {r.data.tags[PARENT_TAG] for r in nested} == {run_id}
+    by_sweep = {r.data.tags[Tag.sweep_id]: r for r in nested}
+    assert [by_sweep[f"law-s{i}"].data.metrics["adamw.baseline.largest_fine"] for i in (1, 2, 3)] == [8, 16, 32]
