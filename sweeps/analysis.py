@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sweeps.batch_axis import bracket_of
-from sweeps.plan import PARABOLA_WINDOW, neighbourhood, parabola_vertex
+from sweeps.plan import PARABOLA_WINDOW, check_lr, neighbourhood, parabola_vertex
 from sweeps.report import (
     BatchSearchReport,
     Bracket,
     ByReference,
     CellReport,
+    LrCheck,
     NoiseCheck,
     OptimizerReport,
     Report,
@@ -68,6 +69,7 @@ __all__ = [
     "build_report",
     "describe_bracket",
     "lr_edge_warnings",
+    "cells_to_check",
     "cells_to_extend",
     "noise_level",
     "paired_diff_ci",
@@ -175,6 +177,10 @@ class _Cell:
     retreated_from: float | None = None  # the lowest lr above the best at which a confirmation run diverged
     warmup: int | float | None = None  # of the confirmation runs (None: the spec's own, not searched)
     warmups_tried: list[tuple[int | float | None, float | None]] = field(default_factory=list)  # at the best lr
+    # its second lr (`sweeps.plan.check_lr`) and the confirmation seeds run there: where better, they judge
+    # the cell (`_verdicts`), never its loss (picking the lower of two means would bias it low)
+    check_lr: float | None = None
+    check_runs: list[TrialResult] = field(default_factory=list)
 
     @functools.cached_property
     def completed(self) -> list[TrialResult]:
@@ -192,6 +198,14 @@ class _Cell:
     @functools.cached_property
     def mean(self) -> float | None:
         return statistics.fmean(self.samples) if self.samples else None
+
+    @functools.cached_property
+    def tried_elsewhere(self) -> bool:
+        """Confirmation runs ran at an lr other than the best too: a check (`check_runs`), or a retreat or
+        probe's lrs where runs diverged."""
+        return self.best is not None and any(
+            t.role == "seed" and not math.isclose(t.lr, self.best.lr, rel_tol=_LR_REL_TOL) for t in self.trials
+        )
 
     @functools.cached_property
     def untried_below(self) -> bool:
@@ -257,16 +271,23 @@ def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], plann
             ]
         else:
             cell.warmup = cell.best.warmup
-        cell.confirmations = sorted(
-            (
-                t
-                for t in trials
-                if t.role == "seed"
-                and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)
-                and (t.warmup == cell.warmup or not at_lr)
-            ),
-            key=lambda t: t.seed,
-        )
+
+        def runs_at(x: float) -> list[TrialResult]:
+            return sorted(
+                (
+                    t
+                    for t in trials
+                    if t.role == "seed"
+                    and math.isclose(t.lr, x, rel_tol=_LR_REL_TOL)
+                    and (t.warmup == cell.warmup or not at_lr)
+                ),
+                key=lambda t: t.seed,
+            )
+
+        cell.confirmations = runs_at(lr)
+        completed = [t.lr for t in trials if _score(t) is not None]
+        cell.check_lr = check_lr(lr, completed, diverged)
+        cell.check_runs = runs_at(cell.check_lr) if cell.check_lr is not None else []
         # adaptive confirmation may have given this cell more runs than the minimum: all of them count
         cell.planned = max(planned, len(cell.confirmations))
     return cell
@@ -424,7 +445,9 @@ def _verdicts(
         return _Judged([None] * len(cells), [None] * len(cells), [None] * len(cells))
     if comparisons is None:
         comparisons = sum(1 for c in cells if not is_ref_cell(c))
-    lower_level, upper_level = verdict_level(looks, comparisons), verdict_level(looks)
+    # a cell confirmed at a second lr is judged at the better of the two (`_check_is_better`): its fine claim
+    # at the level of two, as the choice may fall on either
+    lower_level = verdict_level(looks, comparisons)
     ref_by_seed = ref.by_seed
     verdicts: list[Verdict] = []
     tested: list[bool] = []
@@ -444,17 +467,37 @@ def _verdicts(
             ended = [t.status for t in c.trials]
             verdict = "degraded" if ended and all(s == "diverged" for s in ended) else "undecided"
         else:
-            lower = paired_diff_ci(c.by_seed, ref_by_seed, 1.0 + tol, lower_level)
-            upper = paired_diff_ci(c.by_seed, ref_by_seed, 1.0 + tol, upper_level)
-            if lower is None or upper is None:
-                verdict = "undecided"
-            else:
-                ci = (lower[1], upper[2])
-                verdict = "fine" if ci[1] < 0.0 else "degraded" if ci[0] > 0.0 else "undecided"
+            upper_level = verdict_level(looks, 2 if c.check_runs else 1)
+            verdict, ci = _paired_verdict(c.by_seed, ref_by_seed, tol, lower_level, upper_level)
+            if _check_is_better(c):  # the better of its two lrs judges the cell
+                checked = {t.seed: t.val_loss for t in c.check_runs}
+                verdict, ci = _paired_verdict(checked, ref_by_seed, tol, lower_level, upper_level)  # type: ignore[arg-type]
         verdicts.append(verdict)
         tested.append(ci is not None)
         intervals.append(ci)
     return _Judged([*fine_in_sequence(verdicts, tested)], intervals, [*verdicts])
+
+
+def _check_is_better(c: _Cell) -> bool:
+    """The cell's runs at its second lr judge it: every one completed, and their mean over the seeds both lrs
+    ran is lower than the runs' at its chosen lr."""
+    if not c.check_runs or any(t.status != "completed" for t in c.check_runs):
+        return False
+    both = [(c.by_seed[t.seed], t.val_loss) for t in c.check_runs if t.seed in c.by_seed]
+    return bool(both) and statistics.fmean(b for _, b in both) < statistics.fmean(a for a, _ in both)  # type: ignore[misc]
+
+
+def _paired_verdict(
+    by_seed: dict[int, float], ref_by_seed: dict[int, float], tol: float, lower_level: float, upper_level: float
+) -> tuple[Verdict, tuple[float, float] | None]:
+    """Fine, degraded or undecided from the paired interval of loss - (1 + tol) x reference by seed (its
+    lower end at `lower_level`, its upper end at `upper_level`), and the interval; None without one."""
+    lower = paired_diff_ci(by_seed, ref_by_seed, 1.0 + tol, lower_level)
+    upper = paired_diff_ci(by_seed, ref_by_seed, 1.0 + tol, upper_level)
+    if lower is None or upper is None:
+        return "undecided", None
+    ci = (lower[1], upper[2])
+    return ("fine" if ci[1] < 0.0 else "degraded" if ci[0] > 0.0 else "undecided"), ci
 
 
 def _bracket(cells: list[_Cell], judged: _Judged) -> Bracket:
@@ -468,7 +511,13 @@ def _bracket(cells: list[_Cell], judged: _Judged) -> Bracket:
         for c, v in zip(cells, judged.own, strict=True)
         if v == "fine" and first_degraded is not None and c.batch_size > first_degraded
     ]
-    return Bracket(largest_fine=largest_fine, smallest_degraded=smallest_degraded, contradictions=contradictions)
+    edge = next((c for c in cells if c.batch_size == smallest_degraded), None)
+    return Bracket(
+        largest_fine=largest_fine,
+        smallest_degraded=smallest_degraded,
+        contradictions=contradictions,
+        lr_checked=None if edge is None else edge.tried_elsewhere,
+    )
 
 
 def _verdict_rule(looks: int) -> str:
@@ -482,7 +531,12 @@ def _verdict_rule(looks: int) -> str:
         "look(s)); its upper end at 1 - 0.05 / looks, the fine claims made in a fixed sequence (upward from "
         "the smallest size, stopping at the first size not fine): so that the bracket [largest_fine, "
         "smallest_degraded) holds the answer with at least 95% confidence, assuming that degradation is "
-        "monotone in batch size and that each batch size is judged at the lr it confirmed"
+        "monotone in batch size and that each batch size is judged at the lr it confirmed. A size decided "
+        "degraded at the edge of the answer is confirmed on the same seeds at a second lr (the nearest lr "
+        "the search trained above its own, where that run read within seed noise and within the excess of "
+        "the search's own and seeds.max allows: lr_check) and judged at the better of the two lrs (the lower mean on the seeds both ran, "
+        "every run there completed), its fine claim at 1 - 0.05 / (2 x looks); its loss stays the one at its "
+        "chosen lr. Where none ran, the bracket says its smallest degraded size holds at its chosen lr"
     )
 
 
@@ -534,6 +588,43 @@ def cells_to_extend(
             if undecided:
                 undecided.append((ref_cell, ref_b))
             out.update(cell for cell in undecided if runs[cell] < seeds_max)
+    return sorted(out)
+
+
+def cells_to_check(report: Report, *, references: tuple[str, ...] = ("self", "baseline")) -> list[tuple[str, int]]:
+    """The (optimizer, batch size) cells whose degraded verdict decides an answer on one lr: against each of
+    `references`, the size above the answer (the smallest when there is none) and the bracket's smallest
+    degraded size, where its verdict is degraded by its interval (not by runs that diverged or failed) and
+    it has a second lr (`sweeps.plan.check_lr`) not tried yet (no check, no run diverged above its lr) where
+    the search's own run read worse than at the cell's lr by less than the sd of the cell's runs and less
+    than its excess over the line. The search confirms them there where the seeds' budget allows. Sorted,
+    unique."""
+    out: set[tuple[str, int]] = set()
+    for name, opt in report.optimizers.items():
+        cells = {c.batch_size: c for c in opt.cells}
+        for ref in references:
+            answer = getattr(opt.largest_degradation_free_batch_size, ref)
+            above = next((b for b in sorted(cells) if answer is None or b > answer), None)
+            for b in {above, getattr(opt.bracket, ref).smallest_degraded} - {None}:
+                c = cells[b]  # type: ignore[index]
+                check, ref_loss = c.lr_check, getattr(opt.reference_val_loss, ref)
+                if (
+                    getattr(c.verdict, ref) == "degraded"
+                    and getattr(c.verdict_diff_ci, ref) is not None
+                    and check is not None
+                    and check.runs == 0
+                    and c.retreated_from_lr is None
+                    and ref_loss is not None
+                    and c.val_loss_mean is not None
+                    and c.search_best_val_loss is not None
+                    and len(c.val_losses) >= 2
+                    # the search's runs at the two lrs (one seed, so its effect cancels) do not tell them
+                    # apart, and leave room for the second to read under the line: it read worse by less
+                    # than one seed-to-seed sd of the cell's runs and less than the cell's excess over it
+                    and check.search_val_loss - c.search_best_val_loss
+                    < min(c.val_loss_mean - (1.0 + report.tolerance) * ref_loss, statistics.stdev(c.val_losses))
+                ):
+                    out.add((name, b))  # type: ignore[arg-type]
     return sorted(out)
 
 
@@ -739,6 +830,19 @@ def _cell_report(
         verdict=verdict,
         verdict_diff_ci=verdict_diff_ci,
         retreated_from_lr=c.retreated_from,
+        lr_check=None
+        if c.check_lr is None
+        else LrCheck(
+            lr=c.check_lr,
+            search_val_loss=min(
+                t.val_loss  # type: ignore[misc]
+                for t in c.trials
+                if _score(t) is not None and math.isclose(t.lr, c.check_lr, rel_tol=_LR_REL_TOL)
+            ),
+            val_losses=[t.val_loss for t in c.check_runs if t.status == "completed"],  # type: ignore[misc]
+            runs=len(c.check_runs),
+            diverged=sum(1 for t in c.check_runs if t.status == "diverged"),
+        ),
         warmup=c.warmup,
         warmups_tried=c.warmups_tried,
         steps_to_reference=to_ref_steps,

@@ -256,3 +256,17 @@ def run_name(
     if warmup is not None:
         name += f" warmup={warmup:g}"
     return name
+
+
+def check_lr(best_lr: float, completed: list[float], confirmations_diverged: list[float]) -> float | None:
+    """The second lr at which a cell decided degraded at `best_lr` is confirmed, or None.
+
+    A verdict tests the loss at one lr; one that is too low (a stability edge the search stayed shy of)
+    makes a batch size read degraded when it is not. The check runs the cell's confirmation seeds again at
+    the nearest completed search lr above `best_lr` within 2 x PROBE_STEP (the reach in which the probe
+    counts a lower lr as near), below any lr at which a confirmation run diverged (that lr is known
+    unstable for some seed); `completed`: the lrs of the cell's search trials trained to the end."""
+    ceiling = min(confirmations_diverged, default=math.inf) * (1.0 - _TIE)
+    reach = best_lr * math.exp(2 * PROBE_STEP) * (1.0 + _TIE)
+    above = [lr for lr in completed if best_lr * (1.0 + _TIE) < lr < ceiling and lr <= reach]
+    return min(above, default=None)

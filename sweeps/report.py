@@ -75,6 +75,9 @@ class Bracket(_Schema):
     largest_fine: int | None = None  # every batch size up to it is fine with confidence
     smallest_degraded: int | None = None  # degraded with confidence, above largest_fine
     contradictions: list[int] = []  # batch sizes found fine above a degraded one: degradation was not monotone
+    # smallest_degraded was tried at a second lr too (a check, or a run that diverged above its lr); False: its
+    # verdict holds at its chosen lr; None: no smallest_degraded, or a report written before
+    lr_checked: bool | None = None
 
 
 # Every ByReference of the report parametrized here, at module level, where pydantic registers the class as
@@ -91,6 +94,19 @@ for _value in (
 ):
     _parametrized = ByReference[_value]
 del _value, _parametrized
+
+
+class LrCheck(_Schema):
+    """A cell's second lr (`sweeps.plan.check_lr`) and the confirmation seeds run there: a degraded verdict
+    at the bracket's edge is not left to one lr. Where every run there completed with a lower mean than at
+    best_lr on the seeds both ran, the cell's verdicts are judged there (`verdict_rule`); its loss stays the
+    one at best_lr."""
+
+    lr: float
+    search_val_loss: float  # the search's own run there (seed 0)
+    val_losses: list[float]  # its completed confirmation runs, by seed (none: not checked)
+    runs: int  # every confirmation run there, any status
+    diverged: int
 
 
 class CellReport(_Schema):
@@ -134,6 +150,8 @@ class CellReport(_Schema):
     # why this size was tested: "listed" (a list sweep), or by a search of the batch axis "reference",
     # "step up", "bisect", "speculative" (sweeps/batch_axis.py); None in reports written before
     chosen: str | None = None
+    # the cell's second lr and the confirmation runs there (None: no completed search lr within reach above)
+    lr_check: LrCheck | None = None
 
 
 class SearchStep(_Schema):
@@ -230,6 +248,8 @@ def describe_bracket(bracket: Bracket | dict[str, Any]) -> str:
         text = f"degraded from {hi}; nothing decided fine"
     else:
         text = "undecided: more seeds would decide it"
+    if hi is not None and b.lr_checked is False:
+        text += " (at its chosen lr; no second lr tried)"
     if b.contradictions:
         text += f" (not monotone: fine again at {', '.join(map(str, b.contradictions))})"
     return text

@@ -50,6 +50,7 @@ from sweeps.analysis import (
     Report,
     TrialResult,
     build_report,
+    cells_to_check,
     cells_to_extend,
     pick_stable,
     pick_warmup,
@@ -60,6 +61,7 @@ from sweeps.plan import (
     REFERENCE_NARROW,
     cell_key,
     cell_order,
+    check_lr,
     coarse_lrs,
     next_search_lr,
     probe_lr,
@@ -139,6 +141,8 @@ class Cell:
     order: int = 0  # the order in which the sweep added its cells
     # a speculative size above one that turned out degraded: its runs stop, what ran is kept
     abandoned: bool = False
+    # its degraded verdict is to be confirmed at a second lr (`check_lr`; `CellSearcher._check`)
+    check: bool = False
     # tune trial id -> the Optuna trial of a search run, or a confirmation or warm-up run
     running: dict[str, optuna.trial.Trial | Rerun] = field(default_factory=dict)
     # Within `CellSearcher.reading_once()`: the study's trials as read once (None: not read yet), so that
@@ -229,6 +233,39 @@ class Cell:
         retired = sum(1 for x in at if lr is None or not _same_lr(x, lr))  # finished or running
         again = min(retired + self.probes() + probes, max(0, self.seeds_max - self.n_seeds))
         return self.n_search + len(self.warmups) - 1 + self.n_seeds + again
+
+    def headroom(self) -> int:
+        """Confirmation runs `seeds_max` still allows at lrs other than the best: a retreat's, a probe's,
+        a check's, beyond the `n_seeds` at the best lr."""
+        lr = self.best_lr()
+        at = [float(t.params["lr"]) for t in self.trials("seed")] + [r.lr for r in self._reruns("seed")]
+        elsewhere = sum(1 for x in at if lr is None or not _same_lr(x, lr))
+        return max(0, self.seeds_max - self.n_seeds - elsewhere - self.probes())
+
+    def check_lr(self) -> float | None:
+        """The cell's second lr (`sweeps.plan.check_lr`, the analysis's own rule), or None."""
+        lr = self.best_lr()
+        if lr is None:
+            return None
+        completed = [float(t.params["lr"]) for t in self.trials("search", (TrialState.COMPLETE,)) if _score(t)]
+        return check_lr(lr, completed, self.confirmations_diverged())
+
+    def checks_wanted(self) -> list[int]:
+        """Confirmation seeds wanted at the second lr once a check was asked for (`check`, or runs there
+        already: a resumed sweep): the seeds recorded or running at the best lr and not yet there, once
+        those at the best lr are all asked, as far as `headroom` allows."""
+        lr, second = self.best_lr(), self.check_lr()
+        if lr is None or second is None or self.seeds_wanted() or self.warmups_wanted():
+            return []
+        if any(not isinstance(v, Rerun) for v in self.running.values()):
+            return []  # a search trial (a probe) is running: its result may move the best lr
+        warmup = self.best_warmup()
+        runs = [r for r in self._reruns("seed") if r.warmup == warmup]
+        there = self.seeds_recorded(second, warmup) | {r.seed for r in runs if _same_lr(r.lr, second)}
+        if not self.check and not there:
+            return []
+        first = self.seeds_recorded(lr, warmup) | {r.seed for r in runs if _same_lr(r.lr, lr)}
+        return sorted(first - there)[: self.headroom()]
 
     def probes(self) -> int:
         """Search trials asked below a diverged confirmation run (`probe_lr`), finished or running."""
@@ -395,7 +432,11 @@ class Cell:
         if not self.search_done():
             return False
         return self.best() is None or (
-            not self.warmups_wanted() and not self.seeds_wanted() and not self.running and self.probe_lr() is None
+            not self.warmups_wanted()
+            and not self.seeds_wanted()
+            and not self.running
+            and self.probe_lr() is None
+            and not self.checks_wanted()
         )
 
 
@@ -630,7 +671,25 @@ class CellSearcher(DriverOnly, Searcher):
         spec = self.spec
         if spec.seeds_max <= spec.seeds_min:
             return False
-        return self._extend(cells_to_extend(report, seeds_max=spec.seeds_max))
+        extended = self._extend(cells_to_extend(report, seeds_max=spec.seeds_max))
+        return self._check(cells_to_check(report)) or extended
+
+    def _check(self, cells: list[tuple[str, int]]) -> bool:
+        """Confirm these cells' degraded verdicts at their second lr where one exists and `headroom` holds
+        as many runs there as the cell has at its own lr (a check with fewer seeds would seldom be decided,
+        and a degraded verdict needs both lrs decided); True when some cell will."""
+        checked = False
+        for opt, bs in cells:
+            cell = self._cell(opt, bs)
+            if cell is None or cell.check or (second := cell.check_lr()) is None:
+                continue
+            if cell.headroom() < cell.n_seeds:
+                continue
+            cell.check = True
+            checked = True
+            self._changes += 1
+            log.info("%s: degraded at lr=%.3g, confirmed at lr=%.3g too", cell.key, cell.best_lr(), second)
+        return checked
 
     def _search_batch_axis(self) -> bool:
         """One look of the batch-axis search (sweeps/batch_axis.py) per optimizer whose cells have all
@@ -646,6 +705,7 @@ class CellSearcher(DriverOnly, Searcher):
         report = self.report()
         rows = {(o, c.batch_size): c for o, r in report.optimizers.items() for c in r.cells}
         extend = cells_to_extend(report, seeds_max=spec.seeds_max, references=(against,)) if spec.seeds_step else []
+        checks = cells_to_check(report, references=(against,)) if spec.seeds_step else []
         grew = False
         for opt in spec.optimizer_names:
             mine = [c for c in self.cells if c.optimizer == opt]
@@ -672,7 +732,7 @@ class CellSearcher(DriverOnly, Searcher):
             decided = {c.batch_size: verdict(c) for c in mine if not c.abandoned}
             if ref_cell.finished() and all(c.finished() for c in mine):
                 ours = [(o, b) for o, b in extend if o == opt or (o, b) == (ref_cell.optimizer, ref_b)]
-                if self._extend(ours):
+                if self._extend(ours) | self._check([(o, b) for o, b in checks if o == opt]):
                     grew = True
                     continue
                 passes = {
@@ -888,10 +948,12 @@ class CellSearcher(DriverOnly, Searcher):
                 run = Rerun("warmup", 0, lr, warmups[0])
             elif seeds := cell.seeds_wanted():
                 run = Rerun("seed", seeds[0], lr, cell.best_warmup())
+            elif (seeds := cell.checks_wanted()) and (second := cell.check_lr()) is not None:
+                run = Rerun("seed", seeds[0], second, cell.best_warmup())  # the check at the second lr
             else:
                 return None
             cell.running[trial_id] = run
-            return self._config(cell, lr, seed=run.seed, role=run.role, number=None, warmup=run.warmup)
+            return self._config(cell, run.lr, seed=run.seed, role=run.role, number=None, warmup=run.warmup)
         return None
 
     def _ask_search(self, cell: Cell, trial_id: str) -> dict[str, Any]:

@@ -528,6 +528,7 @@ def test_report_schema_keys_are_stable():
         "steps_to_reference",
         "tokens_to_reference",
         "chosen",
+        "lr_check",
     ]
     assert [c["batch_size"] for c in opt["cells"]] == list(BATCHES)
     assert {c["chosen"] for c in opt["cells"]} == {"listed"}
@@ -585,7 +586,9 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
     every case's `verdict_rule` says so; the upper ends of `verdict_diff_ci` (30 values), now at the fine
     claims' level of a fixed sequence rather than a Bonferroni share (no verdict or bracket moved), and
     `verdict_rule` with them; the search case's `batch_search.start`, new (null: the search stepped up from
-    its min)."""
+    its min); every cell's `lr_check` (its second lr and the search's run there, no runs: null where no
+    completed lr lies within reach above), every bracket's `lr_checked`, new, and `verdict_rule` saying how
+    a check judges (no verdict moved)."""
     data = json.loads((Path(__file__).parent / "data" / "report_baseline.json").read_text())[case]
     report = build_report(data["results"], inputs=AnalysisInput(**data["inputs"]), steps=data["steps"])
     assert isinstance(report, Report)

@@ -9,6 +9,7 @@ from sweeps.plan import (
     VERTEX_MIN_GAP,
     cell_key,
     cell_order,
+    check_lr,
     coarse_lrs,
     neighbourhood,
     next_search_lr,
@@ -165,6 +166,18 @@ def test_a_probe_goes_just_below_a_diverged_confirmation_lr_with_nothing_near_be
     # at the lower bound: clipped to it, and once it diverged there, no probe
     assert probe_lr([1.1e-4], [1.1e-4], [], lr_min=1e-4) == pytest.approx(1e-4)
     assert probe_lr([1.1e-4], [1.1e-4], [1e-4], lr_min=1e-4) is None
+
+
+def test_a_degraded_verdict_is_checked_at_the_nearest_completed_lr_above_within_reach() -> None:
+    # the nearest completed lr above the best, within 2 x PROBE_STEP (ln-units)
+    assert check_lr(1e-3, [5e-4, 1e-3, 1.4e-3, 1.6e-3], []) == pytest.approx(1.4e-3)
+    assert check_lr(1e-3, [1e-3, 1e-3 * math.exp(0.49)], []) == pytest.approx(1e-3 * math.exp(0.49))
+    assert check_lr(1e-3, [1e-3, 1e-3 * math.exp(0.51)], []) is None  # too far: a different loss, not a check
+    # not at or above an lr where a confirmation run diverged (known unstable for some seed)
+    assert check_lr(1e-3, [1e-3, 1.4e-3], [1.4e-3]) is None
+    assert check_lr(1e-3, [1e-3, 1.2e-3, 1.4e-3], [1.4e-3]) == pytest.approx(1.2e-3)
+    # nothing completed above: no check
+    assert check_lr(1e-3, [5e-4, 1e-3], []) is None
 
 
 def test_warm_start_refuses_nonsense() -> None:

@@ -134,6 +134,44 @@ def test_the_driver_on_tune_and_the_simulation_agree_on_every_trial_verdict_and_
     assert outcome.report.optimizers["adamw"].largest_degradation_free_batch_size.model_dump()["self"] == 8
 
 
+def check_objective(run: Run) -> list[float]:
+    """At batch size 8 the search's seed favours a lower lr (2e-3) than the confirmation seeds (8e-3): the
+    confirmation runs read degraded at the search's choice, and the sweep confirms them at the lr above."""
+    best = 3e-3 if run.batch_size == 4 else (2e-3 if run.seed == 0 else 8e-3)
+    final = 3.0 + 0.02 * math.log(run.lr / best) ** 2 + 0.01 * run.seed
+    return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
+
+
+def test_the_driver_and_the_simulation_agree_on_a_check_at_a_second_lr(ray_session: str, tmp_path: Path) -> None:
+    spec = SweepSpec.from_mapping(
+        tiny_spec(
+            "sim-vs-tune-check",
+            batch_sizes=[4, 8],
+            token_budget=2048,
+            eval_every_tokens=1024,
+            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 6},
+            seeds={"min": 2, "max": 8, "step": 2},
+            degradation={"tolerance": 0.01, "baseline": "adamw"},
+            resources={"max_concurrent_trials": 1},
+        )
+    )
+    simulated = simulate(spec, check_objective, seed=0)
+    check = simulated.report.optimizers["adamw"].cells[1].lr_check
+    assert check is not None and check.runs >= 2  # the simulation ran the check
+
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    runtime = runtime_from_env(tmp_path)
+    outcome = run_sweep(spec, runtime=runtime, trial_fn=sweeps.simulate.objective_trial(spec, check_objective))
+    assert outcome.status == "succeeded"
+    real, sim = outcome.report.optimizers["adamw"], simulated.report.optimizers["adamw"]
+    assert _cells(outcome.report) == _cells(simulated.report)
+    assert [c.lr_check for c in real.cells] == [c.lr_check for c in sim.cells]
+    assert [c.verdict for c in real.cells] == [c.verdict for c in sim.cells]
+    assert real.bracket == sim.bracket and real.cells[1].verdict.self == "fine"
+
+
 def test_a_simulated_result_without_the_metric_fails_as_tune_fails_it() -> None:
     # the simulation checks each result with Tune's own code: what would end a real sweep ends it too
     checks = sweeps.simulate._ResultChecks(*_asha_and_searcher())
