@@ -152,16 +152,21 @@ async def dry_run(
     fit = None
     if launcher is not None:
         fit = await work.run(owner, cluster_fit, spec, await cluster_capacity(launcher))
-    priced = None
-    if (budget := owner_budget(settings)) is not None and store is not None:
-        since = utcnow() - budget.window
-        priced = await anyio.to_thread.run_sync(store.priced_since, owner, since)
+    priced = await _priced_in_window(settings, store, owner)
     return DryRunResult(
         spec=spec.model_dump(mode="json"), total_trials=spec.total_trials,
         cells=len(spec.optimizers) * spec.sizes_per_optimizer[1],
         trained_tokens=spec.trained_tokens, cost=cost, caps=caps_verdict(hours, settings, owner, priced),
         cluster=fit,
     )  # fmt: skip
+
+
+async def _priced_in_window(settings: Settings, store: Store | None, owner: str) -> list[Any] | None:
+    """The owner's priced sweeps within the cap's window (`Store.priced_since`); None without a cap per
+    owner or a store: the cap per owner is then not judged."""
+    if (budget := owner_budget(settings)) is None or store is None:
+        return None
+    return await anyio.to_thread.run_sync(store.priced_since, owner, utcnow() - budget.window)
 
 
 def _study_priced(
@@ -200,10 +205,7 @@ async def dry_run_study(
     """A study validated and priced scale by scale beside the target's sweep it replaces, and whether its
     sweeps would pass the GPU-hours caps (the cap per owner judged given the store)."""
     result, hours = await work.run(owner, _study_priced, body, content_type, settings, pricing or PriceConfig())
-    priced = None
-    if (budget := owner_budget(settings)) is not None and store is not None:
-        since = utcnow() - budget.window
-        priced = await anyio.to_thread.run_sync(store.priced_since, owner, since)
+    priced = await _priced_in_window(settings, store, owner)
     return result.model_copy(update={"caps": study_caps_verdict(hours, settings, owner, priced)})
 
 

@@ -235,6 +235,10 @@ def caps_verdict(
             if when is not None:
                 problem += f"; room for it again in {_span(max(1, math.ceil((when - utcnow()).total_seconds())))}"
             problems.append(problem)
+    return _caps(hours, settings, spent, problems)
+
+
+def _caps(hours: float, settings: Settings, spent: float | None, problems: list[str]) -> GpuHoursCaps:
     return GpuHoursCaps(
         gpu_hours=hours,
         max_gpu_hours_per_sweep=settings.max_gpu_hours_per_sweep,
@@ -259,15 +263,7 @@ def study_caps_verdict(
     spent = math.fsum(h for _, h in priced) if priced is not None else None
     if spent is not None and not problems and (p := owner_cap_problem(owner or "you", spent, hours, settings)):
         problems.append(f"the study's {len(sweeps)} sweeps together: {p}")
-    return GpuHoursCaps(
-        gpu_hours=hours,
-        max_gpu_hours_per_sweep=settings.max_gpu_hours_per_sweep,
-        max_gpu_hours_per_owner=settings.max_gpu_hours_per_owner,
-        window_s=settings.gpu_hours_window_s,
-        owner_gpu_hours=spent,
-        passes=not problems,
-        problems=problems,
-    )
+    return _caps(hours, settings, spent, problems)
 
 
 # ---- the cluster: can it run the trials at all ---------------------------------------------------------------

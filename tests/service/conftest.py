@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -53,6 +54,21 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
 def client(settings: Settings, launcher: FakeLauncher) -> Iterator[TestClient]:
     with TestClient(create_app(settings, launcher=launcher)) as c:
         yield c
+
+
+@pytest.fixture
+def app_client(make_settings: Callable[..., Settings], launcher: FakeLauncher) -> Iterator[Callable[..., TestClient]]:
+    """Apps in process with settings of the test's choosing (`app_client(max_gpu_hours_per_sweep=...)`)."""
+    clients: list[TestClient] = []
+
+    def make(**overrides: Any) -> TestClient:
+        client = TestClient(create_app(make_settings(**overrides), launcher=launcher))
+        clients.append(client.__enter__())
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -18,8 +18,7 @@ from fastapi.testclient import TestClient
 from harness import tiny_spec
 from svc_helpers import BOB, FakeLauncher, auth, wait_until
 
-from service.app import create_app
-from service.settings import Settings, SettingsError, load_settings
+from service.settings import SettingsError, load_settings
 from service.store import database
 from service.store.database import Store, SweepRow, utcnow
 from sweeps.cost import price
@@ -34,20 +33,6 @@ def spec_price(spec: dict[str, Any]) -> float:
 
 
 TINY = spec_price(tiny_spec())
-
-
-@pytest.fixture
-def app_client(make_settings: Callable[..., Settings], launcher: FakeLauncher) -> Iterator[Callable[..., TestClient]]:
-    clients: list[TestClient] = []
-
-    def make(**overrides: Any) -> TestClient:
-        client = TestClient(create_app(make_settings(**overrides), launcher=launcher))
-        clients.append(client.__enter__())
-        return client
-
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
 
 
 def error(resp: Any, status: int, code: str) -> dict[str, Any]:

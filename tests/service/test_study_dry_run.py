@@ -6,7 +6,7 @@ recorded or started."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,9 +15,7 @@ from fastapi.testclient import TestClient
 from harness import tiny_spec
 from svc_helpers import FakeLauncher, auth
 
-from service.app import create_app
 from service.policy import capped_price
-from service.settings import Settings
 from sweeps.cost import PriceConfig
 from sweeps.study import StudySpec, price_study
 
@@ -29,20 +27,6 @@ def tiny_study(name: str = "law", budgets: tuple[int, ...] = (3000, 6000), **ove
         "scales": {"models": [model], "token_budgets": list(budgets)},
         "target": {"model": dict(model), "token_budget": 48_000},  # a copy: YAML would write an alias
     } | overrides  # fmt: skip
-
-
-@pytest.fixture
-def app_client(make_settings: Callable[..., Settings], launcher: FakeLauncher) -> Iterator[Callable[..., TestClient]]:
-    clients: list[TestClient] = []
-
-    def make(**overrides: Any) -> TestClient:
-        client = TestClient(create_app(make_settings(**overrides), launcher=launcher))
-        clients.append(client.__enter__())
-        return client
-
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
 
 
 def error(resp: Any, status: int) -> dict[str, Any]:
