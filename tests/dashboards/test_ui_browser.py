@@ -400,7 +400,7 @@ def test_a_search_of_the_batch_axis_in_the_browser(stack: Stack, browser: Browse
     steps = adamw["search_steps"]
     assert steps[0]["batch_size"] == 4 and steps[0]["chosen"] == "reference"
     assert [c["batch_size"] for c in adamw["cells"]] == sorted(st["batch_size"] for st in steps)
-    assert set(adamw["bracket"]["baseline"]) == {"largest_fine", "smallest_degraded", "contradictions"}
+    assert set(adamw["bracket"]["baseline"]) == {"largest_fine", "smallest_degraded", "contradictions", "lr_checked"}
     assert adamw["bracket"]["baseline"]["largest_fine"] in (4, 8, 16)  # the reference is fine against itself
 
     watch = Watch(stack.url)
