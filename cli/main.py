@@ -382,27 +382,18 @@ def _load_study(path: Path) -> Any:
 
 
 def _price_study(study: Any, config: Any, as_json: bool) -> None:
-    from sweeps.study import price_study
+    from sweeps.study import price_study, sweep_prices
 
     cost = price_study(study, config)
     if as_json:
         console.print_json(cost.model_dump_json())
         return
-    specs = study.sweep_specs()
-
-    def row(spec: Any, c: Any) -> dict[str, Any]:
-        return {
-            "name": spec.name,
-            "model": spec.model.preset or "custom",
-            "trained_tokens": spec.trained_tokens,
-            "cost": c.model_dump(mode="json"),
-        }
-
+    scales, target = sweep_prices(study, cost)
     _print_study(
         study.name,
         {
-            "sweeps": [row(spec, c) for spec, (_, c) in zip(specs, cost.scales, strict=True)],
-            "target": row(study.target_spec(), cost.target),
+            "sweeps": [s.model_dump(mode="json") for s in scales],
+            "target": target.model_dump(mode="json"),
             "gpu_hours": cost.gpu_hours.model_dump(),
             "ratio": cost.ratio.model_dump(),
         },

@@ -22,7 +22,6 @@ from service.errors import Conflict, Invalid, TooMany, not_found
 from service.models import (
     DryRunResult,
     StudyDryRunResult,
-    StudySweepPrice,
     SweepCurves,
     SweepPage,
     SweepSummary,
@@ -56,7 +55,7 @@ from service.store.database import (
 from sweeps.admission import ClusterCapacity
 from sweeps.cost import PriceConfig, SweepCost, price
 from sweeps.spec import SweepSpec, json_value
-from sweeps.study import price_study
+from sweeps.study import price_study, sweep_prices
 
 log = logging.getLogger(__name__)
 
@@ -175,21 +174,11 @@ def _study_priced(
     """The study validated and priced (`sweeps.study.price_study`), and each scale's sweep at the caps' pricing."""
     study = validate_study(parse_body(body, content_type), settings)
     cost = price_study(study, pricing)
-    specs = study.sweep_specs()
-
-    def priced(spec: SweepSpec, c: SweepCost) -> StudySweepPrice:
-        return StudySweepPrice(
-            name=spec.name, model=spec.model.preset or "custom", trained_tokens=spec.trained_tokens, cost=c
-        )
-
+    scales, target = sweep_prices(study, cost)
     result = StudyDryRunResult(
-        study=study.model_dump(mode="json"),
-        sweeps=[priced(spec, c) for spec, (_, c) in zip(specs, cost.scales, strict=True)],
-        gpu_hours=cost.gpu_hours,
-        target=priced(study.target_spec(), cost.target),
-        ratio=cost.ratio,
+        study=study.model_dump(mode="json"), sweeps=scales, gpu_hours=cost.gpu_hours, target=target, ratio=cost.ratio
     )
-    return result, [(spec.name, capped_price(spec)) for spec in specs]
+    return result, [(spec.name, capped_price(spec)) for spec in study.sweep_specs()]
 
 
 async def dry_run_study(

@@ -17,6 +17,7 @@ from sweeps.cost import FloatRange, SweepCost
 from sweeps.plan import cell_key
 from sweeps.spec import cell_search_trials, total_trials
 from sweeps.status import SweepStatus
+from sweeps.study import SweepPrice
 
 Status = SweepStatus
 
@@ -180,19 +181,12 @@ class SweepPage(_Out):
     offset: int
 
 
-class StudySweepPrice(_Out):
-    name: str = Field(description="the sweep's name: <study>-s<i>, smallest scale first; <study>-target")
-    model: str = Field(description="the model preset, or custom")
-    trained_tokens: int = Field(description="tokens every trial of this sweep trains on")
-    cost: SweepCost
-
-
 class StudyDryRunResult(_Out):
     valid: Literal[True] = True
     study: dict[str, Any] = Field(description="the study as given, validated (sweeps/study.py)")
-    sweeps: list[StudySweepPrice] = Field(description="each scale's sweep, in the order the study runs them")
+    sweeps: list[SweepPrice] = Field(description="each scale's sweep, in the order the study runs them")
     gpu_hours: FloatRange = Field(description="the scales' sweeps together, on the GPU and MFU asked for")
-    target: StudySweepPrice = Field(description="the sweep at the target scale, which the study replaces")
+    target: SweepPrice = Field(description="the sweep at the target scale, which the study replaces")
     ratio: FloatRange = Field(description="the study's GPU-hours against the target sweep's, min to min, max to max")
     caps: GpuHoursCaps | None = Field(
         default=None,

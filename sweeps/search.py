@@ -228,19 +228,19 @@ class Cell:
         runs spent at an lr the cell retreated from (a diverged run there) and its probes (`probes` more:
         one about to be asked), as far as `seeds_max` leaves room: a retreat is confirmed whole where the
         spec's trial cap (every cell at seeds_max) allows it, and otherwise spends what the search did not."""
+        again = min(self._runs_elsewhere() + self.probes() + probes, max(0, self.seeds_max - self.n_seeds))
+        return self.n_search + len(self.warmups) - 1 + self.n_seeds + again
+
+    def _runs_elsewhere(self) -> int:
+        """Confirmation runs, finished or running, at an lr other than the best (a retreat's, a check's)."""
         lr = self.best_lr()
         at = [float(t.params["lr"]) for t in self.trials("seed")] + [r.lr for r in self._reruns("seed")]
-        retired = sum(1 for x in at if lr is None or not _same_lr(x, lr))  # finished or running
-        again = min(retired + self.probes() + probes, max(0, self.seeds_max - self.n_seeds))
-        return self.n_search + len(self.warmups) - 1 + self.n_seeds + again
+        return sum(1 for x in at if lr is None or not _same_lr(x, lr))
 
     def headroom(self) -> int:
         """Confirmation runs `seeds_max` still allows at lrs other than the best: a retreat's, a probe's,
         a check's, beyond the `n_seeds` at the best lr."""
-        lr = self.best_lr()
-        at = [float(t.params["lr"]) for t in self.trials("seed")] + [r.lr for r in self._reruns("seed")]
-        elsewhere = sum(1 for x in at if lr is None or not _same_lr(x, lr))
-        return max(0, self.seeds_max - self.n_seeds - elsewhere - self.probes())
+        return max(0, self.seeds_max - self.n_seeds - self._runs_elsewhere() - self.probes())
 
     def check_lr(self) -> float | None:
         """The cell's second lr (`sweeps.plan.check_lr`, the analysis's own rule), or None."""

@@ -22,6 +22,7 @@ one, that scale's largest size decided fine (the critical batch does not shrink 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,18 @@ from worker.config import DataConfig, ModelConfig
 if TYPE_CHECKING:
     from sweeps.report import Report
 
-__all__ = ["MAX_SCALES", "StudyCost", "StudyScale", "StudySpec", "is_study", "law_params", "price_study", "transferred"]
+__all__ = [
+    "MAX_SCALES",
+    "StudyCost",
+    "StudyScale",
+    "StudySpec",
+    "SweepPrice",
+    "is_study",
+    "law_params",
+    "price_study",
+    "sweep_prices",
+    "transferred",
+]
 
 MAX_SCALES = 24  # sweeps in one study
 
@@ -123,9 +135,14 @@ class StudySpec(BaseModel):
 
     def sweep_specs(self) -> list[SweepSpec]:
         """Each scale's sweep, smallest first (parameters at the sweeps' vocabulary x tokens)."""
+        return list(self._sweep_specs)
+
+    @functools.cached_property
+    def _sweep_specs(self) -> tuple[SweepSpec, ...]:
+        # built and validated once per study (validation, pricing and the dry run each ask; both are frozen)
         vocab = self._vocab()
         ordered = sorted(self.pairs(), key=lambda s: (s.model.parameters(vocab) * s.token_budget, s.token_budget))
-        return [self._spec(f"{self.name}-s{i + 1}", s, f"scale {i + 1}") for i, s in enumerate(ordered)]
+        return tuple(self._spec(f"{self.name}-s{i + 1}", s, f"scale {i + 1}") for i, s in enumerate(ordered))
 
     def _vocab(self) -> int:
         """The sweeps' vocabulary size (the spec's data.vocab_size, or its default); one given wrongly is
@@ -134,9 +151,13 @@ class StudySpec(BaseModel):
         given = data.get("vocab_size") if isinstance(data, dict) else None
         return given if isinstance(given, int) and given > 0 else int(DataConfig.model_fields["vocab_size"].default)
 
+    @functools.cached_property
+    def _target_spec(self) -> SweepSpec:
+        return self._spec(f"{self.name}-target", self.target, "target")
+
     def target_spec(self) -> SweepSpec:
         """The sweep at the target scale: what the study replaces."""
-        return self._spec(f"{self.name}-target", self.target, "target")
+        return self._target_spec
 
 
 def _scale_in(d: dict[str, Any]) -> dict[str, Any]:
@@ -162,6 +183,30 @@ class StudyCost(BaseModel):
     gpu_hours: FloatRange  # the scales' sweeps together
     target: SweepCost
     ratio: FloatRange  # the study's GPU-hours against the target sweep's, min to min and max to max
+
+
+class SweepPrice(BaseModel):
+    """One sweep of a study priced, a row of what `sweeps price` and `POST /studies/dry-run` list."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="the sweep's name: <study>-s<i>, smallest scale first; <study>-target")
+    model: str = Field(description="the model preset, or custom")
+    trained_tokens: int = Field(description="tokens every trial of this sweep trains on")
+    cost: SweepCost
+
+
+def sweep_prices(study: StudySpec, cost: StudyCost) -> tuple[list[SweepPrice], SweepPrice]:
+    """The rows of `cost` (`price_study(study)`): each scale's sweep, in the order the study runs them, and
+    the sweep at the target."""
+
+    def row(spec: SweepSpec, c: SweepCost) -> SweepPrice:
+        return SweepPrice(
+            name=spec.name, model=spec.model.preset or "custom", trained_tokens=spec.trained_tokens, cost=c
+        )
+
+    scales = [row(spec, c) for spec, (_, c) in zip(study.sweep_specs(), cost.scales, strict=True)]
+    return scales, row(study.target_spec(), cost.target)
 
 
 def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCost:
