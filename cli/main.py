@@ -205,6 +205,7 @@ def study(
     one, each as `sweeps run` does (its report in --out; run again, the study goes on from the first scale
     without one), then fit the law from their reports and predict at the target, as `sweeps law` does."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from dashboards.study import publish_study
     from sweeps.analysis import read_report
     from sweeps.law import study_laws
     from sweeps.layout import study_experiment
@@ -241,7 +242,9 @@ def study(
     laws = study_laws(loaded, float(target.trained_tokens), target_params, against)
     _print_law(laws)
     run_id = record_study(runtime.tracking_uri, plan, [(s.name, report) for s, report in done], laws)
+    figure = publish_study(runtime.tracking_uri, run_id, laws, plan.name)
     console.print(f"in MLflow: the study's run {run_id} ({study_experiment(plan.name)}), its sweeps nested under it")
+    console.print(f"  its figure: {', '.join(figure[:2])}")
 
 
 def _check_against(against: str) -> None:

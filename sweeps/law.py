@@ -44,6 +44,7 @@ __all__ = [
     "lr_points_of",
     "scale_of",
     "BatchLaw",
+    "LawPoint",
     "LeaveOneOut",
     "Prediction",
     "Scale",
@@ -432,6 +433,13 @@ class Band(_Out):
     high: float
 
 
+class LawPoint(Band):
+    """The law's B* and its prediction interval at `tokens` (and the target's model size): what a figure draws
+    as the law's line and band."""
+
+    tokens: float
+
+
 class Bracket(_Out):
     """One scale's bracket of B*, in sequences (`Scale` as JSON)."""
 
@@ -473,6 +481,9 @@ class OptimizerLaw(_Out):
     no_check: str | None = None
     lr: Band | None = None  # the lr law's lr at the predicted B* and the target
     no_lr: str | None = None
+    # the law at each scale's token budget and the target's (at the target's model size), by tokens: its line
+    # and band (a prediction interval costs a profile fit, ~0.3 s: a few points, not a dense curve)
+    line: list[LawPoint] = []
 
 
 def _bracket(s: Scale) -> Bracket:
@@ -481,6 +492,10 @@ def _bracket(s: Scale) -> Bracket:
 
 def _band(p: Prediction) -> Band:
     return Band(value=p.batch_size, low=p.low, high=p.high)
+
+
+def _point(tokens: float, p: Prediction) -> LawPoint:
+    return LawPoint(tokens=tokens, value=p.batch_size, low=p.low, high=p.high)
 
 
 def study_laws(
@@ -526,6 +541,10 @@ def study_laws(
             continue
         pred = fitted.predict(target_tokens, target_params)
         part["predicted"] = _band(pred)
+        part["line"] = [
+            _point(t, pred if t == target_tokens else fitted.predict(t, target_params))
+            for t in sorted({s.tokens for s in scales if s.informative} | {target_tokens})
+        ]
         lr_law = fit_lr_law([p for r, params in loaded for p in lr_points_of(r, name, params)])
         if isinstance(lr_law, LrLaw):
             at = target_params if len(lr_law.coef) == 4 else None

@@ -1,8 +1,8 @@
 """`sweeps study` end to end on the session's Ray cluster: a study of two token budgets runs its sweeps
 smallest first, each into its report, then turns to the law (two scales support none, and it says so: the fit
 itself is tests/sweeps/test_law.py's and test_law_cli.py's), recorded in MLflow as the study's run with its
-sweeps nested under it; run again, it trains nothing, answers from the reports it has and updates the same
-runs."""
+sweeps nested under it and the law's figure; run again, it trains nothing, answers from the reports it has and
+updates the same runs."""
 
 from __future__ import annotations
 
@@ -68,6 +68,13 @@ def test_a_study_runs_its_scales_smallest_first_and_fits_the_law(
     assert {r.data.tags[PARENT_TAG] for r in nested} == {parent.info.run_id}
     law = json.loads(Path(client.download_artifacts(parent.info.run_id, LAW_FILE, str(tmp_path))).read_text())
     assert [x["optimizer"] for x in law["laws"]] == ["adamw"] and law["laws"][0]["no_law"]
+    # and its figure (dashboards.study), from the same laws
+    figures = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
+    assert figures == {f"figures/law.{x}" for x in ("png", "html", "json")} | {"figures/plotly.min.js"}
+    drawn = json.loads(
+        Path(client.download_artifacts(parent.info.run_id, "figures/law.json", str(tmp_path))).read_text()
+    )
+    assert drawn == law["laws"]
     # again: every scale has its report, nothing trains, the same law
     again = runner.invoke(app, ["study", str(path), "--out", str(out)], catch_exceptions=False)
     assert again.exit_code == 0, again.output

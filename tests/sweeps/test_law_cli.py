@@ -118,3 +118,58 @@ def test_a_study_is_recorded_in_mlflow_with_its_sweeps_nested(reports: list[Path
     assert {r.data.tags[PARENT_TAG] for r in nested} == {run_id}
     by_sweep = {r.data.tags[Tag.sweep_id]: r for r in nested}
     assert [by_sweep[f"law-s{i}"].data.metrics["adamw.baseline.largest_fine"] for i in (1, 2, 3)] == [8, 16, 32]
+
+
+def test_the_law_s_line_runs_through_the_scales_and_the_target_at_its_exponent(reports: list[Path]) -> None:
+    from sweeps.analysis import read_report
+    from sweeps.law import study_laws
+
+    loaded = [(read_report(json.loads(p.read_text())), None) for p in reports]
+    (law,) = study_laws(loaded, 2097152.0, None, "baseline")
+    assert [p.tokens for p in law.line] == [*map(float, BUDGETS), 2097152.0]
+    assert law.line[-1].model_dump(exclude={"tokens"}) == law.predicted.model_dump()  # type: ignore[union-attr]
+    for a, b in zip(law.line, law.line[1:], strict=False):  # a power law: one slope on log-log axes
+        slope = math.log(b.value / a.value) / math.log(b.tokens / a.tokens)
+        assert slope == pytest.approx(law.tokens_exponent, rel=1e-9)
+    assert all(p.low < p.value < p.high for p in law.line)
+
+
+def test_the_study_figure_draws_the_law_s_own_numbers_and_is_logged_to_the_study_run(
+    reports: list[Path], tmp_path: Path
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from dashboards.study import law_figure, publish_study
+    from sweeps.analysis import read_report
+    from sweeps.law import study_laws
+
+    loaded = [(read_report(json.loads(p.read_text())), None) for p in reports]
+    laws = study_laws(loaded, 2097152.0, None, "baseline") + study_laws(loaded[:2], 2097152.0, None, "self")
+    fig = law_figure(laws, "law")
+    fitted, unfitted = fig.desc.panels
+    assert (fitted.title, unfitted.title) == ("adamw against adamw", "adamw against itself")
+    drawn = {s.name: s for s in fitted.series}
+    assert drawn["largest size decided fine"].y == (8.0, 16.0, 32.0)
+    assert drawn["largest size decided fine"].x == tuple(map(float, BUDGETS))
+    law = laws[0]
+    line = drawn["law, 95 % prediction interval"]
+    assert line.x == tuple(p.tokens for p in law.line) and line.y == tuple(p.value for p in law.line)
+    assert line.err_high == tuple(p.high - p.value for p in law.line)
+    assert drawn["prediction at the target"].y == (law.predicted.value,)  # type: ignore[union-attr]
+    assert any(name.startswith("without the largest scale") for name in drawn) is (law.check is not None)
+    words = [a.text for a in fitted.annotations]
+    assert words[0].startswith(f"B* ∝ tokens^{law.tokens_exponent:.2f} [")
+    assert any(w.startswith(f"target: B* {law.predicted.value:.0f} [") for w in words)  # type: ignore[union-attr]
+    # two scales support no law: the panel says why and draws the brackets only
+    assert [a.text for a in unfitted.annotations][0].startswith("no law: ")
+    assert "law, 95 % prediction interval" not in {s.name for s in unfitted.series}
+    assert fig.png_bytes().startswith(b"\x89PNG") and "plotly.min.js" in fig.html()
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("study")).info.run_id
+    paths = publish_study(uri, run_id, laws, "law")
+    assert sorted(a.path for a in client.list_artifacts(run_id, "figures")) == sorted(paths)
+    assert sorted(paths) == ["figures/law.html", "figures/law.json", "figures/law.png", "figures/plotly.min.js"]
+    data = json.loads(Path(client.download_artifacts(run_id, "figures/law.json", str(tmp_path))).read_text())
+    assert data == [x.model_dump(mode="json") for x in laws]
