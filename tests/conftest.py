@@ -82,7 +82,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 TINY_SWEEP = """
 name: tiny
 model: {preset: gpt2-nano, seq_len: 32}
-data: {source: builtin}
+data: {source: builtin, vocab_size: 512}
 optimizers: [{name: adamw}, {name: merit}]
 batch_sizes: [4, 8]
 token_budget: 4096

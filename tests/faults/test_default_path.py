@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
 SPEC = """
 name: faults
 model: {preset: gpt2-nano, seq_len: 32}
-data: {source: builtin}
+data: {source: builtin, vocab_size: 512}
 optimizers: [{name: adamw}, {name: merit}]
 batch_sizes: [4]
 token_budget: 24576

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = """
 name: demo-tiny
 model: {preset: gpt2-nano, seq_len: 32}
-data: {source: builtin}
+data: {source: builtin, vocab_size: 512}
 optimizers: [{name: adamw}, {name: merit}]
 batch_sizes: [4, 8]
 token_budget: 4096
