@@ -43,8 +43,8 @@ class Unsupported(ServiceError):
     """A request body of a media type the service does not read."""
 
 
-def not_found(sweep_id: str) -> NotFound:
-    return NotFound("not_found", f"no sweep {excerpt(sweep_id)}")
+def not_found(sweep_id: str, kind: str = "sweep") -> NotFound:
+    return NotFound("not_found", f"no {kind} {excerpt(sweep_id)}")
 
 
 def invalid(message: str, details: list[dict[str, Any]]) -> Invalid:

@@ -7,7 +7,6 @@ submitted spec is CPU work; it runs in `service.spec_work.SpecWork`'s pool, one 
 from __future__ import annotations
 
 import logging
-import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
@@ -50,6 +49,7 @@ from service.store.database import (
     Store,
     SweepRow,
     TooManyActive,
+    new_sweep_id,
     utcnow,
 )
 from sweeps.admission import ClusterCapacity
@@ -71,11 +71,6 @@ async def cluster_capacity(launcher: Launcher) -> ClusterCapacity | None:
         return await anyio.to_thread.run_sync(launcher.capacity, abandon_on_cancel=True)
     log.warning("the cluster's nodes did not come within %s s: this submit is not judged against them", CAPACITY_WAIT_S)
     return None
-
-
-def new_sweep_id(name: str) -> str:
-    """`<spec name>-<8 hex>`: the MLflow experiment name and Optuna study prefix, so one per submit."""
-    return f"{name}-{secrets.token_hex(4)}"
 
 
 def _validated(body: bytes, content_type: str | None, settings: Settings) -> SweepSpec:

@@ -195,6 +195,42 @@ class StudyDryRunResult(_Out):
     )
 
 
+class StudyScaleState(_Out):
+    scale: int = Field(description="1: the smallest; the study runs them in this order, one at a time")
+    sweep_id: str = Field(description="the scale's sweep (GET /sweeps/{id}), once created")
+    model: str = Field(description="the model preset, or custom")
+    trained_tokens: int = Field(description="tokens every trial of this scale's sweep trains on")
+    status: Status | Literal["pending"] = Field(description="the sweep's status; pending: not created yet")
+
+
+class StudySummary(_Out):
+    id: str
+    name: str
+    status: Status = Field(description="running until every scale's sweep succeeded and the law is recorded")
+    cancel_requested: bool
+    error: str | None = Field(default=None, description="why it failed or was cancelled (the scale's sweep)")
+    scales: list[StudyScaleState]
+    laws: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="per optimizer and reference (baseline, self): the brackets, the law with its intervals, its "
+        "prediction at the target, the leave-largest-out check and the lr there (sweeps.law.OptimizerLaw); "
+        "once every scale succeeded",
+    )
+    run_id: str | None = Field(default=None, description="the study's MLflow run: law.json and figures/law.html")
+    gpu_hours: float | None = Field(default=None, description="its sweeps' prices together when submitted")
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+    revision: int
+
+
+class StudyPage(_Out):
+    items: list[StudySummary]
+    total: int
+    limit: int
+    offset: int
+
+
 class DryRunResult(_Out):
     valid: Literal[True] = True
     spec: dict[str, Any] = Field(description="the normalised spec (defaults filled in)")

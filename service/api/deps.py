@@ -48,7 +48,7 @@ async def get_limits(request: Request) -> Limits:
     return limits
 
 
-# What a sweep id can be: `service.manager.new_sweep_id` makes `<spec name>-<8 hex>` from a name of
+# What a sweep id can be: `service.store.database.new_sweep_id` makes `<spec name>-<8 hex>` from a name of
 # [a-z0-9-] (sweeps.spec.NAME_PATTERN), stored in a column of this length. Any other path segment is
 # refused with 422 (naming the value) by FastAPI before a route or the store sees it, whichever the store:
 # PostgreSQL, unlike SQLite, cannot even be asked about a string with a NUL in it.
@@ -64,6 +64,7 @@ ReaderDep = Annotated[SweepReader, Depends(get_reader)]
 LimitsDep = Annotated[Limits, Depends(get_limits)]
 # every route's `{sweep_id}`
 SweepId = Annotated[str, Path(pattern=SWEEP_ID_PATTERN, description="the id POST /sweeps answered")]
+StudyId = Annotated[str, Path(pattern=SWEEP_ID_PATTERN, description="the id POST /studies answered")]
 # an idempotency key (the API's Idempotency-Key header, the submit page's form field): printable ASCII
 # only, up to 200 characters; any other is 422 before the store sees it (PostgreSQL cannot store a NUL)
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]{0,200}$"

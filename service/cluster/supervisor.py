@@ -12,6 +12,7 @@
 - `reconcile`: on start, one `poll_once`, and drivers of sweeps the store already has as final are
   killed (the service stopped between storing the result and killing the actor).
 - `run`: `poll_once` every `poll_interval_s` until stopped.
+- the running studies (`service.studies.StudyRunner`) are moved along at the end of each pass.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import anyio.to_thread
 from service.cluster.launcher import DriverBusy, DriverLost, Launcher
 from service.settings import Settings
 from service.store.database import FINAL_STATUSES, Store, SweepRow, SweepStatus, utcnow
+from service.studies import StudyRunner
 from sweeps.stores import close_leftovers  # at start, not at the first cancel (why: sweeps/stores.py)
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ class Supervisor:
         self._relaunch_at: dict[str, float] = {}
         # sweep id -> monotonic time since which its driver's state() has not answered (the poller only)
         self._busy_since: dict[str, float] = {}
+        # the running studies, moved along on each pass: a study's next scale is a queued sweep of the store
+        self.studies = StudyRunner(store, settings)
 
     # ---- launching --------------------------------------------------------------------------------
 
@@ -117,7 +121,8 @@ class Supervisor:
     # ---- polling ----------------------------------------------------------------------------------
 
     def poll_once(self) -> list[SweepRow]:
-        """One pass over the active sweeps (blocking; run in a thread). Returns queued sweeps to launch."""
+        """One pass over the active sweeps, then the running studies (blocking; run in a thread). Returns
+        queued sweeps to launch (a study's next scale among them on the next pass)."""
         to_launch: list[SweepRow] = []
         for row in self.store.active():
             try:
@@ -129,6 +134,7 @@ class Supervisor:
                 self._watch_busy(row)
             except Exception:
                 log.exception("sweep %s: poll failed", row.id)
+        self.studies.advance()
         return to_launch
 
     def _watch_busy(self, row: SweepRow) -> None:
@@ -271,6 +277,7 @@ class Supervisor:
         self._stop.set()
         if self._poller is not None:
             await self._poller
+        await anyio.to_thread.run_sync(self.studies.join)  # a law being recorded is written whole
         for task in list(self._tasks):
             # a launch in flight finishes (it is a few seconds at most); cancelling it would leave a
             # started driver that the store still has as queued, which the next start reconciles anyway

@@ -1,7 +1,7 @@
 """The service's store of sweeps: SQLAlchemy 2 models and the queries the service makes.
 
 The table `sweeps`: the spec as submitted (normalised), who owns it, its status, the driver's last
-progress and the final report. Two more for the browser pages: `web_sessions` and `sign_in_links`
+progress and the final report; `studies`: a study submitted over HTTP, whose scales are rows of `sweeps`. Two more for the browser pages: `web_sessions` and `sign_in_links`
 (their queries are in service/api/sessions.py). SQLite by default, PostgreSQL by URL; the schema comes from the Alembic
 migrations in service/store/alembic/ (`Store.migrate()` runs `upgrade head`).
 
@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import math
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -116,6 +117,39 @@ class SweepRow(Base):
         return SweepStatus(self.status).final
 
 
+class StudyRow(Base):
+    """A study (sweeps/study.py) submitted over HTTP: its scales' sweeps are rows of `sweeps` with the ids
+    `<study id>-s<i>` (smallest scale first), created one at a time as the one before succeeds
+    (`service.studies`); `laws` is `sweeps.law.OptimizerLaw` per optimizer as JSON once all have."""
+
+    __tablename__ = "studies"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default=SweepStatus.running.value)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    laws: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the study's MLflow run
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    gpu_hours: Mapped[float | None] = mapped_column(Float, nullable=True)  # its sweeps' prices together
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    __table_args__ = (Index("ix_studies_owner_created", "owner", "created_at"), Index("ix_studies_status", "status"))
+
+    @property
+    def final(self) -> bool:
+        return SweepStatus(self.status).final
+
+    def sweep_id(self, scale: int) -> str:
+        """The id of the sweep of scale `scale` (1: the smallest)."""
+        return f"{self.id}-s{scale}"
+
+
 class WebSessionRow(Base):
     """A browser signed in as `owner` (service/api/sessions.py). The cookie holds the session's random id,
     signed; only its sha256 is stored. Signing out deletes the row, so the cookie stops working; so does
@@ -146,6 +180,12 @@ class SignInLinkRow(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (Index("ix_sign_in_links_expires", "expires_at"),)
+
+
+def new_sweep_id(name: str) -> str:
+    """`<spec name>-<8 hex>`: the MLflow experiment name and Optuna study prefix, so one per submit (a study's
+    id too, and its scales' sweeps `<study id>-s<i>`)."""
+    return f"{name}-{secrets.token_hex(4)}"
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
@@ -365,6 +405,69 @@ class Store:
         self._changed(sweep_id)
         return row
 
+    # ---- studies ----------------------------------------------------------------------------------
+
+    def create_study(self, *, study_id: str, owner: str, spec: dict[str, Any], gpu_hours: float) -> StudyRow:
+        """Insert a study, running: the supervisor creates its first sweep on its next pass."""
+        now = utcnow()
+        row = StudyRow(
+            id=study_id,
+            owner=owner,
+            name=str(spec.get("name", "")),
+            spec=spec,
+            status=SweepStatus.running.value,
+            cancel_requested=False,
+            gpu_hours=gpu_hours,
+            revision=1,
+            created_at=now,
+            updated_at=now,
+        )
+        with self.transaction() as s:
+            s.add(row)
+        return row
+
+    def get_study(self, study_id: str, *, owner: str | None = None) -> StudyRow | None:
+        """The study, or None when it does not exist or belongs to another owner."""
+        with self._sessions() as s:
+            row = s.get(StudyRow, study_id)
+            return None if row is None or (owner is not None and row.owner != owner) else row
+
+    def list_studies(self, *, owner: str, limit: int = 20, offset: int = 0) -> tuple[list[StudyRow], int]:
+        """The owner's studies, newest first, and how many they have in all."""
+        where = StudyRow.owner == owner
+        with self._sessions() as s:
+            total = s.execute(select(func.count()).select_from(StudyRow).where(where)).scalar_one()
+            rows = s.execute(
+                select(StudyRow).where(where).order_by(StudyRow.created_at.desc(), StudyRow.id.desc()).limit(limit)
+                .offset(offset)
+            ).scalars().all()  # fmt: skip
+        return list(rows), int(total)
+
+    def active_studies(self) -> list[StudyRow]:
+        """Every running study, oldest first (the supervisor's work list)."""
+        with self._sessions() as s:
+            rows = s.execute(
+                select(StudyRow).where(StudyRow.status == SweepStatus.running.value).order_by(StudyRow.created_at)
+            ).scalars().all()  # fmt: skip
+        return list(rows)
+
+    def update_study(self, study_id: str, **fields: Any) -> StudyRow | None:
+        """Set `fields` (status, error, laws, run_id, cancel_requested, finished_at); None if no such study."""
+        unknown = set(fields) - {"status", "error", "laws", "run_id", "cancel_requested", "finished_at"}
+        if unknown:
+            raise ValueError(f"cannot update a study's {sorted(unknown)}")
+        with self.transaction() as s:
+            row = s.get(StudyRow, study_id, with_for_update=self.dialect == "postgresql")
+            if row is None:
+                return None
+            changed = {k: v for k, v in fields.items() if getattr(row, k) != v}
+            for key, value in changed.items():
+                setattr(row, key, value)
+            if changed:
+                row.revision += 1
+                row.updated_at = utcnow()
+        return row
+
     def _changed(self, sweep_id: str) -> None:
         for listener in self.listeners:
             listener(sweep_id)
@@ -510,11 +613,13 @@ __all__ = [
     "SweepList",
     "SignInLinkRow",
     "Store",
+    "StudyRow",
     "SweepRow",
     "SweepStatus",
     "TooManyActive",
     "WebSessionRow",
     "frees_at",
     "make_engine",
+    "new_sweep_id",
     "spec_hash",
 ]

@@ -1,18 +1,18 @@
-"""The /studies routes: a study (sweeps/study.py) priced before it runs. Running a study over HTTP is not
-served yet: `sweeps study` runs one on the command line."""
+"""The /studies routes: a study (sweeps/study.py) priced before it runs, submitted, read and cancelled; the
+work is in `service.studies` (a study's scales are sweeps, under /sweeps like any other)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request, Response, status
 
-from service import manager
+from service import manager, studies
 from service.api.auth import Owner
-from service.api.deps import LimitsDep, SettingsDep, StoreDep
-from service.api.routes.sweeps import Gpu, Mfu, PeakTflops
+from service.api.deps import LimitsDep, SettingsDep, StoreDep, StudyId, SupervisorDep
+from service.api.routes.sweeps import MAX_OFFSET, Gpu, Mfu, PeakTflops
 from service.api.schemas import error_responses
-from service.models import StudyDryRunResult
+from service.models import StudyDryRunResult, StudyPage, StudySummary
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 
@@ -57,3 +57,55 @@ async def dry_run_study(
         await request.body(), request.headers.get("content-type"), settings, pricing,
         owner=owner, work=limits.spec_work, store=store,
     )  # fmt: skip
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=StudySummary,
+    responses=error_responses(401, 413, 415, 422, 429),
+    openapi_extra=STUDY_BODY,
+    summary="Submit a study (JSON or YAML): its scales' sweeps run one at a time, smallest first, then the law",
+)
+async def submit_study(
+    request: Request, response: Response, owner: Owner, settings: SettingsDep, store: StoreDep, limits: LimitsDep
+) -> StudySummary:
+    limits.take_submit(owner)  # before the body is read: a refused request costs nothing
+    row = await studies.submit(
+        body=await request.body(), content_type=request.headers.get("content-type"), owner=owner,
+        settings=settings, store=store, work=limits.spec_work,
+    )  # fmt: skip
+    response.headers["Location"] = f"/studies/{row.id}"
+    return await studies.get(store, row.id, owner)
+
+
+@router.get("", response_model=StudyPage, responses=error_responses(401, 422), summary="Your studies, newest first")
+async def list_studies(
+    owner: Owner,
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+) -> StudyPage:
+    items, total = await studies.list_studies(store, owner, limit, offset)
+    return StudyPage(items=items, total=total, limit=limit, offset=offset)
+
+
+@router.get(
+    "/{study_id}",
+    response_model=StudySummary,
+    responses=error_responses(401, 404, 422),
+    summary="The study: each scale's sweep and its status, and once they all succeeded the law",
+)
+async def get_study(study_id: StudyId, owner: Owner, store: StoreDep) -> StudySummary:
+    return await studies.get(store, study_id, owner)
+
+
+@router.post(
+    "/{study_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=StudySummary,
+    responses=error_responses(401, 404, 409, 422),
+    summary="Stop the study: its running sweep is cancelled and no other is started",
+)
+async def cancel_study(study_id: StudyId, owner: Owner, store: StoreDep, supervisor: SupervisorDep) -> StudySummary:
+    return await studies.cancel(store, supervisor, study_id, owner)

@@ -1,0 +1,260 @@
+"""A study over HTTP (POST /studies): what `sweeps study` does on the command line, owned by the service.
+
+Submit validates the study as its dry run does (each scale's sweep as its own submit would be judged) and
+refuses it whole where its sweeps, together, would pass the GPU-hours caps or the owner has no room for another
+active sweep. The study is then a row of the store; `StudyRunner.advance`, on each pass of the supervisor,
+moves every running study along: it creates the sweep of its next scale (`<study id>-s<i>`, smallest first,
+transferred from the scales before it as `sweeps.study.transferred` says) once the one before succeeded, as a
+queued sweep that the supervisor launches like any other (so its driver, restarts, cancel, per-owner limits
+and caps are a sweep's); once every scale has its report, it fits the law (`sweeps.law.study_laws`, against
+the baseline and against each optimizer itself), records the study in MLflow (`sweeps.study_record`) with its
+figure (`dashboards.study`), and stores the laws. Everything it needs is in the store, so a restarted service
+goes on where the last one stopped: a scale's sweep id is fixed, and one that exists is never made twice.
+
+A scale's sweep that fails or is cancelled ends the study (failed or cancelled, naming it); a cancel of the
+study cancels the sweep running and creates no other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy.exc import IntegrityError
+
+from service.errors import Conflict, Invalid, TooMany, not_found
+from service.models import StudyScaleState, StudySummary, public_error
+from service.policy import capped_price, owner_budget, parse_body, study_caps_verdict, validate_study
+from service.settings import Settings
+from service.spec_work import SpecWork
+from service.store.database import (
+    OverBudget,
+    Store,
+    StudyRow,
+    SweepStatus,
+    TooManyActive,
+    new_sweep_id,
+    utcnow,
+)
+from sweeps.spec import SweepSpec
+from sweeps.study import StudySpec, transferred
+
+log = logging.getLogger(__name__)
+
+REFERENCES = ("baseline", "self")  # the laws a study over HTTP fits: its brackets against both references
+
+
+def _validated(body: bytes, content_type: str | None, settings: Settings) -> tuple[StudySpec, list[tuple[str, float]]]:
+    """The study (`service.policy.validate_study`) and each scale's sweep priced at the caps' pricing."""
+    study = validate_study(parse_body(body, content_type), settings)
+    return study, [(spec.name, capped_price(spec)) for spec in study.sweep_specs()]
+
+
+async def submit(
+    *, body: bytes, content_type: str | None, owner: str, settings: Settings, store: Store, work: SpecWork
+) -> StudyRow:
+    """Store a valid study, refused whole (422) where one of its sweeps passes the cap per sweep, (429) where
+    together they pass the owner's within the window or the owner has no room for another active sweep."""
+    study, hours = await work.run(owner, _validated, body, content_type, settings)
+    budget = owner_budget(settings)
+    priced = None
+    if budget is not None:
+        priced = await anyio.to_thread.run_sync(store.priced_since, owner, utcnow() - budget.window)
+    caps = study_caps_verdict(hours, settings, owner, priced)
+    if not caps.passes:
+        code = "gpu_hours_per_owner" if all("together" in p for p in caps.problems) else "gpu_hours_per_sweep"
+        if code == "gpu_hours_per_owner":
+            raise TooMany(code, "; ".join(caps.problems), retry_after_s=max(1, int(settings.gpu_hours_window_s)))
+        raise Invalid(code, "; ".join(caps.problems))
+    active = await anyio.to_thread.run_sync(store.count_active, owner)
+    if active >= settings.max_concurrent_per_owner:
+        raise TooMany(
+            "too_many_sweeps",
+            f"{owner} has {active} sweeps queued or running; the limit is {settings.max_concurrent_per_owner}, "
+            "and a study runs one at a time. Wait for one to finish or cancel one.",
+            retry_after_s=max(1, int(settings.poll_interval_s * 5)),
+        )
+    spec = study.model_dump(mode="json")
+    total = sum(h for _, h in hours)
+    row = await anyio.to_thread.run_sync(
+        lambda: store.create_study(study_id=new_sweep_id(study.name), owner=owner, spec=spec, gpu_hours=total)
+    )
+    log.info("study %s submitted by %s: %d scales", row.id, owner, len(hours))
+    return row
+
+
+def summary(store: Store, row: StudyRow) -> StudySummary:
+    """The study with each scale's sweep and its status ("pending": not created yet). Blocking."""
+    study = StudySpec.model_validate(row.spec)
+    specs = study.sweep_specs()
+    ids = [row.sweep_id(i) for i in range(1, len(specs) + 1)]
+    statuses = store.statuses(ids)
+    scales = [
+        StudyScaleState(
+            scale=i,
+            sweep_id=sweep_id,
+            model=spec.model.preset or "custom",
+            trained_tokens=spec.trained_tokens,
+            status=statuses.get(sweep_id, "pending"),
+        )
+        for i, (sweep_id, spec) in enumerate(zip(ids, specs, strict=True), 1)
+    ]
+    return StudySummary(
+        id=row.id, name=row.name, status=row.status, cancel_requested=row.cancel_requested,  # type: ignore[arg-type]
+        error=public_error(row.error), scales=scales, laws=row.laws, run_id=row.run_id, gpu_hours=row.gpu_hours,
+        created_at=row.created_at, updated_at=row.updated_at, finished_at=row.finished_at, revision=row.revision,
+    )  # fmt: skip
+
+
+async def get(store: Store, study_id: str, owner: str) -> StudySummary:
+    def read() -> StudySummary:
+        row = store.get_study(study_id, owner=owner)
+        if row is None:
+            raise not_found(study_id, "study")
+        return summary(store, row)
+
+    return await anyio.to_thread.run_sync(read)
+
+
+async def list_studies(store: Store, owner: str, limit: int, offset: int) -> tuple[list[StudySummary], int]:
+    def read() -> tuple[list[StudySummary], int]:
+        rows, total = store.list_studies(owner=owner, limit=limit, offset=offset)
+        return [summary(store, r) for r in rows], total
+
+    return await anyio.to_thread.run_sync(read)
+
+
+async def cancel(store: Store, supervisor: Any, study_id: str, owner: str) -> StudySummary:
+    """Flag the cancel and cancel the sweep running (the runner creates no other and ends the study once it
+    has ended); 409 when the study already ended."""
+    row = await anyio.to_thread.run_sync(lambda: store.get_study(study_id, owner=owner))
+    if row is None:
+        raise not_found(study_id, "study")
+    if row.final:
+        raise Conflict("already_finished", f"study {study_id!r} is already {row.status}; nothing to cancel")
+    await anyio.to_thread.run_sync(lambda: store.update_study(study_id, cancel_requested=True))
+    n = len(StudySpec.model_validate(row.spec).pairs())
+    statuses = await anyio.to_thread.run_sync(store.statuses, [row.sweep_id(i) for i in range(1, n + 1)])
+    for sweep_id, status in statuses.items():
+        if not SweepStatus(status).final:
+            await supervisor.cancel(sweep_id)
+    return await get(store, study_id, owner)
+
+
+class StudyRunner:
+    """Moves the running studies along, on the supervisor's pass (blocking; its thread). The law of a study
+    whose scales all succeeded is fitted and recorded on a thread of its own (MLflow writes may wait out an
+    outage), one study at a time, never twice at once."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store, self.settings = store, settings
+        self._finishing: set[str] = set()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def advance(self) -> list[str]:
+        """One pass over the running studies; the ids of the sweeps it created (queued, to launch)."""
+        created = []
+        for row in self.store.active_studies():
+            try:
+                if (sweep_id := self._advance(row)) is not None:
+                    created.append(sweep_id)
+            except Exception:
+                log.exception("study %s: could not move it along", row.id)
+        return created
+
+    def _advance(self, row: StudyRow) -> str | None:
+        study = StudySpec.model_validate(row.spec)
+        done: list[tuple[SweepSpec, Any]] = []
+        for i, spec in enumerate(study.sweep_specs(), 1):
+            sweep = self.store.get(row.sweep_id(i))
+            if sweep is None:
+                if row.cancel_requested:
+                    self._end(row, SweepStatus.cancelled, None)
+                    return None
+                return self._create(row, i, transferred(spec, done) if study.transfer else spec)
+            if not sweep.final:
+                return None
+            if sweep.status != SweepStatus.succeeded.value or sweep.report is None:
+                status = SweepStatus.cancelled if sweep.status == SweepStatus.cancelled.value else SweepStatus.failed
+                why = public_error(sweep.error) or "no error recorded"
+                self._end(row, status, f"scale {i}'s sweep {sweep.id} ended {sweep.status}: {why}")
+                return None
+            from sweeps.analysis import read_report
+
+            done.append((SweepSpec.from_mapping(sweep.spec), read_report(sweep.report)))
+        self._finish_later(row, study, done)
+        return None
+
+    def _create(self, row: StudyRow, scale: int, spec: SweepSpec) -> str | None:
+        sweep_id = row.sweep_id(scale)
+        try:
+            self.store.create(
+                sweep_id=sweep_id,
+                owner=row.owner,
+                spec=spec.model_dump(mode="json"),
+                max_active=self.settings.max_concurrent_per_owner,
+                gpu_hours=capped_price(spec),
+                budget=owner_budget(self.settings),
+            )
+        except TooManyActive:
+            return None  # the owner's other sweeps hold every slot: the next pass tries again
+        except OverBudget as exc:
+            self._end(row, SweepStatus.failed, f"scale {scale}'s sweep {sweep_id} was refused: {exc}")
+            return None
+        except IntegrityError:
+            return None  # made by a pass before this one (another service process): nothing to do
+        log.info("study %s: scale %d's sweep %s queued", row.id, scale, sweep_id)
+        return sweep_id
+
+    def _end(self, row: StudyRow, status: SweepStatus, error: str | None) -> None:
+        log.info("study %s: %s%s", row.id, status.value, f" ({error})" if error else "")
+        self.store.update_study(row.id, status=status.value, error=error, finished_at=utcnow())
+
+    def _finish_later(self, row: StudyRow, study: StudySpec, done: list[tuple[SweepSpec, Any]]) -> None:
+        with self._lock:
+            if row.id in self._finishing:
+                return
+            self._finishing.add(row.id)
+        thread = threading.Thread(target=self._finish, args=(row, study, done), name=f"study-{row.id}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _finish(self, row: StudyRow, study: StudySpec, done: list[tuple[SweepSpec, Any]]) -> None:
+        """Fit, record and store the study's laws; on a failure (MLflow away) the next pass tries again."""
+        try:
+            from dashboards.study import publish_study
+            from sweeps.law import study_laws
+            from sweeps.study import law_params
+            from sweeps.study_record import record_study
+
+            specs = [spec for spec, _ in done]
+            params = law_params(specs)
+            target = study.target_spec()
+            at = None if params[0] is None else float(target.model.parameters(target.data.vocab_size))
+            loaded = [(report, p) for (_, report), p in zip(done, params, strict=True)]
+            laws = [law for ref in REFERENCES for law in study_laws(loaded, float(target.trained_tokens), at, ref)]
+            named = study.model_copy(update={"name": row.id})  # its MLflow experiment: one per study submitted
+            scales = [(row.sweep_id(i), report) for i, (_, report) in enumerate(done, 1)]
+            run_id = record_study(self.settings.tracking_uri, named, scales, laws)
+            publish_study(self.settings.tracking_uri, run_id, laws, row.id)
+            self.store.update_study(
+                row.id,
+                status=SweepStatus.succeeded.value,
+                laws=[law.model_dump(mode="json") for law in laws],
+                run_id=run_id,
+                finished_at=utcnow(),
+            )
+            log.info("study %s: succeeded; its law in MLflow run %s", row.id, run_id)
+        except Exception:
+            log.exception("study %s: the law could not be fitted or recorded; trying again on the next pass", row.id)
+        finally:
+            with self._lock:
+                self._finishing.discard(row.id)
+
+    def join(self, timeout_s: float = 30.0) -> None:
+        """Wait for the laws being recorded (a stopping service)."""
+        for thread in list(self._threads):
+            thread.join(timeout_s)

@@ -1,0 +1,177 @@
+"""A study over HTTP (in-process app, drivers faked, no Ray; each scale's sweep "trained" by `sweeps.simulate`
+against a model whose critical batch size doubles with every 4x of tokens, so its report is a real one):
+`POST /studies` stores it, the supervisor runs its scales' sweeps one at a time, smallest first, each only
+after the one before succeeded, then fits the law and records it in MLflow with its figure; a cancel cancels
+the sweep running and starts no other; a failed scale fails the study naming it; a restarted service goes on
+where the last one stopped; another owner sees nothing; what is not a study, or is over a cap, is refused
+whole, naming why."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from harness import tiny_spec
+from svc_helpers import BOB, FakeLauncher, auth, wait_until
+
+from sweeps.analysis import report_to_json
+from sweeps.simulate import Run, simulate
+from sweeps.spec import SweepSpec
+
+BUDGETS = (8192, 32768, 131072)  # B* = 8 sqrt(tokens / 8192): 8, 16, 32
+
+
+def study(name: str = "lawful", budgets: tuple[int, ...] = BUDGETS, **overrides: Any) -> dict[str, Any]:
+    sweep = tiny_spec(
+        name,
+        batch_sizes=[4, 8, 16, 32, 64],
+        eval_every_tokens=None,
+        lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 3},
+        seeds=4,
+        degradation={"tolerance": 0.01, "baseline": "adamw"},
+    )
+    model = sweep.pop("model")
+    sweep.pop("token_budget")
+    return sweep | {
+        "scales": {"models": [model], "token_budgets": list(budgets)},
+        "target": {"model": dict(model), "token_budget": 2_097_152},
+    } | overrides  # fmt: skip
+
+
+def trained(client: TestClient, launcher: FakeLauncher, sweep_id: str) -> None:
+    """The sweep `sweep_id` (as the service stored it) run by the simulation, its report handed to its driver."""
+    spec = SweepSpec.from_mapping(client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["spec"])
+    critical = 8 * math.sqrt(spec.trained_tokens / 8192)
+
+    def objective(run: Run) -> list[float]:
+        u = math.log(run.lr / 3e-3)
+        final = 3.0 + 0.02 * u * u + 0.1 * max(0.0, math.log(run.batch_size / critical)) + 0.002 * run.seed
+        return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
+
+    launcher.finish(sweep_id, report=json.loads(report_to_json(simulate(spec, objective).report)))
+
+
+def status_of(client: TestClient, study_id: str) -> dict[str, Any]:
+    resp = client.get(f"/studies/{study_id}", headers=auth())
+    assert resp.status_code == 200, resp.text
+    return resp.json()  # type: ignore[no-any-return]
+
+
+def started(launcher: FakeLauncher, sweep_id: str) -> bool:
+    return sweep_id in launcher.started
+
+
+def test_a_study_runs_its_scales_one_at_a_time_smallest_first_then_records_its_law(
+    client: TestClient, launcher: FakeLauncher, mlflow_uri: str, tmp_path: Path
+) -> None:
+    resp = client.post("/studies", json=study(), headers=auth())
+    assert resp.status_code == 201, resp.text
+    body = resp.json()
+    study_id = body["id"]
+    assert resp.headers["Location"] == f"/studies/{study_id}" and body["status"] == "running"
+    assert [s["trained_tokens"] for s in body["scales"]] == list(BUDGETS)
+    ids = [f"{study_id}-s{i}" for i in (1, 2, 3)]
+    assert [s["sweep_id"] for s in body["scales"]] == ids
+    for i, sweep_id in enumerate(ids):
+        wait_until(lambda sweep_id=sweep_id: started(launcher, sweep_id), 10, what=f"{sweep_id} started")
+        # one at a time: the next scale's sweep does not exist before this one succeeded
+        assert launcher.started.count(sweep_id) == 1 and all(not started(launcher, later) for later in ids[i + 1 :])
+        got = status_of(client, study_id)
+        assert [s["status"] for s in got["scales"]][i + 1 :] == ["pending"] * (2 - i) and got["laws"] is None
+        assert client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["spec"]["token_budget"] == BUDGETS[i]
+        trained(client, launcher, sweep_id)
+    final = wait_until(lambda: (s := status_of(client, study_id))["status"] != "running" and s, 60, what="the law")
+    assert final["status"] == "succeeded", final
+    assert [s["status"] for s in final["scales"]] == ["succeeded"] * 3
+    # the law from the three brackets, against the baseline and against each optimizer itself
+    laws = {(law["optimizer"], law["against"]): law for law in final["laws"]}
+    assert sorted(laws) == [("adamw", "baseline"), ("adamw", "self")]
+    law = laws[("adamw", "baseline")]
+    assert [(b["largest_fine"], b["smallest_degraded"]) for b in law["scales"]] == [(8, 16), (16, 32), (32, 64)]
+    assert law["tokens_exponent"] == pytest.approx(0.5, abs=0.15) and law["predicted"]["value"] > 32
+    # recorded in MLflow: the study's run, its three sweeps nested under it, law.json and the figure
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.layout import LAW_FILE, Role, Tag, runs_of, study_experiment
+
+    mlflow = MlflowClient(mlflow_uri)
+    experiment = mlflow.get_experiment_by_name(study_experiment(study_id))
+    assert experiment is not None
+    (parent,) = runs_of(mlflow, experiment.experiment_id, Role.study)
+    assert parent.info.run_id == final["run_id"]
+    assert sorted(r.data.tags[Tag.sweep_id] for r in runs_of(mlflow, experiment.experiment_id, Role.scale)) == ids
+    recorded = json.loads(Path(mlflow.download_artifacts(final["run_id"], LAW_FILE, str(tmp_path))).read_text())
+    assert recorded["laws"] == final["laws"]
+    figures = {a.path for a in mlflow.list_artifacts(final["run_id"], "figures")}
+    assert {"figures/law.png", "figures/law.html"} <= figures
+    # the owner's list has it; nothing more is started
+    listed = client.get("/studies", headers=auth()).json()
+    assert listed["total"] >= 1 and study_id in [s["id"] for s in listed["items"]]
+    assert sorted(x for x in launcher.started if x.startswith(study_id)) == ids
+
+
+def test_a_cancel_stops_the_sweep_running_and_starts_no_other(client: TestClient, launcher: FakeLauncher) -> None:
+    study_id = client.post("/studies", json=study("stopped"), headers=auth()).json()["id"]
+    first = f"{study_id}-s1"
+    wait_until(lambda: started(launcher, first), 10, what="the first scale started")
+    resp = client.post(f"/studies/{study_id}/cancel", headers=auth())
+    assert resp.status_code == 202 and resp.json()["cancel_requested"] is True
+    assert first in launcher.cancelled  # told to its driver, as a cancel of the sweep itself
+    launcher.finish(first, status="cancelled", report=None)
+    final = wait_until(lambda: (s := status_of(client, study_id))["status"] != "running" and s, 10, what="the end")
+    assert final["status"] == "cancelled" and first in final["error"]
+    assert [s["status"] for s in final["scales"]] == ["cancelled", "pending", "pending"]
+    assert not any(x.startswith(f"{study_id}-s2") for x in launcher.started)
+    again = client.post(f"/studies/{study_id}/cancel", headers=auth())
+    assert again.status_code == 409 and "already cancelled" in again.json()["error"]["message"]
+
+
+def test_a_failed_scale_fails_the_study_naming_its_sweep(client: TestClient, launcher: FakeLauncher) -> None:
+    study_id = client.post("/studies", json=study("broken"), headers=auth()).json()["id"]
+    first = f"{study_id}-s1"
+    wait_until(lambda: started(launcher, first), 10, what="the first scale started")
+    trained(client, launcher, first)
+    second = f"{study_id}-s2"
+    wait_until(lambda: started(launcher, second), 10, what="the second scale started")
+    launcher.set(second, status="failed", error="RuntimeError: the cluster caught fire", finished_at=1.0)
+    final = wait_until(lambda: (s := status_of(client, study_id))["status"] != "running" and s, 10, what="the end")
+    assert final["status"] == "failed"
+    assert f"scale 2's sweep {second} ended failed: RuntimeError: the cluster caught fire" in final["error"]
+    assert final["laws"] is None and not started(launcher, f"{study_id}-s3")
+
+
+def test_a_restarted_service_goes_on_with_the_study(
+    app_client: Callable[..., TestClient], launcher: FakeLauncher
+) -> None:
+    first_service = app_client()
+    study_id = first_service.post("/studies", json=study("resumed"), headers=auth()).json()["id"]
+    wait_until(lambda: started(launcher, f"{study_id}-s1"), 10, what="the first scale started")
+    first_service.__exit__(None, None, None)  # the service stops; the sweep's driver runs on and finishes
+    trained(app_client(), launcher, f"{study_id}-s1")  # read through a second service over the same store
+    wait_until(lambda: started(launcher, f"{study_id}-s2"), 10, what="the next scale, by the service after it")
+    assert launcher.started.count(f"{study_id}-s1") == 1
+
+
+def test_what_is_not_a_study_or_not_its_owner_s_is_refused(app_client: Callable[..., TestClient]) -> None:
+    client = app_client(max_gpu_hours_per_sweep=1e-9)
+    resp = client.post("/studies", json=tiny_spec(), headers=auth())
+    assert resp.status_code == 422 and "not a study" in resp.json()["error"]["message"]
+    resp = client.post("/studies", json=study(lr={"min": -1.0, "max": 1e-2}), headers=auth())
+    assert resp.status_code == 422 and "lr" in resp.text
+    # each scale's sweep is judged as its own submit would be: here over the cap per sweep
+    resp = client.post("/studies", json=study(), headers=auth())
+    assert resp.status_code == 422 and "lawful-s1" in resp.json()["error"]["message"]
+    assert client.get("/studies", headers=auth()).json()["total"] == 0  # nothing stored
+    open_client = app_client()
+    study_id = open_client.post("/studies", json=study("mine"), headers=auth()).json()["id"]
+    for resp in (
+        open_client.get(f"/studies/{study_id}", headers=auth(BOB)),
+        open_client.post(f"/studies/{study_id}/cancel", headers=auth(BOB)),
+    ):
+        assert resp.status_code == 404 and "no study" in resp.json()["error"]["message"]
+    assert open_client.get("/studies", headers=auth(BOB)).json()["total"] == 0
