@@ -242,9 +242,11 @@ def study(
     laws = study_laws(loaded, float(target.trained_tokens), target_params, against)
     _print_law(laws)
     run_id = record_study(runtime.tracking_uri, plan, [(s.name, report) for s, report in done], laws)
-    figure = publish_study(runtime.tracking_uri, run_id, laws, plan.name)
     console.print(f"in MLflow: the study's run {run_id} ({study_experiment(plan.name)}), its sweeps nested under it")
-    console.print(f"  its figure: {', '.join(figure[:2])}")
+    try:
+        console.print(f"  its figure: {', '.join(publish_study(runtime.tracking_uri, run_id, laws, plan.name)[:2])}")
+    except Exception as exc:  # a figure is a view: the laws are printed and recorded already
+        err.print(f"[yellow]the study's figure could not be drawn or logged: {exc}[/]")
 
 
 def _check_against(against: str) -> None:

@@ -103,13 +103,19 @@ def _panel(law: OptimizerLaw, color: str, legend: bool) -> Panel:
                 ),
             )
         )
+    # the axes span every scale's budget and the target's, whatever is drawn (log axes need a positive range
+    # where nothing is: a reference none of whose brackets is bounded)
+    tokens = [s.tokens for s in law.scales] + [law.target_tokens]
+    x_axis = Axis("tokens (training budget)", "log", limits=(min(tokens) / 1.5, max(tokens) * 1.5))
+    drawn = [b for _, b in fine + degraded] + [p.high for p in law.line] + [p.low for p in law.line]
+    y_limits = None if drawn else (1.0, 64.0)
     lines = _words(law)
     notes = tuple(Annotation(text, 0.02, 0.97 - 0.07 * i, xref="panel", yref="panel") for i, text in enumerate(lines))
     if not fine and not degraded:
         notes += (note("no scale's bracket bounds B*"),)
     return Panel(
-        Axis("tokens (training budget)", "log"),
-        Axis(BATCH_LABEL, "log2", plain=True),
+        x_axis,
+        Axis(BATCH_LABEL, "log2", plain=True, limits=y_limits),
         tuple(series),
         notes,
         title=title,

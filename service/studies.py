@@ -239,7 +239,10 @@ class StudyRunner:
             named = study.model_copy(update={"name": row.id})  # its MLflow experiment: one per study submitted
             scales = [(row.sweep_id(i), report) for i, (_, report) in enumerate(done, 1)]
             run_id = record_study(self.settings.tracking_uri, named, scales, laws)
-            publish_study(self.settings.tracking_uri, run_id, laws, row.id)
+            try:
+                publish_study(self.settings.tracking_uri, run_id, laws, row.id)
+            except Exception:  # a figure is a view, never a reason to hold the study's answer back
+                log.exception("study %s: its figure could not be drawn or logged", row.id)
             self.store.update_study(
                 row.id,
                 status=SweepStatus.succeeded.value,

@@ -173,3 +173,25 @@ def test_the_study_figure_draws_the_law_s_own_numbers_and_is_logged_to_the_study
     assert sorted(paths) == ["figures/law.html", "figures/law.json", "figures/law.png", "figures/plotly.min.js"]
     data = json.loads(Path(client.download_artifacts(run_id, "figures/law.json", str(tmp_path))).read_text())
     assert data == [x.model_dump(mode="json") for x in laws]
+
+
+def test_a_panel_with_nothing_bounded_still_draws_and_says_why() -> None:
+    from dashboards.study import law_figure
+    from sweeps.law import OptimizerLaw
+
+    nothing = OptimizerLaw.model_validate(
+        {
+            "optimizer": "merit",
+            "against": "self",
+            "reference": "merit",
+            "scales": [{"tokens": t, "params": None, "largest_fine": None, "smallest_degraded": None} for t in BUDGETS],
+            "target_tokens": 2097152.0,
+            "no_law": "0 scale(s) with a bracket bounded on a side",
+        }
+    )
+    fig = law_figure([nothing], "empty")
+    (panel,) = fig.desc.panels
+    assert panel.x.limits == (BUDGETS[0] / 1.5, 2097152.0 * 1.5) and panel.y.limits == (1.0, 64.0)
+    assert [a.text for a in panel.annotations] == ["no law: 0 scale(s) with a bracket bounded on a side",
+                                                   "no scale's bracket bounds B*"]  # fmt: skip
+    assert fig.png_bytes().startswith(b"\x89PNG") and "plotly.min.js" in fig.html()
