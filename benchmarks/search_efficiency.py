@@ -25,7 +25,7 @@ problems and noise: per-cell Optuna TPE (the searcher's trials + confirmation se
 paired difference to the grid with its 95% interval.
 
 Simulation (the default). The project's own code does the searching and the judging: `CellSearcher`
-and `PerCellASHA` (sweeps/search.py, sweeps/scheduler.py) are driven through Tune's calls, as Tune's controller makes them
+and `PerCellASHA` (sweeps/search/, sweeps/scheduler.py) are driven through Tune's calls, as Tune's controller makes them
 (`suggest`; per result `PerCellASHA.on_trial_result`, then `CellSearcher.on_trial_result` unless
 stopped; a result with `done` stops the trial without asking the scheduler; a stop calls both
 `on_trial_complete`s), with `max_concurrent_trials` slots in a discrete-event loop, against an

@@ -128,7 +128,7 @@ def run_sweep(
     )
     if on_progress:
         on_progress(searcher.progress())
-    if not all(c.finished() for c in searcher.cells) or searcher.grow():
+    if not searcher.all_finished() or searcher.grow():
         tuner.fit()
     cancelled = searcher.cancelling
     # Tune's stop-all at a cancel tells neither the searcher nor the callbacks about the trials in flight,
@@ -138,8 +138,7 @@ def run_sweep(
     if ended := searcher.end_cancelled(recorder.started_trials()):
         log.info("%d trial(s) stopped by the cancel without a last result: recorded as cancelled", ended)
     for cell in searcher.cells:
-        if close_running_trials(cell.study):
-            cell.changed()
+        close_running_trials(cell.study)
     if cancelled:
         recorder.mark_cancelled()
 

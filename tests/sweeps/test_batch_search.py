@@ -141,7 +141,7 @@ def test_a_resumed_search_rebuilds_its_cells_from_the_storage(monkeypatch: pytes
         opt: [(s["batch_size"], s["chosen"], s["why"]) for s in r["search_steps"]]
         for opt, r in result.report["optimizers"].items()
     }
-    assert all(c.finished() for c in again.cells)
+    assert again.all_finished()
     assert again.grow() is False  # nothing left to decide: a resumed, finished search runs nothing
     assert again.report()["optimizers"] == result.report["optimizers"]
     # the live page's curves: every recorded trial, its val loss against tokens, each cell's best marked

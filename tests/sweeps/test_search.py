@@ -3,13 +3,11 @@ against a real Optuna storage (SQLite in tmp)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 from pathlib import Path
 
 import optuna
 import pytest
-import sqlalchemy
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
@@ -84,7 +82,7 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     assert diverged.user_attrs["status"] == "diverged"
     s.on_trial_complete("t4", done(3.6))
     s.on_trial_complete("t5", done(3.62))
-    assert s.cells[0].finished()
+    assert s.states()["adamw/bs4"].finished
     progress = s.progress()["cells"][0]
     # what users see live says which number it is: the search's minimum, or the confirmations' mean
     assert progress["search_best_val_loss"] == 3.5
@@ -108,65 +106,61 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
 
 
 def test_a_suggest_reads_each_cells_trials_from_the_storage_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    storage: optuna.storages.BaseStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Tune calls suggest again and again while slots are free, and with an RDB storage every read of a
-    # cell's trials is SQL: count the statements of one suggest that consults every cell, with the memo
-    # and without it (the same searcher state, each in its own storage)
+    # cell's trials is SQL: one suggest that consults every cell (each a dozen ways) reads each study once,
+    # and so does a progress
     spec = SweepSpec.from_yaml(SPEC.replace("batch_sizes: [4, 16]", "batch_sizes: [4, 8, 16, 32]"))
+    s = CellSearcher(spec, "unit", storage)
+    for i in range(3):  # bs4's three search trials
+        assert s.suggest(f"t{i}")["cell"] == "adamw/bs4"
+    reads: list[str] = []
+    get_trials = optuna.Study.get_trials
 
-    def statements_of_a_waiting_suggest(name: str) -> tuple[int, CellSearcher]:
-        storage = open_storage(f"sqlite:///{tmp_path / name}.db")
-        s = CellSearcher(spec, "unit", storage)
-        for i in range(3):  # bs4's three search trials
-            assert s.suggest(f"t{i}")["cell"] == "adamw/bs4"
-        statements: list[str] = []
-        listener = lambda *args: statements.append(args[2])  # noqa: E731  (conn, cursor, statement, ...)
-        sqlalchemy.event.listen(storage.engine, "before_cursor_execute", listener)
-        assert s.suggest("t3") is None  # everything waits on bs4's search: every cell is consulted
-        s.progress()
-        sqlalchemy.event.remove(storage.engine, "before_cursor_execute", listener)
-        return len(statements), s
+    def counted(study: optuna.Study, *args: object, **kwargs: object) -> object:
+        reads.append(study.study_name)
+        return get_trials(study, *args, **kwargs)  # type: ignore[arg-type]
 
-    with_memo, s = statements_of_a_waiting_suggest("memo")
-    monkeypatch.setattr(CellSearcher, "reading_once", lambda self: contextlib.nullcontext())
-    without, _ = statements_of_a_waiting_suggest("no-memo")
-    assert with_memo * 3 <= without, (with_memo, without)
+    monkeypatch.setattr(optuna.Study, "get_trials", counted)
+    assert s.suggest("t3") is None  # everything waits on bs4's search: every cell is consulted
+    assert sorted(reads) == sorted(c.study.study_name for c in s.cells)
+    reads.clear()
+    s.progress()
+    assert sorted(reads) == sorted(c.study.study_name for c in s.cells)
     monkeypatch.undo()
-    # and the memo ends with the call: what was written since is read by the next one
+    # and a read ends with the call: what was written since is read by the next one
     s.on_trial_complete("t0", done(4.0))
     s.on_trial_complete("t1", done(3.5))
     s.on_trial_complete("t2", done(3.7))
     # (with the three results read, bs4 steps on: the reference searches one lr more; without them it waits)
     step = s.suggest("t4")
     assert step["role"] == "search" and step["cell"] == "adamw/bs4"
-    assert all(not c._memo_on and c._memo is None for c in s.cells)
 
 
-def test_within_one_read_the_best_trial_is_fitted_once_and_again_after_a_write(
+def test_a_snapshot_fits_the_best_trial_once_and_a_new_one_after_a_write(
     storage: optuna.storages.BaseStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sweeps.search as search
+    import sweeps.search.state as state
 
     s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
     for i in range(3):
         assert s.suggest(f"t{i}")["cell"] == "adamw/bs4"
     s.on_trial_complete("t0", done(4.0))
     s.on_trial_complete("t1", done(3.5))
-    cell = s.cells[0]
-    lr_of = {t.number: float(t.params["lr"]) for t in cell.study.trials}
+    lr_of = {t.number: float(t.params["lr"]) for t in s.cells[0].study.trials}
     fits: list[int] = []
-    pick = search.pick_stable
-    monkeypatch.setattr(search, "pick_stable", lambda *a, **k: fits.append(1) or pick(*a, **k))
-    with s.reading_once():
-        assert cell.best_lr() == lr_of[1] and cell.best().number == 1 and cell.finished() is False  # type: ignore[union-attr]
-        assert len(fits) == 1  # one fit for the read, however often a suggest asks
-        s.on_trial_complete("t2", done(3.0))
-        cell.changed()  # what a suggest does after its own writes
-        assert cell.best_lr() == lr_of[2] and len(fits) == 2
-    cell.best()
-    cell.best()
-    assert len(fits) == 4  # outside a read, every call reads and fits afresh
+    pick = state.pick_stable
+    monkeypatch.setattr(state, "pick_stable", lambda *a, **k: fits.append(1) or pick(*a, **k))
+    cell = s.states()["adamw/bs4"]
+    assert cell.best_lr == lr_of[1] and cell.best.number == 1 and cell.finished is False  # type: ignore[union-attr]
+    assert cell.seeds_wanted == () and cell.search_done is False
+    assert len(fits) == 1  # one fit for the snapshot, however often it is asked
+    # a change of plan is a new snapshot over the same read: the fit is kept
+    assert cell.with_plan(n_seeds=4).best_lr == lr_of[1] and len(fits) == 1
+    s.on_trial_complete("t2", done(3.0))
+    assert cell.best_lr == lr_of[1]  # a snapshot is what was read
+    assert s.states()["adamw/bs4"].best_lr == lr_of[2] and len(fits) == 2
 
 
 def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: optuna.storages.BaseStorage) -> None:
@@ -207,7 +201,7 @@ def test_a_resumed_sweep_runs_its_lost_design_point_again_and_repeats_no_finishe
     resumed.on_trial_complete("r1", done(3.9))
     resumed.on_trial_complete("r2", done(3.8))
     # three completed lrs, and no finished lr was run twice
-    finished = [t.params["lr"] for t in resumed.cells[0].trials("search")]
+    finished = [t.params["lr"] for t in resumed.states()["adamw/bs4"].trials("search")]
     assert len(finished) == len({round(math.log(lr), 9) for lr in finished}) == 3
 
 
@@ -251,7 +245,7 @@ def test_resume_counts_finished_trials_and_replaces_interrupted_ones(storage: op
     study = resumed.cells[0].study
     # the trial left RUNNING is closed as interrupted and does not count as finished
     assert study.trials[1].state == TrialState.FAIL and study.trials[1].user_attrs["status"] == "interrupted"
-    assert resumed.cells[0].search_finished() == 1
+    assert resumed.states()["adamw/bs4"].search_finished == 1
     nxt = resumed.suggest("r1")
     assert nxt["cell"] == "adamw/bs4" and nxt["optuna_number"] == 2
     assert nxt["lr"] != pytest.approx(first["lr"])  # the resumed sampler does not start its draws again
@@ -265,7 +259,7 @@ def test_cancelled_trials_are_run_again_on_resume(storage: optuna.storages.BaseS
     s.cancelling = True
     s.on_trial_complete("t1", done(4.5, status="running", tokens=1024))
     assert s.cells[0].study.trials[0].user_attrs["status"] == "cancelled"
-    assert CellSearcher(spec, "unit", storage).cells[0].search_finished() == 0
+    assert CellSearcher(spec, "unit", storage).states()["adamw/bs4"].search_finished == 0
 
 
 def test_a_cancel_that_tune_did_not_pass_on_ends_started_trials_with_their_id(
@@ -318,7 +312,7 @@ def test_a_diverged_trial_during_a_cancel_is_kept_as_a_result(storage: optuna.st
     s.on_trial_complete("t1", done(None, status="diverged", tokens=1024))
     t = s.cells[0].study.trials[0]
     assert t.user_attrs["status"] == "diverged" and math.isinf(t.value)
-    assert CellSearcher(spec, "unit", storage).cells[0].search_finished() == 1  # not run again
+    assert CellSearcher(spec, "unit", storage).states()["adamw/bs4"].search_finished == 1  # not run again
 
 
 def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
@@ -425,18 +419,18 @@ def test_a_cell_whose_trials_run_out_of_memory_stops_after_two_and_says_why(
     first, second = s.suggest("t1"), s.suggest("t2")
     assert first["cell"] == second["cell"] == "adamw/bs4"
     s.on_trial_complete("t1", dict(OOM))
-    assert s.cells[0].stop_reason() is None  # one: another lr may still run
+    assert s.states()["adamw/bs4"].stop_reason is None  # one: another lr may still run
     s.on_trial_complete("t2", dict(OOM))
-    why = s.cells[0].stop_reason()
+    why = s.states()["adamw/bs4"].stop_reason
     assert why is not None and "2 of its trials ran out of memory" in why and "CUDA out of memory" in why
-    assert s.cells[0].finished()
+    assert s.states()["adamw/bs4"].finished
     third = s.suggest("t3")
     assert third is None or third["cell"] != "adamw/bs4"  # nothing more of the stopped cell
     assert s.progress()["cells"][0]["stopped"] == why
     assert "adamw/bs4: stopped with no result: 2 of its trials ran out of memory" in " ".join(s.search_warnings())
     # read again from the storage (a resumed driver): still stopped
     again = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)
-    assert again.cells[0].stop_reason() == why
+    assert again.states()["adamw/bs4"].stop_reason == why
 
 
 def test_a_failure_that_is_not_memory_and_a_result_between_do_not_stop_a_cell(
@@ -447,7 +441,7 @@ def test_a_failure_that_is_not_memory_and_a_result_between_do_not_stop_a_cell(
     s.on_trial_complete("t1", dict(OOM))
     s.on_trial_complete("t2", done(3.5))  # a trial that trained: the count starts again
     s.on_trial_complete("t3", {"status": "failed", "error": "ValueError: bad keyword"})
-    assert s.cells[0].stop_reason() is None
+    assert s.states()["adamw/bs4"].stop_reason is None
 
 
 def test_a_cell_whose_trials_lose_their_process_every_start_stops_after_three(
@@ -457,9 +451,9 @@ def test_a_cell_whose_trials_lose_their_process_every_start_stops_after_three(
     for i in range(3):
         trial = s.suggest(f"t{i}")
         assert trial is not None and trial["cell"] == "adamw/bs4"
-        assert s.cells[0].stop_reason() is None
+        assert s.states()["adamw/bs4"].stop_reason is None
         s.on_trial_complete(f"t{i}", None, error=True)  # Tune gave it up: its process died at every start
-    assert "3 of its trials in a row lost their process" in (s.cells[0].stop_reason() or "")
+    assert "3 of its trials in a row lost their process" in (s.states()["adamw/bs4"].stop_reason or "")
     assert s.lost_trials == 3
 
 
@@ -468,6 +462,6 @@ def test_trials_lost_with_their_driver_never_stop_a_cell(storage: optuna.storage
     however often that happens (the soak kills drivers): they are not the cell's failures."""
     for i in range(4):
         s = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)  # closes the last one's running trials
-        assert s.cells[0].stop_reason() is None
+        assert s.states()["adamw/bs4"].stop_reason is None
         assert s.suggest(f"t{i}") is not None
-    assert CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage).cells[0].stop_reason() is None
+    assert CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage).states()["adamw/bs4"].stop_reason is None

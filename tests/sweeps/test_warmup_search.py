@@ -214,7 +214,8 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
     assert seeds[0]["train"]["warmup_fraction"] == 0.2
     resumed.on_trial_complete("s1", done(2.95))
     resumed.on_trial_complete("s2", done(2.96))
-    assert resumed.cells[0].finished() and resumed.cells[0].confirmed() == [2.95, 2.96]
+    cell = resumed.states()["adamw/bs4"]
+    assert cell.finished and cell.confirmed == [2.95, 2.96]
     progress = resumed.progress()
     assert progress["trials_done"] == progress["trials_total"] == (3 + 1) + 2 + 2  # search, warm-ups, seeds
     report = resumed.report()
@@ -237,7 +238,7 @@ def test_the_storage_of_a_sweep_without_warmup_search_is_unchanged(tmp_path: Pat
     first = s.suggest("t0")
     s.on_trial_complete("t0", done(3.0))
     trial = s.cells[0].study.trials[0]
-    assert "warmup" not in trial.user_attrs and s.cells[0].warmup_of(trial) == SHORT
+    assert "warmup" not in trial.user_attrs and s.states()["adamw/bs4"].warmup_of(trial) == SHORT
     assert first["warmup"] == SHORT and first["warmup_searched"] is False
 
 
@@ -338,7 +339,7 @@ def test_a_retreat_after_a_diverged_confirmation_tries_the_warmups_again_only_wi
         s.on_trial_complete("n0", done(3.02))
         steps.append(s.suggest("n1"))
         s.on_trial_complete("n1", done(3.02))
-        middle = s.cells[0].best_lr()
+        middle = s.states()["adamw/bs4"].best_lr
         assert [(c["role"], c["lr"]) for c in steps] == [
             ("search", pytest.approx(middle * math.exp(BRACKET_STEP))),
             ("search", pytest.approx(middle * math.exp(-BRACKET_STEP))),
@@ -358,13 +359,14 @@ def test_a_retreat_after_a_diverged_confirmation_tries_the_warmups_again_only_wi
     # 5 search trials of 7 (6 + the reference's one more) ran: of the 2 left, one tries the other warm-up
     # at the lower lr, one confirms
     s, high, runs = sweep(6)
-    cell = s.cells[0]
-    assert cell.best_lr() < high and [(r["role"], r["lr"]) for r in runs] == [
-        ("warmup", cell.best_lr()),
-        ("seed", cell.best_lr()),
+    cell = s.states()["adamw/bs4"]
+    assert cell.best_lr < high and [(r["role"], r["lr"]) for r in runs] == [  # type: ignore[operator]
+        ("warmup", cell.best_lr),
+        ("seed", cell.best_lr),
     ]
-    assert len(cell.all_trials()) == 7 + 1 + 1  # the cell's budget: search, the other warm-up, seeds
+    assert len(cell.read.all_trials) == 7 + 1 + 1  # the cell's budget: search, the other warm-up, seeds
     # 5 of 6 ran: the one left goes to the confirmation run, at the spec's own warm-up
     s, high, runs = sweep(5)
     assert [(r["role"], r["warmup"]) for r in runs] == [("seed", 0.05)]
-    assert s.cells[0].confirmed() == [3.05] and len(s.cells[0].all_trials()) == 6 + 1 + 1
+    cell = s.states()["adamw/bs4"]
+    assert cell.confirmed == [3.05] and len(cell.read.all_trials) == 6 + 1 + 1
