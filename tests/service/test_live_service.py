@@ -276,6 +276,60 @@ def listening_addresses(port: int) -> set[str]:
     return out
 
 
+def test_a_real_study_runs_through_the_service_to_its_law(live: ServiceProcess, alice: httpx.Client) -> None:
+    """Three token budgets, two optimizers, gpt2-nano on the built-in corpus: each scale's sweep trains for real,
+    one at a time, smallest first; then the laws (with their intervals, or why there is none) are in the study's
+    answer and in MLflow with the figure."""
+    sweep = tiny_spec(
+        "study-live",
+        optimizers=[{"name": "adamw"}, {"name": "merit"}],
+        eval_every_tokens=1024,
+        eval_tokens=1024,
+        lr={"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 1},
+    )
+    model = sweep.pop("model")
+    sweep.pop("token_budget")
+    budgets = [2048, 4096, 8192]
+    body = sweep | {
+        "scales": {"models": [model], "token_budgets": budgets},
+        "target": {"model": dict(model), "token_budget": 65536},
+    }
+    resp = alice.post("/studies", content=yaml.safe_dump(body), headers={"Content-Type": "application/yaml"})
+    assert resp.status_code == 201, resp.text
+    study_id = resp.json()["id"]
+    deadline = time.monotonic() + 420
+    while (s := alice.get(f"/studies/{study_id}").json())["status"] == "running":
+        # one scale at a time: never a later scale's sweep while an earlier one has not succeeded
+        states = [x["status"] for x in s["scales"]]
+        first_open = next((i for i, x in enumerate(states) if x != "succeeded"), len(states))
+        assert all(x == "pending" for x in states[first_open + 1 :]), states
+        assert time.monotonic() < deadline, f"{json.dumps(s)[:2000]}\n{live.tail()}"
+        time.sleep(1)
+    assert s["status"] == "succeeded", f"{json.dumps(s)[:3000]}\n{live.tail()}"
+    runs = [get(alice, x["sweep_id"]) for x in s["scales"]]
+    assert [r["spec"]["token_budget"] for r in runs] == budgets and all(r["status"] == "succeeded" for r in runs)
+    assert sorted((law["optimizer"], law["against"]) for law in s["laws"]) == [
+        ("adamw", "baseline"), ("adamw", "self"), ("merit", "baseline"), ("merit", "self"),
+    ]  # fmt: skip
+    for law in s["laws"]:
+        assert [b["tokens"] for b in law["scales"]] == budgets
+        if law["no_law"] is None:  # whatever the law turns out to be: a fit with its interval, or why not
+            low, high = law["tokens_interval"]
+            assert low <= law["tokens_exponent"] <= high and law["predicted"]["low"] <= law["predicted"]["high"]
+        else:
+            assert law["tokens_exponent"] is None and law["no_law"]
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.layout import Role, Tag, runs_of, study_experiment
+
+    mlflow = MlflowClient(f"sqlite:///{live.env['SWEEPS_DATA_DIR']}/mlflow.db")
+    experiment = mlflow.get_experiment_by_name(study_experiment(study_id))
+    assert experiment is not None
+    nested = runs_of(mlflow, experiment.experiment_id, Role.scale)
+    assert sorted(r.data.tags[Tag.sweep_id] for r in nested) == [x["sweep_id"] for x in s["scales"]]
+    assert {"figures/law.png", "figures/law.html"} <= {a.path for a in mlflow.list_artifacts(s["run_id"], "figures")}
+
+
 def test_sweeps_serve_binds_to_loopback_by_default(
     ray_head: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
