@@ -1,8 +1,8 @@
 """A study over HTTP (POST /studies): what `sweeps study` does on the command line, owned by the service.
 
 Submit validates the study as its dry run does (each scale's sweep as its own submit would be judged) and
-refuses it whole where its sweeps, together, would pass the GPU-hours caps or the owner has no room for another
-active sweep. The study is then a row of the store; `StudyRunner.advance`, on each pass of the supervisor,
+refuses it whole where one of its sweeps passes the cap per sweep (422), where together they pass the owner's
+within the window or the owner has no room for another active sweep (429). The study is then a row of the store; `StudyRunner.advance`, on each pass of the supervisor,
 moves every running study along: it creates the sweep of its next scale (`<study id>-s<i>`, smallest first,
 transferred from the scales before it as `sweeps.study.transferred` says) once the one before succeeded, as a
 queued sweep that the supervisor launches like any other (so its driver, restarts, cancel, per-owner limits
@@ -18,7 +18,9 @@ study cancels the sweep running and creates no other.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from typing import Any
 
 import anyio.to_thread
@@ -26,7 +28,15 @@ from sqlalchemy.exc import IntegrityError
 
 from service.errors import Conflict, Invalid, TooMany, not_found
 from service.models import StudyScaleState, StudySummary, public_error
-from service.policy import capped_price, owner_budget, parse_body, study_caps_verdict, validate_study
+from service.policy import (
+    capped_price,
+    over_owner_cap,
+    owner_budget,
+    owner_cap_problem,
+    parse_body,
+    sweep_cap_problem,
+    validate_study,
+)
 from service.settings import Settings
 from service.spec_work import SpecWork
 from service.store.database import (
@@ -35,6 +45,7 @@ from service.store.database import (
     StudyRow,
     SweepStatus,
     TooManyActive,
+    frees_at,
     new_sweep_id,
     utcnow,
 )
@@ -44,6 +55,7 @@ from sweeps.study import StudySpec, transferred
 log = logging.getLogger(__name__)
 
 REFERENCES = ("baseline", "self")  # the laws a study over HTTP fits: its brackets against both references
+RETRY_S = 30  # seconds before a study's law is tried again after it could not be fitted or recorded
 
 
 def _validated(body: bytes, content_type: str | None, settings: Settings) -> tuple[StudySpec, list[tuple[str, float]]]:
@@ -58,16 +70,22 @@ async def submit(
     """Store a valid study, refused whole (422) where one of its sweeps passes the cap per sweep, (429) where
     together they pass the owner's within the window or the owner has no room for another active sweep."""
     study, hours = await work.run(owner, _validated, body, content_type, settings)
-    budget = owner_budget(settings)
-    priced = None
-    if budget is not None:
+    for name, h in hours:  # each scale's sweep as its own submit would be judged
+        if (problem := sweep_cap_problem(h, settings)) is not None:
+            raise Invalid("gpu_hours_per_sweep", f"{name}: {problem}")
+    total = math.fsum(h for _, h in hours)
+    if (budget := owner_budget(settings)) is not None:  # and all of them together, as if submitted now
         priced = await anyio.to_thread.run_sync(store.priced_since, owner, utcnow() - budget.window)
-    caps = study_caps_verdict(hours, settings, owner, priced)
-    if not caps.passes:
-        code = "gpu_hours_per_owner" if all("together" in p for p in caps.problems) else "gpu_hours_per_sweep"
-        if code == "gpu_hours_per_owner":
-            raise TooMany(code, "; ".join(caps.problems), retry_after_s=max(1, int(settings.gpu_hours_window_s)))
-        raise Invalid(code, "; ".join(caps.problems))
+        # the owner's running studies' sweeps not made yet count as spent: they will be
+        reserved = await anyio.to_thread.run_sync(store.reserved, owner)
+        spent = math.fsum(h for _, h in priced) + reserved
+        if spent + total > budget.gpu_hours:
+            if total > budget.gpu_hours:  # the study alone: refused on every retry
+                raise Invalid("gpu_hours_per_owner", owner_cap_problem(owner, 0.0, total, settings) or "")
+            # when enough of the owner's sweeps have left the window; with a running study's sweeps still to come
+            # (not in the window yet), not before a whole window from now
+            wait = frees_at(priced, total + reserved, budget) if total + reserved <= budget.gpu_hours else None
+            raise over_owner_cap(owner, OverBudget(spent, total, budget, wait or utcnow() + budget.window), settings)
     active = await anyio.to_thread.run_sync(store.count_active, owner)
     if active >= settings.max_concurrent_per_owner:
         raise TooMany(
@@ -77,7 +95,6 @@ async def submit(
             retry_after_s=max(1, int(settings.poll_interval_s * 5)),
         )
     spec = study.model_dump(mode="json")
-    total = sum(h for _, h in hours)
     row = await anyio.to_thread.run_sync(
         lambda: store.create_study(study_id=new_sweep_id(study.name), owner=owner, spec=spec, gpu_hours=total)
     )
@@ -126,6 +143,30 @@ async def list_studies(store: Store, owner: str, limit: int, offset: int) -> tup
     return await anyio.to_thread.run_sync(read)
 
 
+async def law_page(store: Store, study_id: str, owner: str, *, plotlyjs_src: str) -> str:
+    """The study's law as one HTML page (`dashboards.study.law_figure`, from the laws it stored), loading
+    plotly.js from `plotlyjs_src`; 409 until the study has its laws."""
+    from dashboards.page import plotlyjs_from
+    from dashboards.study import law_figure
+    from sweeps.law import OptimizerLaw
+
+    row = await anyio.to_thread.run_sync(lambda: store.get_study(study_id, owner=owner))
+    if row is None:
+        raise not_found(study_id, "study")
+    if row.laws is None:
+        raise Conflict("not_finished", f"study {study_id!r} is {row.status}; its law comes when every scale succeeded")
+    laws = [OptimizerLaw.model_validate(law) for law in row.laws]
+
+    def render() -> str:
+        fig = law_figure(laws, row.id)
+        try:
+            return plotlyjs_from(fig.html(), plotlyjs_src)
+        finally:
+            fig.release()
+
+    return await anyio.to_thread.run_sync(render)
+
+
 async def cancel(store: Store, supervisor: Any, study_id: str, owner: str) -> StudySummary:
     """Flag the cancel and cancel the sweep running (the runner creates no other and ends the study once it
     has ended); 409 when the study already ended."""
@@ -151,6 +192,7 @@ class StudyRunner:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store, self.settings = store, settings
         self._finishing: set[str] = set()
+        self._retry_at: dict[str, float] = {}  # study id -> monotonic time of the next try after a failed one
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
@@ -215,7 +257,7 @@ class StudyRunner:
 
     def _finish_later(self, row: StudyRow, study: StudySpec, done: list[tuple[SweepSpec, Any]]) -> None:
         with self._lock:
-            if row.id in self._finishing:
+            if row.id in self._finishing or time.monotonic() < self._retry_at.get(row.id, 0.0):
                 return
             self._finishing.add(row.id)
         thread = threading.Thread(target=self._finish, args=(row, study, done), name=f"study-{row.id}", daemon=True)
@@ -252,7 +294,9 @@ class StudyRunner:
             )
             log.info("study %s: succeeded; its law in MLflow run %s", row.id, run_id)
         except Exception:
-            log.exception("study %s: the law could not be fitted or recorded; trying again on the next pass", row.id)
+            log.exception("study %s: the law could not be fitted or recorded; trying again in %d s", row.id, RETRY_S)
+            with self._lock:
+                self._retry_at[row.id] = time.monotonic() + RETRY_S
         finally:
             with self._lock:
                 self._finishing.discard(row.id)

@@ -443,6 +443,25 @@ class Store:
             ).scalars().all()  # fmt: skip
         return list(rows), int(total)
 
+    def reserved(self, owner: str) -> float:
+        """GPU-hours the owner's running studies will still spend: each study's price less that of its sweeps
+        made so far (those count in `priced_since` as any sweep)."""
+        with self._sessions() as s:
+            studies = s.execute(
+                select(StudyRow.id, StudyRow.gpu_hours).where(
+                    StudyRow.owner == owner, StudyRow.status == SweepStatus.running.value
+                )
+            ).all()
+            left = 0.0
+            for study_id, hours in studies:
+                made = s.execute(
+                    select(func.coalesce(func.sum(SweepRow.gpu_hours), 0.0)).where(
+                        SweepRow.owner == owner, SweepRow.id.like(f"{study_id}-s%")
+                    )
+                ).scalar_one()
+                left += max(0.0, float(hours or 0.0) - float(made))
+        return left
+
     def active_studies(self) -> list[StudyRow]:
         """Every running study, oldest first (the supervisor's work list)."""
         with self._sessions() as s:

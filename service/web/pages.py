@@ -41,9 +41,17 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from pydantic import BaseModel, Field, ValidationError
 
-from service import manager
+from service import manager, studies
 from service.api.auth import BearerOnly, Owner, check_csrf, safe_next, wants_page, web_session
-from service.api.deps import IDEMPOTENCY_KEY_PATTERN, LimitsDep, SettingsDep, StoreDep, SupervisorDep, SweepId
+from service.api.deps import (
+    IDEMPOTENCY_KEY_PATTERN,
+    LimitsDep,
+    SettingsDep,
+    StoreDep,
+    StudyId,
+    SupervisorDep,
+    SweepId,
+)
 from service.api.errors import ApiError, as_api_error
 from service.api.schemas import error_responses
 from service.api.sessions import COOKIE, Sessions, SignInLimiter, WebSession, client_address
@@ -588,6 +596,20 @@ async def get_dashboard(
             return HTMLResponse(full, headers=PAGE_HEADERS | {"Content-Security-Policy": dashboard_csp(full)})
     context = {"s": summary, "note": note, "live": [summary.model_dump(mode="json")], "plotlyjs": PLOTLYJS_URL}
     return page(request, "live.html", context, headers={"Content-Security-Policy": LIVE_CSP})
+
+
+@api_router.get(
+    "/studies/{study_id}/law",
+    response_class=HTMLResponse,
+    responses={200: {"content": {"text/html": {}}, "description": "the study's law figure"}}
+    | error_responses(401, 404, 409, 422),
+    summary="The study's law as a page: each scale's bracket against tokens, the law and its band, the "
+    "prediction and the leave-largest-out check; 409 until every scale succeeded",
+    tags=["studies"],
+)
+async def get_study_law(study_id: StudyId, owner: Owner, store: StoreDep) -> Response:
+    html = await studies.law_page(store, study_id, owner, plotlyjs_src=PLOTLYJS_URL)
+    return HTMLResponse(html, headers=PAGE_HEADERS | {"Content-Security-Policy": dashboard_csp(html)})
 
 
 __all__ = ["PLOTLYJS_URL", "api_router", "router", "static_url"]

@@ -17,11 +17,12 @@ from service.cluster.ray_head import LocalRayHead
 
 @pytest.fixture
 def serve(tmp_path: Path, token_cache: Path) -> Iterator[Callable[..., tuple[ServiceProcess, Path]]]:
-    """`serve(**env)`: `sweeps serve` on a free port with its own data dir (and so its own Ray head)."""
+    """`serve(data_dir=None, **env)`: `sweeps serve` on a free port with its own data dir (default
+    <tmp_path>/data; and so its own Ray head)."""
     started: list[tuple[ServiceProcess, Path]] = []
 
-    def make(**env: str) -> tuple[ServiceProcess, Path]:
-        data_dir = tmp_path / "data"
+    def make(data_dir: Path | None = None, **env: str) -> tuple[ServiceProcess, Path]:
+        data_dir = data_dir or tmp_path / "data"
         port = free_port()
         full_env = {
             "SWEEPS_DATA_DIR": str(data_dir),

@@ -1,10 +1,15 @@
-"""Helpers of the fault-injection tests: the token, waiting, and what a sweep must have recorded."""
+"""Helpers of the fault-injection tests: the token, waiting, what a sweep must have recorded, and what the
+machine's other users can reach of a service's data dir."""
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 TOKEN = "fault-token-0123456789"
@@ -80,3 +85,61 @@ def assert_recorded_once(
     )
     assert mlflow_trials == optuna_trials
     return kept_runs
+
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+# one shell as nobody for every attempt (no Python: the venv's interpreter may be where nobody cannot
+# reach); prints what it managed, one line each. Lines in: `f PATH` (a file to read), `d PATH` (a folder).
+# `true`, not `:`: a failed redirection of a special builtin ends a POSIX shell
+PROBE = r"""
+while IFS= read -r line; do
+  kind=${line%% *}; path=${line#* }
+  if [ "$kind" = f ]; then
+    { true < "$path"; } 2>/dev/null && echo "read $path"
+  else
+    ls -- "$path" >/dev/null 2>&1 && echo "listed $path"
+    { true > "$path/.nobody-was-here"; } 2>/dev/null && echo "created a file in $path"
+  fi
+done
+exit 0
+"""
+
+
+def as_nobody(files: list[Path], dirs: list[Path]) -> list[str]:
+    """What `nobody` managed to do of reading `files` and listing and writing into `dirs`."""
+    lines = "".join(f"f {p}\n" for p in files) + "".join(f"d {p}\n" for p in dirs)
+    out = subprocess.run([*NOBODY, "sh", "-c", PROBE], input=lines, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def umask_of(pid: int) -> str | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # it ended meanwhile
+        return None
+    # a process that has exited and not yet been reaped (a zombie) has no Umask line
+    return next((line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), None)
+
+
+def assert_private(data_dir: Path, parent: Path, api_pid: int, head_pid: int, descendants: list[int]) -> None:
+    """`nobody` (setpriv; needs root) reads no file under `data_dir`, lists no folder and creates a file in
+    none; the stores and folders the service and its head made are their owner's alone; the API, the head and
+    every process below it run with a umask of 077. `parent` (0755) is the folder above the data dir."""
+    stores = [data_dir / name for name in ("service.db", "optuna.db", "mlflow.db")]
+    files: list[Path] = []
+    dirs: list[Path] = [data_dir]
+    for root, dirnames, filenames in os.walk(data_dir):
+        dirs += [Path(root, d) for d in dirnames if not Path(root, d).is_symlink()]
+        files += [Path(root, f) for f in filenames if stat.S_ISREG(Path(root, f).lstat().st_mode)]
+    assert set(stores) <= set(files)
+    assert as_nobody([], [parent]) == [f"listed {parent}"]  # the probe works
+    got = as_nobody(files, dirs)
+    assert got == [], f"nobody did {len(got)} of {len(files) + 2 * len(dirs)} things, e.g.\n" + "\n".join(got[::8])
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    # what the service and its head create is their owner's alone, whatever the folder above allows
+    for path in [*stores, data_dir / "mlartifacts", data_dir / "ray_results", data_dir / "ray"]:
+        assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, f"{path}: {stat.filemode(path.stat().st_mode)}"
+    umasks = {pid: umask_of(pid) for pid in [api_pid, head_pid, *descendants]}
+    assert {u for u in umasks.values() if u is not None} == {"0077"}, umasks
+    assert umasks[api_pid] == umasks[head_pid] == "0077"  # these two live on: never skipped

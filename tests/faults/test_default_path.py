@@ -12,6 +12,12 @@ head), SQLite stores in the data dir. One sweep of a minute or two runs while th
 - SIGKILLs the sweep's driver actor (relaunched under the same id, it resumes from Optuna),
 - SIGKILLs a trial's worker process (Tune restarts the trial; it is never a search result).
 
+Before the faults, once the stores and every kind of folder exist (Ray's, mlartifacts/, ray_results/), the
+machine's other users reach nothing of the service's: `nobody` (setpriv) reads no file under the data dir,
+lists no folder and creates a file in none; the data dir, made 0755 before the service starts, is 0700
+(tightened, and logged), and the service, its Ray head and every process below the head run with a umask of
+077.
+
 Afterwards the sweep has succeeded, every planned trial is recorded exactly once in Optuna and in
 MLflow, nothing is left RUNNING, and the report's trial counts are the planned ones. Processes are
 found below the head's pid in /proc and stopped by pid; the head by `LocalRayHead.stop`.
@@ -20,10 +26,12 @@ found below the head's pid in /proc and stopped by pid; the head by `LocalRayHea
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,11 +39,11 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from fault_helpers import AUTH, assert_recorded_once, wait
+from fault_helpers import AUTH, assert_private, assert_recorded_once, wait
 from harness import ServiceProcess
 
 from service.cluster.processes import alive, cmdline, descendants
-from service.cluster.ray_head import LocalRayHead
+from service.cluster.ray_head import MAX_TEMP_DIR_CHARS, LocalRayHead
 from sweeps.spec import REFERENCE_EXTRA_TRIALS, cell_search_trials
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -113,12 +121,35 @@ def _processes_below(pid: int, marker: str) -> list[int]:
     return [p for p in descendants(pid) if any(marker in part for part in cmdline(p))]
 
 
-def test_default_path_survives_restarts_and_killed_processes(serve: Callable[..., tuple[ServiceProcess, Path]]) -> None:
-    svc, data_dir = serve()
+@pytest.fixture
+def open_parent() -> Iterator[Path]:
+    """A folder everyone may enter, so that only the data dir's own modes stand between `nobody` and the stores;
+    short, so that Ray's own folders (sessions, logs, sockets) are under <data dir>/ray/tmp."""
+    parent = Path(tempfile.mkdtemp(prefix="bsp", dir="/tmp"))
+    parent.chmod(0o755)
+    try:
+        yield parent
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_default_path_survives_restarts_and_killed_processes(
+    open_parent: Path, serve: Callable[..., tuple[ServiceProcess, Path]]
+) -> None:
+    # open_parent first: set up before the service, removed after it stopped
+    # acting as another user (setpriv) needs root: CI and the project's machines run the suite as root
+    assert os.geteuid() == 0 and shutil.which("setpriv"), "this test needs root and util-linux's setpriv"
+    data_dir = open_parent / "data"
+    data_dir.mkdir(mode=0o755)
+    data_dir.chmod(0o755)  # as `mkdir -p` under the usual umask of 022 makes it
+    assert len(str(data_dir / "ray" / "tmp")) <= MAX_TEMP_DIR_CHARS
+    svc, data_dir = serve(data_dir=data_dir)
     head = LocalRayHead(data_dir)
     first = head.running()
     assert first is not None, "sweeps serve with no RAY_ADDRESS must run its own Ray head"
     assert first.address.startswith("127.0.0.1:")
+    assert Path(first.temp_dir) == data_dir / "ray" / "tmp" and list(Path(first.temp_dir).glob("session_*/logs"))
+    assert f"{data_dir} was mode 0755: tightened to 0700" in svc.tail(100_000)
 
     client = httpx.Client(base_url=svc.url, headers=AUTH, timeout=30)
     created = client.post("/sweeps", content=SPEC, headers={"Content-Type": "application/yaml"})
@@ -134,6 +165,10 @@ def test_default_path_survives_restarts_and_killed_processes(serve: Callable[...
 
     with Churn(svc.url, sweep_id, lambda: svc.proc.pid if svc.proc else None) as churn:
         wait(lambda: trials_done(2), 240, "2 finished trials")
+        # 0. every store and every kind of folder exists: the machine's other users reach none of them
+        assert (data_dir / "mlartifacts").is_dir() and any((data_dir / "ray_results").glob("*/*/"))
+        assert svc.proc is not None
+        assert_private(data_dir, open_parent, svc.proc.pid, first.pid, descendants(first.pid))
 
         # 1. the API dies hard, and comes back: the sweep kept running on the same head
         os.killpg(svc.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]

@@ -26,13 +26,18 @@ from sweeps.spec import SweepSpec
 BUDGETS = (8192, 32768, 131072)  # B* = 8 sqrt(tokens / 8192): 8, 16, 32
 
 
-def study(name: str = "lawful", budgets: tuple[int, ...] = BUDGETS, **overrides: Any) -> dict[str, Any]:
+def study(
+    name: str = "lawful", budgets: tuple[int, ...] = BUDGETS, *, law: bool = False, **overrides: Any
+) -> dict[str, Any]:
+    """`law`: sizes and seeds enough to bracket B* at every budget (its simulation costs ~1 s a scale); else the
+    smallest study whose scales still have reports."""
+    sizes, seeds = ([4, 8, 16, 32, 64], 4) if law else ([4, 8], 2)
     sweep = tiny_spec(
         name,
-        batch_sizes=[4, 8, 16, 32, 64],
+        batch_sizes=sizes,
         eval_every_tokens=None,
         lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 3},
-        seeds=4,
+        seeds=seeds,
         degradation={"tolerance": 0.01, "baseline": "adamw"},
     )
     model = sweep.pop("model")
@@ -69,7 +74,7 @@ def started(launcher: FakeLauncher, sweep_id: str) -> bool:
 def test_a_study_runs_its_scales_one_at_a_time_smallest_first_then_records_its_law(
     client: TestClient, launcher: FakeLauncher, mlflow_uri: str, tmp_path: Path
 ) -> None:
-    resp = client.post("/studies", json=study(), headers=auth())
+    resp = client.post("/studies", json=study(law=True), headers=auth())
     assert resp.status_code == 201, resp.text
     body = resp.json()
     study_id = body["id"]
@@ -83,6 +88,7 @@ def test_a_study_runs_its_scales_one_at_a_time_smallest_first_then_records_its_l
         assert launcher.started.count(sweep_id) == 1 and all(not started(launcher, later) for later in ids[i + 1 :])
         got = status_of(client, study_id)
         assert [s["status"] for s in got["scales"]][i + 1 :] == ["pending"] * (2 - i) and got["laws"] is None
+        assert client.get(f"/studies/{study_id}/law", headers=auth()).status_code == 409  # no law yet
         assert client.get(f"/sweeps/{sweep_id}", headers=auth()).json()["spec"]["token_budget"] == BUDGETS[i]
         trained(client, launcher, sweep_id)
     final = wait_until(lambda: (s := status_of(client, study_id))["status"] != "running" and s, 60, what="the law")
@@ -109,6 +115,13 @@ def test_a_study_runs_its_scales_one_at_a_time_smallest_first_then_records_its_l
     assert recorded["laws"] == final["laws"]
     figures = {a.path for a in mlflow.list_artifacts(final["run_id"], "figures")}
     assert {"figures/law.png", "figures/law.html"} <= figures
+    # its page: the figure from the laws it stored, plotly.js from the service, under the pages' policy
+    from service.web.pages import PLOTLYJS_URL
+
+    page = client.get(f"/studies/{study_id}/law", headers=auth())
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert f'src="{PLOTLYJS_URL}"' in page.text and "adamw against adamw" in page.text
+    assert "script-src" in page.headers["Content-Security-Policy"]
     # the owner's list has it; nothing more is started
     listed = client.get("/studies", headers=auth()).json()
     assert listed["total"] >= 1 and study_id in [s["id"] for s in listed["items"]]
@@ -175,3 +188,26 @@ def test_what_is_not_a_study_or_not_its_owner_s_is_refused(app_client: Callable[
     ):
         assert resp.status_code == 404 and "no study" in resp.json()["error"]["message"]
     assert open_client.get("/studies", headers=auth(BOB)).json()["total"] == 0
+
+
+def test_the_cap_per_owner_counts_a_study_whole_and_the_sweeps_it_has_still_to_make(
+    app_client: Callable[..., TestClient],
+) -> None:
+    from service.policy import capped_price
+    from sweeps.study import StudySpec
+
+    hours = [capped_price(s) for s in StudySpec.model_validate(study()).sweep_specs()]
+    # each scale's sweep alone passes the cap per owner, the three together do not: never, on any retry
+    client = app_client(max_gpu_hours_per_owner=max(hours) * 1.05)
+    assert sum(hours) > max(hours) * 1.05
+    resp = client.post("/studies", json=study(), headers=auth())
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["error"]["code"] == "gpu_hours_per_owner" and "cap per owner" in resp.text
+    # room for one study: a second is refused while the first has sweeps still to make (429, with when)
+    client = app_client(max_gpu_hours_per_owner=sum(hours) * 1.5)
+    first = client.post("/studies", json=study("first"), headers=auth())
+    assert first.status_code == 201, first.text
+    second = client.post("/studies", json=study("second"), headers=auth())
+    assert second.status_code == 429, second.text
+    assert second.json()["error"]["code"] == "gpu_hours_per_owner" and int(second.headers["Retry-After"]) >= 1
+    assert [s["name"] for s in client.get("/studies", headers=auth()).json()["items"]] == ["first"]

@@ -195,3 +195,61 @@ def test_a_panel_with_nothing_bounded_still_draws_and_says_why() -> None:
     assert [a.text for a in panel.annotations] == ["no law: 0 scale(s) with a bracket bounded on a side",
                                                    "no scale's bracket bounds B*"]  # fmt: skip
     assert fig.png_bytes().startswith(b"\x89PNG") and "plotly.min.js" in fig.html()
+
+
+def test_sweeps_study_goes_through_its_scales_in_order_fits_records_and_runs_again_the_same(
+    reports: list[Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """`sweeps study` where every scale has its report (a study run before): nothing trains (no Ray is
+    reached), the scales go smallest first, the law is fitted and recorded with its figure; run again, the same
+    answer and the same MLflow runs. Its scales' real training through Ray: `sweeps run` (tests/cluster) and the
+    study through the service (tests/service/test_live_service.py)."""
+    import shutil
+
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.layout import LAW_FILE, PARENT_TAG, Role, Tag, runs_of, study_experiment
+    from sweeps.settings import runtime_from_env
+
+    sweep = {k: v for k, v in tiny_spec("study").items() if k not in ("model", "token_budget")}
+    model = {"preset": "gpt2-nano", "seq_len": 32}
+    study = sweep | {
+        "scales": {"models": [model], "token_budgets": [BUDGETS[2], BUDGETS[0], BUDGETS[1]]},  # out of order
+        "target": {"model": dict(model), "token_budget": 2097152},
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    out = tmp_path / "reports"
+    out.mkdir()
+    for i, report in enumerate(reports, 1):  # smallest budget first: the study's own order
+        shutil.copy(report, out / f"study-s{i}.json")
+    from sweeps.record import ensure_store
+
+    ensure_store(runtime_from_env().tracking_uri)  # made now, its log lines are not in the first answer's
+    first = invoke("study", str(path), "--out", str(out))
+    assert first.exit_code == 0, first.output
+    text = " ".join(first.output.split())
+    assert text.index("scale 1 of 3: study-s1 done before") < text.index("scale 2 of 3: study-s2 done before")
+    assert text.index("scale 3 of 3: study-s3 done before") < text.index("the law, predicted at 2,097,152 tokens")
+    exponent = float(text.split("B* ~ tokens^")[1].split()[0])
+    assert exponent == pytest.approx(0.5, abs=0.15)  # the reports' B* doubles with every 4x of tokens
+
+    client = MlflowClient(runtime_from_env().tracking_uri)
+    experiment = client.get_experiment_by_name(study_experiment("study"))
+    assert experiment is not None
+    (parent,) = runs_of(client, experiment.experiment_id, Role.study)
+    assert parent.info.run_id in text
+    nested = runs_of(client, experiment.experiment_id, Role.scale)
+    assert sorted(r.data.tags[Tag.sweep_id] for r in nested) == ["study-s1", "study-s2", "study-s3"]
+    assert {r.data.tags[PARENT_TAG] for r in nested} == {parent.info.run_id}
+    law = json.loads(Path(client.download_artifacts(parent.info.run_id, LAW_FILE, str(tmp_path))).read_text())
+    assert [(x["optimizer"], x["against"]) for x in law["laws"]] == [("adamw", "baseline")]
+    figures = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
+    assert figures == {f"figures/law.{x}" for x in ("png", "html", "json")} | {"figures/plotly.min.js"}
+    # again: the same law, the same runs, not a second study run
+    again = invoke("study", str(path), "--out", str(out))
+    assert again.exit_code == 0, again.output
+    assert text.split("the law, predicted at")[1] == " ".join(again.output.split()).split("the law, predicted at")[1]
+    assert [r.info.run_id for r in runs_of(client, experiment.experiment_id, Role.study)] == [parent.info.run_id]
+    assert len(runs_of(client, experiment.experiment_id, Role.scale)) == 3
