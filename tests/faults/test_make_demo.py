@@ -28,7 +28,7 @@ batch_sizes: [4, 8]
 token_budget: 4096
 eval_every_tokens: 1024
 eval_tokens: 4096
-lr: {min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 2}
+lr: {min: 1.0e-3, max: 3.0e-2, trials_per_batch_size: 1}
 seeds: 2
 degradation: {tolerance: 0.05, baseline: adamw}
 resources: {max_concurrent_trials: 2}
