@@ -454,6 +454,7 @@ class Store:
             ).all()
             left = 0.0
             for study_id, hours in studies:
+                # its scales' sweeps: ids are [a-z0-9-] (a spec's name and hex), so no LIKE wildcard is in one
                 made = s.execute(
                     select(func.coalesce(func.sum(SweepRow.gpu_hours), 0.0)).where(
                         SweepRow.owner == owner, SweepRow.id.like(f"{study_id}-s%")
