@@ -31,6 +31,7 @@ import scipy.stats
 from sweeps import layout
 from sweeps.analysis import CellReport, Report, read_report
 from sweeps.layout import TRIAL_ROLES, Role, Tag
+from sweeps.report import self_reference
 from sweeps.status import RESULT_STATUSES, TrialStatus
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,6 @@ __all__ = [
     "sample_runs",
     "scaling_points",
     "steps_to_target",
-    "target_loss",
 ]
 
 # statuses a finished trial can have in the tables; cancelled/interrupted/running are left out (re-run on resume)
@@ -350,24 +350,6 @@ def sample_runs(sweep: SweepData) -> dict[tuple[str, int], list[TrialRun]]:
     return out
 
 
-def reference_loss(report: Report, optimizer: str) -> float | None:
-    """The optimizer's "self" reference loss (nats/token) that its verdicts compare with: the reference
-    cell's fitted value (never above its mean: `sweeps.analysis`), or its mean where the cell has none
-    (an unstable reference, a report written before the reference was fitted). None without one."""
-    o = report.optimizers[optimizer]
-    first = next((c for c in o.cells if c.batch_size == report.reference_batch_size), None)
-    fitted = first.val_loss_fitted.self if first is not None else None
-    return fitted if fitted is not None else o.reference_val_loss.self
-
-
-def target_loss(report: Report, optimizer: str) -> float | None:
-    """(1 + tolerance) x the optimizer's "self" reference loss (`reference_loss`): the loss a cell must
-    reach to be degradation-free against itself, and the target of the steps-to-reference. None without
-    a reference."""
-    ref = reference_loss(report, optimizer)
-    return (1.0 + report.tolerance) * ref if ref is not None else None
-
-
 # --------------------------------------------------------------------------------------------------
 # 1. Scaling: final val loss vs batch size
 # --------------------------------------------------------------------------------------------------
@@ -443,7 +425,7 @@ def scaling_points(sweep: SweepData) -> ScalingTable:
                     degradation_free_baseline=c.degradation_free.baseline,
                 )
             )
-        ref, upper = reference_loss(r, opt), target_loss(r, opt)
+        ref, upper = self_reference(o, r.reference_batch_size), o.target_loss
         if ref is not None and upper is not None:
             bands.append(ToleranceBand(opt, r.reference_batch_size, ref, upper, opt == r.baseline))
         for which in ("self", "baseline"):
@@ -690,7 +672,7 @@ def attention_curves(sweep: SweepData) -> AttentionTable:
 class StepsPoint:
     optimizer: str
     batch_size: int
-    target_loss: float | None  # `target_loss`: (1 + tol) x the optimizer's self reference (nats/token)
+    target_loss: float | None  # the report's target_loss: (1 + tol) x the optimizer's self reference (nats/token)
     tokens: int | None  # the report's tokens_to_reference; None: not reached, no confirmation run or no reference
     steps: int | None  # the report's steps_to_reference (optimizer steps)
 
@@ -720,8 +702,9 @@ def steps_to_target(sweep: SweepData) -> StepsTable:
     r = sweep.report
     points, perfect = [], []
     for opt, o in r.optimizers.items():
-        target = target_loss(r, opt)
-        mine = [StepsPoint(opt, c.batch_size, target, c.tokens_to_reference, c.steps_to_reference) for c in o.cells]
+        mine = [
+            StepsPoint(opt, c.batch_size, o.target_loss, c.tokens_to_reference, c.steps_to_reference) for c in o.cells
+        ]
         points.extend(mine)
         reached = [p for p in mine if p.steps]  # steps 0 cannot anchor a line in log-log
         if reached:

@@ -38,6 +38,8 @@ from sweeps.report import (
     lr_edge_warnings,
     read_report,
     report_to_json,
+    target_loss_of,
+    upgrade_report,
     validate_report,
 )
 from sweeps.results import ROLES, STATUSES, AnalysisInput, TrialResult
@@ -80,13 +82,14 @@ __all__ = [
     "report_to_json",
     "t_quantile",
     "read_report",
+    "upgrade_report",
     "validate_report",
     "fine_in_sequence",
     "verdict_level",
     "welch_diff_ci95",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # best lr within this factor of lr_min or lr_max (log distance ln 1.5) is "at the edge" of the search.
 LR_EDGE_FACTOR = 1.5
 _LR_REL_TOL = 1e-9  # seed runs match the best lr up to float round-off (it travels through JSON/MLflow)
@@ -628,12 +631,12 @@ def cells_to_check(report: Report, *, references: tuple[str, ...] = ("self", "ba
     return sorted(out)
 
 
-def _to_reference(cell: _Cell, self_ref: float | None, tol: float, seq_len: int) -> tuple[int | None, int | None]:
-    if not cell.completed or self_ref is None:
+def _to_reference(cell: _Cell, target: float | None, seq_len: int) -> tuple[int | None, int | None]:
+    """Steps and tokens until the cell's first confirmation run reached the target loss; None: it never did."""
+    if not cell.completed or target is None:
         return None, None
-    threshold = (1.0 + tol) * self_ref
     for tokens, loss in sorted(cell.completed[0].curve, key=lambda p: p[0]):
-        if math.isfinite(loss) and loss <= threshold:
+        if math.isfinite(loss) and loss <= target:
             return tokens // (cell.batch_size * seq_len), tokens
     return None, None
 
@@ -687,7 +690,6 @@ def build_report(
         lr_bounds=inputs.lr_bounds,
         seeds_planned=inputs.seeds,
         trained_tokens=inputs.trained_tokens,
-        token_budget=inputs.trained_tokens,  # its first name, kept for readers of schema 2
         noise_rule=_noise_rule(inputs.noise_looks),
         verdict_rule=_verdict_rule(inputs.noise_looks),
         warmup=inputs.warmup,
@@ -756,12 +758,13 @@ def _optimizer_report(
         row, baseline_ref, tol, is_base_ref, level, means, ref_values[inputs.baseline]
     )
     judged_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
+    target = target_loss_of(ref_values[o], tol)
     judged_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
     cell_reports = [
         _cell_report(
             inputs,
             c,
-            ref_values[o],
+            target,
             chosen.get((o, c.batch_size), "listed" if inputs.batch_search is None else None),
             fitted=ByReference(self=fit_self[i], baseline=fit_base[i]),
             degradation_free=ByReference(self=v_self[i], baseline=v_base[i]),
@@ -774,6 +777,7 @@ def _optimizer_report(
     return OptimizerReport(
         cells=cell_reports,
         reference_val_loss=ByReference(self=self_ref.mean, baseline=baseline_ref.mean),
+        target_loss=target,
         largest_degradation_free_batch_size=ByReference(self=ans_self, baseline=ans_base),
         bracket=brackets,
         smallest_degraded_batch_size=ByReference(
@@ -788,7 +792,7 @@ def _optimizer_report(
 def _cell_report(
     inputs: AnalysisInput,
     c: _Cell,
-    ref_value: float | None,
+    target: float | None,
     chosen: str | None,
     *,
     fitted: ByReference[float | None],
@@ -796,7 +800,7 @@ def _cell_report(
     verdict: ByReference[Verdict | None],
     verdict_diff_ci: ByReference[tuple[float, float] | None],
 ) -> CellReport:
-    to_ref_steps, tokens = _to_reference(c, ref_value, inputs.tolerance, inputs.seq_len)
+    to_ref_steps, tokens = _to_reference(c, target, inputs.seq_len)
     if c.samples:
         mean, lo, hi, avail = mean_ci95(c.samples)
         ci: tuple[float | None, float | None] = (lo, hi)

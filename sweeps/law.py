@@ -394,7 +394,7 @@ def fit_lr_law(points: Sequence[LrPoint]) -> LrLaw | str:
 
 
 def _tokens_of(report: Report) -> float:
-    tokens = report.trained_tokens or report.token_budget
+    tokens = report.trained_tokens
     if not tokens:
         raise ValueError(f"report of {report.sweep} names no token budget")
     return float(tokens)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any, Generic, Literal, TypeVar
 
@@ -16,33 +15,6 @@ T = TypeVar("T")
 
 class _Schema(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-    # Read-only mapping access by JSON name (report["optimizers"]["adamw"]["bracket"]["self"], .get, in):
-    # `build_report` returned the report as a dict before it returned this model, and readers of that dict
-    # (outside checks of `sweeps.simulate` among them) index it so
-    def __getitem__(self, key: str) -> Any:
-        name = _json_names(type(self)).get(key)
-        if name is None:
-            raise KeyError(key)
-        return getattr(self, name)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self else default
-
-    def keys(self) -> list[str]:
-        return list(_json_names(type(self)))
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(key, self[key]) for key in self.keys()]
-
-    def __contains__(self, key: object) -> bool:
-        return key in _json_names(type(self))
-
-
-@functools.cache
-def _json_names(model: type[BaseModel]) -> dict[str, str]:
-    """JSON name -> attribute name of each field of a schema model (they differ where a field has an alias)."""
-    return {f.serialization_alias or f.alias or name: name for name, f in model.model_fields.items()}
 
 
 class ByReference(_Schema, Generic[T]):
@@ -181,6 +153,9 @@ class BatchSearchReport(_Schema):
 class OptimizerReport(_Schema):
     cells: list[CellReport]  # batch size ascending
     reference_val_loss: ByReference[float | None]
+    # (1 + tolerance) x the self reference (`self_reference`): the loss a cell must reach to be degradation-free
+    # against itself, and the target of steps_to_reference; None without a reference
+    target_loss: float | None
     largest_degradation_free_batch_size: ByReference[int | None]  # the point estimate: walk of the means
     bracket: ByReference[Bracket] = ByReference(self=Bracket(), baseline=Bracket())  # what is decided with confidence
     # the bracket's upper end: the smallest batch size degraded with confidence above largest_fine
@@ -193,7 +168,7 @@ class OptimizerReport(_Schema):
 class Report(_Schema):
     """The sweep's report, as `build_report` makes it and report.json holds it (rules: the module docstring)."""
 
-    schema_version: Literal[2]
+    schema_version: Literal[3]
     sweep: str
     reference_batch_size: int  # the smallest batch size of the spec (a search's min)
     baseline: str
@@ -203,10 +178,9 @@ class Report(_Schema):
     # where the line search could step to past an edge (lr.extend); None in reports written before it
     lr_bounds: tuple[float, float] | None = None
     seeds_planned: int  # confirmation runs planned per cell
-    # tokens every trial trains on: the spec's token_budget rounded down once for the whole sweep (the
-    # spec's `trained_tokens`; None in reports written before the name)
-    trained_tokens: int | None = None
-    token_budget: int | None  # the same value under its first name, kept for readers of schema 2
+    # tokens every trial trains on: the spec's token_budget rounded down once for the whole sweep (the spec's
+    # `trained_tokens`)
+    trained_tokens: int | None
     noise_rule: str  # how the noise checks are made, and at what level (repeated looks included)
     verdict_rule: str = ""  # how each verdict and the bracket are decided, and what they assume
     warmup: str = ""  # how the lr warmed up, and whether warm-up was searched with it (each cell's warmup)
@@ -216,21 +190,61 @@ class Report(_Schema):
 
 
 def validate_report(report: dict[str, Any] | Report) -> Report:
-    """A report dict, or a `Report` again (the driver adds its warnings after `build_report`), checked
-    against the schema (pydantic ValidationError if it does not match)."""
+    """A report dict of this schema, or a `Report` again (the driver adds its warnings after `build_report`),
+    checked against the schema (pydantic ValidationError if it does not match)."""
     return Report.model_validate(report.model_dump(warnings=False) if isinstance(report, Report) else report)
 
 
 def read_report(raw: dict[str, Any] | Report) -> Report:
-    """A report as a reader gets it (report.json, the HTTP API; or a `Report` already): top-level keys
-    outside the schema, a newer writer's additions, are left out; anything else that does not match is
-    refused (pydantic ValidationError)."""
-    return validate_report({k: v for k, v in raw.items() if k in Report.model_fields} if isinstance(raw, dict) else raw)
+    """A report as a reader gets it (report.json, the HTTP API; or a `Report` already): schema 3, or schema 2
+    through `upgrade_report`; top-level keys outside the schema, a newer writer's additions, are left out;
+    anything else that does not match is refused (pydantic ValidationError)."""
+    if isinstance(raw, dict):
+        current = upgrade_report(raw) if raw.get("schema_version") == 2 else raw
+        return validate_report({k: v for k, v in current.items() if k in Report.model_fields})
+    return validate_report(raw)
+
+
+def upgrade_report(raw: dict[str, Any]) -> dict[str, Any]:
+    """A report of schema 2 as the JSON of schema 3: `token_budget` gives way to `trained_tokens` (the same
+    value; reports written before that name hold only `token_budget`), and each optimizer gains its
+    `target_loss` from its self reference as the report holds it (`self_reference`). Top-level keys outside
+    the schema are left out; a report that does not match is refused (pydantic ValidationError)."""
+    old = {k: v for k, v in raw.items() if k in Report.model_fields}
+    if old.get("trained_tokens") is None:
+        old["trained_tokens"] = raw.get("token_budget")
+    if isinstance(old.get("optimizers"), dict):
+        old["optimizers"] = {
+            name: {**opt, "target_loss": None} if isinstance(opt, dict) else opt
+            for name, opt in old["optimizers"].items()
+        }
+    report = Report.model_validate({**old, "schema_version": 3})
+    for opt in report.optimizers.values():
+        opt.target_loss = target_loss_of(self_reference(opt, report.reference_batch_size), report.tolerance)
+    return report.model_dump(mode="json")
 
 
 def report_to_json(report: dict[str, Any] | Report, *, indent: int | None = 2) -> str:
     """Strict JSON (no NaN/Infinity) of a validated report: what report.json holds."""
     return json.dumps(validate_report(report).model_dump(mode="json"), indent=indent, allow_nan=False)
+
+
+# ---- quantities read off the report ----------------------------------------------------------------
+
+
+def target_loss_of(reference: float | None, tolerance: float) -> float | None:
+    """(1 + tolerance) x a reference loss: the loss a cell must reach to be degradation-free against it (the
+    thresholds of the verdicts, the target of steps_to_reference). None without a reference."""
+    return (1.0 + tolerance) * reference if reference is not None else None
+
+
+def self_reference(opt: OptimizerReport, reference_batch_size: int) -> float | None:
+    """The optimizer's "self" reference loss (nats/token) its verdicts compare with: the reference cell's
+    fitted value (never above its mean: `sweeps.analysis`), or its mean where the cell has none (an unstable
+    reference, a report written before the reference was fitted). None without one."""
+    first = next((c for c in opt.cells if c.batch_size == reference_batch_size), None)
+    fitted = first.val_loss_fitted.self if first is not None else None
+    return fitted if fitted is not None else opt.reference_val_loss.self
 
 
 # ---- the report in words ----------------------------------------------------------------------

@@ -14,7 +14,6 @@ own trained at full weight next to the service, and Ray's nice 15 for its worker
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -534,7 +533,7 @@ def assert_ddp_matches_one_worker(single: list[dict], ddp: list[dict], ddp_final
 def real_report() -> dict[str, Any]:
     """A real report (`build_report`) of adamw at batch 4 and 8: 2 search trials and 2 seeds each, as
     report.json and the service's store hold it (JSON)."""
-    from sweeps.analysis import TrialResult, build_report, report_to_json
+    from sweeps.analysis import TrialResult, build_report
 
     results = [
         TrialResult("adamw", bs, lr, seed, role, "completed", loss + 0.01 * seed, 4096, 4096 // (bs * 32))
@@ -545,7 +544,7 @@ def real_report() -> dict[str, Any]:
         results, sweep="cli", batch_sizes=(4, 8), optimizers=("adamw",), baseline="adamw", tolerance=0.05,
         lr_min=1e-3, lr_max=1e-2, seeds=2, seq_len=32,
     )  # fmt: skip
-    return json.loads(report_to_json(report))
+    return report.model_dump(mode="json")
 
 
 def tiny_spec(name: str = "tiny", **overrides: Any) -> dict[str, Any]:

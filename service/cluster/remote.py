@@ -8,7 +8,6 @@ methods import the driver inside the actor process.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -82,7 +81,6 @@ class SweepActor:
 
     def _run_sweep(self) -> None:
         from dashboards.publish import publish_figures
-        from sweeps.analysis import report_to_json
         from sweeps.driver import run_sweep
         from sweeps.spec import SweepSpec
 
@@ -99,7 +97,7 @@ class SweepActor:
             publish_figures(outcome.tracking_uri, outcome.sweep_id)  # before "final": the service kills us then
             self._update(
                 status=outcome.status,
-                report=json.loads(report_to_json(outcome.report)),  # as report.json holds it: the store's JSON
+                report=outcome.report.model_dump(mode="json"),  # as report.json holds it: the store's JSON
                 experiment_id=outcome.experiment_id,
                 finished_at=time.time(),
             )

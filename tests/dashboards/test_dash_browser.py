@@ -106,9 +106,9 @@ def test_dashboard_page_renders_without_errors(tiny_sweep, browser: Browser, tmp
         assert urls and all(u.startswith(LOCAL) for u in urls), urls
         # the answer at the top, and the star drawn at the report's batch size
         answer = page.evaluate("document.getElementById('answer').innerText")
-        for opt, o in outcome.report["optimizers"].items():
-            bs = o["largest_degradation_free_batch_size"]["self"]
-            decided = describe_bracket(o["bracket"]["self"])
+        for opt, o in outcome.report.optimizers.items():
+            bs = o.largest_degradation_free_batch_size.self
+            decided = describe_bracket(o.bracket.self)
             noise = describe_noise(o, "self")
             estimate = f"{'none' if bs is None else f'B = {bs}'}{f'; {noise}' if noise else ''}"
             assert f"{opt}: vs itself: {decided} (estimate {estimate})" in answer

@@ -21,7 +21,6 @@ from dashboards.data import (
     sample_runs,
     scaling_points,
     steps_to_target,
-    target_loss,
 )
 from sweeps.plan import run_name
 
@@ -452,17 +451,18 @@ def test_steps_to_target_are_the_reports() -> None:
     assert {p.batch_size: p.steps for p in steps_to_target(replace(s, report=report)).points}[16] == 7
 
 
-def test_the_target_loss_is_one_function_of_the_report() -> None:
+def test_the_target_loss_is_the_reports() -> None:
     s = _steps_sweep()
     assert s.report.optimizers["adamw"].reference_val_loss.self == pytest.approx(3.0)
-    assert target_loss(s.report, "adamw") == pytest.approx(3.3)  # (1 + 0.1) x 3.0
+    target = s.report.optimizers["adamw"].target_loss
+    assert target == pytest.approx(3.3)  # (1 + 0.1) x 3.0
     # figure 1's band top and figure 6's target are that one number
     (band,) = scaling_points(s).bands
-    assert band.upper == target_loss(s.report, "adamw")
-    assert {p.target_loss for p in steps_to_target(s).points} == {target_loss(s.report, "adamw")}
+    assert band.upper == target
+    assert {p.target_loss for p in steps_to_target(s).points} == {target}
     # without a self reference there is no target, and no band
     empty = make_sweep([trial("adamw", 4, 0.01, status="failed")], optimizers=("adamw",), batch_sizes=(4,))
-    assert target_loss(empty.report, "adamw") is None
+    assert empty.report.optimizers["adamw"].target_loss is None
     assert scaling_points(empty).bands == () and [p.target_loss for p in steps_to_target(empty).points] == [None]
 
 

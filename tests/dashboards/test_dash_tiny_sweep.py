@@ -34,8 +34,7 @@ def _trial_runs(outcome) -> list:
 def test_the_sweep_read_back_is_the_drivers_report(tiny) -> None:
     outcome, sweep, figs = tiny
     assert list(figs) == NAMES
-    report = {k: v for k, v in outcome.report.items() if k != "warnings"}
-    assert sweep.report == validate_report(report)
+    assert sweep.report == validate_report(outcome.report.model_dump(exclude={"warnings"}))
     assert list(sweep.warnings) == outcome.warnings
     assert sweep.summary_run_id == outcome.summary_run_id and sweep.experiment_id == outcome.experiment_id
     assert len(sweep.trials) == len(_trial_runs(outcome))
@@ -44,24 +43,24 @@ def test_the_sweep_read_back_is_the_drivers_report(tiny) -> None:
 def test_scaling_points_ci_bars_and_marked_batch_size(tiny) -> None:
     outcome, _, figs = tiny
     f = figs["scaling"]
-    for opt, o in outcome.report["optimizers"].items():
+    for opt, o in outcome.report.optimizers.items():
         pts = [p for p in f.data.points if p.optimizer == opt]
         # one point per cell of the report, with its mean and CI bar
-        assert [p.batch_size for p in pts] == [c["batch_size"] for c in o["cells"]]
-        assert [p.val_loss_mean for p in pts] == [c["val_loss_mean"] for c in o["cells"]]
-        assert [[p.ci_low, p.ci_high] for p in pts] == [list(c["val_loss_ci95"]) for c in o["cells"]]
+        assert [p.batch_size for p in pts] == [c.batch_size for c in o.cells]
+        assert [p.val_loss_mean for p in pts] == [c.val_loss_mean for c in o.cells]
+        assert [[p.ci_low, p.ci_high] for p in pts] == [list(c.val_loss_ci95) for c in o.cells]
         # the marked batch size is the report's answer, against itself and against the baseline
         for ref in ("self", "baseline"):
             (mark,) = [m for m in f.data.marks if m.optimizer == opt and m.reference == ref]
-            assert mark.batch_size == o["largest_degradation_free_batch_size"][ref]
+            assert mark.batch_size == getattr(o.largest_degradation_free_batch_size, ref)
         # what plotly draws: the line's points and its error bars
         (line,) = [tr for tr in f.plotly_fig.data if tr.name.startswith(f"{opt} (mean")]
-        drawn = [c for c in o["cells"] if c["val_loss_mean"] is not None]
-        assert list(line.x) == [c["batch_size"] for c in drawn]
+        drawn = [c for c in o.cells if c.val_loss_mean is not None]
+        assert list(line.x) == [c.batch_size for c in drawn]
         assert [y + e for y, e in zip(line.y, line.error_y.array, strict=True)] == pytest.approx(
-            [c["val_loss_ci95"][1] for c in drawn]
+            [c.val_loss_ci95[1] for c in drawn]
         )
-        answer = o["largest_degradation_free_batch_size"]["self"]
+        answer = o.largest_degradation_free_batch_size.self
         stars = [
             tr
             for tr in f.plotly_fig.data
@@ -78,7 +77,7 @@ def test_lr_points_are_the_trial_runs(tiny) -> None:
     # one point with a final val loss per completed trial run in MLflow
     assert sum(1 for p in t.points if p.status == "completed" and p.val_loss is not None) == len(completed)
     assert sum(1 for p in t.points if p.val_loss is not None and p.status == "completed") == sum(
-        c["trial_status"]["completed"] for o in outcome.report["optimizers"].values() for c in o["cells"]
+        c.trial_status.completed for o in outcome.report.optimizers.values() for c in o.cells
     )
     assert sorted(p.val_loss for p in t.points if p.status == "completed") == pytest.approx(
         sorted(r.data.metrics["val_loss"] for r in completed)
@@ -95,9 +94,9 @@ def test_lr_points_are_the_trial_runs(tiny) -> None:
 def test_best_lr_points_and_fit(tiny) -> None:
     outcome, _, figs = tiny
     t = figs["best_lr"].data
-    for opt, o in outcome.report["optimizers"].items():
+    for opt, o in outcome.report.optimizers.items():
         pts = [(p.batch_size, p.best_lr) for p in t.points if p.optimizer == opt]
-        assert pts == [(c["batch_size"], c["best_lr"]) for c in o["cells"] if c["best_lr"] is not None]
+        assert pts == [(c.batch_size, c.best_lr) for c in o.cells if c.best_lr is not None]
         law = next((f.law for f in t.fits if f.optimizer == opt), None)
         assert law == fit_power_law(pts)
 
@@ -135,9 +134,9 @@ def test_curves_of_the_runs_the_report_names(tiny) -> None:
 def test_steps_to_target_equal_the_reports(tiny) -> None:
     outcome, sweep, figs = tiny
     steps = figs["steps_to_target"].data.steps
-    for opt, o in outcome.report["optimizers"].items():
+    for opt, o in outcome.report.optimizers.items():
         got = [(p.batch_size, p.steps, p.tokens) for p in steps.points if p.optimizer == opt]
-        assert got == [(c["batch_size"], c["steps_to_reference"], c["tokens_to_reference"]) for c in o["cells"]]
+        assert got == [(c.batch_size, c.steps_to_reference, c.tokens_to_reference) for c in o.cells]
     noise = figs["steps_to_target"].data.noise
     recorded = {(r.data.tags["batchsweep.optimizer"]) for r in _trial_runs(outcome) if "noise_scale" in r.data.metrics}
     # B_crit for exactly the optimizers whose runs logged B_simple (tiny: batches fit one micro-batch)

@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from sweeps.analysis import report_to_json, validate_report
+from sweeps.analysis import validate_report
 from sweeps.driver import run_sweep
 from sweeps.layout import TRIAL_ROLES
 from sweeps.plan import study_name
@@ -36,20 +36,20 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
     assert outcome.status == "succeeded"
     report = outcome.report
     validate_report(report)  # the stable schema of the README
-    assert set(report["optimizers"]) == {"adamw", "merit"}
-    assert report["reference_batch_size"] == 4 and report["baseline"] == "adamw"
-    for opt in report["optimizers"].values():
-        assert [c["batch_size"] for c in opt["cells"]] == [4, 8]
-        for cell in opt["cells"]:
+    assert set(report.optimizers) == {"adamw", "merit"}
+    assert report.reference_batch_size == 4 and report.baseline == "adamw"
+    for opt in report.optimizers.values():
+        assert [c.batch_size for c in opt.cells] == [4, 8]
+        for cell in opt.cells:
             # every cell was searched with its 2 trials (the reference, batch size 4, with 3: it has no warm
             # start), then confirmed by 2 runs at its best lr
-            assert cell["trials"] == (5 if cell["batch_size"] == 4 else 4)
-            assert cell["best_lr"] is not None and 1e-3 <= cell["best_lr"] <= 3e-2
-            assert cell["seeds"] == 2 and cell["stable"] is True
+            assert cell.trials == (5 if cell.batch_size == 4 else 4)
+            assert cell.best_lr is not None and 1e-3 <= cell.best_lr <= 3e-2
+            assert cell.seeds == 2 and cell.stable is True
             # the search's own minimum is not one of the samples
-            assert cell["search_best_val_loss"] is not None
-            lo, hi = cell["val_loss_ci95"]
-            assert lo <= cell["val_loss_mean"] <= hi
+            assert cell.search_best_val_loss is not None
+            lo, hi = cell.val_loss_ci95
+            assert lo <= cell.val_loss_mean <= hi
 
     client = MlflowClient(outcome.tracking_uri)
     exp = client.get_experiment_by_name(outcome.sweep_id)
@@ -60,20 +60,20 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
     assert len(cells) == 4
     assert len(trials) == spec_trials
     # every cell trained on exactly the same tokens, and the report says how many
-    trained = {c["tokens_trained"] for o in report["optimizers"].values() for c in o["cells"]}
-    assert trained == {report["trained_tokens"]} == {report["token_budget"]} == {4096}
+    trained = {c.tokens_trained for o in report.optimizers.values() for c in o.cells}
+    assert trained == {report.trained_tokens} == {4096}
     # the report names its runs: the search best and the confirmation runs at its lr
     by_id = {r.info.run_id: r for r in trials}
-    for opt in report["optimizers"].values():
-        for cell in opt["cells"]:
-            best = by_id[cell["search_best_run_id"]]
+    for opt in report.optimizers.values():
+        for cell in opt.cells:
+            best = by_id[cell.search_best_run_id]
             assert best.data.tags["batchsweep.role"] == "search"
-            assert float(best.data.tags["batchsweep.lr"]) == cell["best_lr"]
-            assert best.data.tags["batchsweep.optuna_number"] == str(cell["search_best_trial_number"])
-            confirmations = [by_id[i] for i in cell["confirmation_run_ids"]]
+            assert float(best.data.tags["batchsweep.lr"]) == cell.best_lr
+            assert best.data.tags["batchsweep.optuna_number"] == str(cell.search_best_trial_number)
+            confirmations = [by_id[i] for i in cell.confirmation_run_ids]
             assert [r.data.tags["batchsweep.seed"] for r in confirmations] == ["1", "2"]
-            assert all(float(r.data.tags["batchsweep.lr"]) == cell["best_lr"] for r in confirmations)
-            assert [r.data.metrics["val_loss"] for r in confirmations] == cell["val_losses"]
+            assert all(float(r.data.tags["batchsweep.lr"]) == cell.best_lr for r in confirmations)
+            assert [r.data.metrics["val_loss"] for r in confirmations] == cell.val_losses
     for run in trials:
         tags = run.data.tags
         # each trial nests under its cell's run, and is named for a person to read
@@ -96,7 +96,7 @@ def test_sweep_records_every_trial_and_answers(tiny_sweep) -> None:
     names = {a.path for a in client.list_artifacts(summary[0].info.run_id)}
     assert {"spec.yaml", "report.json", "cells.csv"} <= names
     local = client.download_artifacts(summary[0].info.run_id, "report.json")
-    assert json.loads(Path(local).read_text())["optimizers"] == json.loads(report_to_json(report))["optimizers"]
+    assert json.loads(Path(local).read_text())["optimizers"] == report.model_dump(mode="json")["optimizers"]
 
     # Optuna holds one study per cell with the trials of the searches (and the seed re-runs)
     storage = open_storage(runtime.optuna_storage)
@@ -197,20 +197,20 @@ def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, t
     }
     mlflow_status = {r.data.tags["batchsweep.tune_trial_id"]: r.data.tags["batchsweep.status"] for r in runs}
     assert optuna_status == mlflow_status and len(optuna_status) >= spec.total_trials
-    for cell in second.report["optimizers"]["adamw"]["cells"]:
-        assert cell["seeds"] == 2 and math.isfinite(cell["val_loss_mean"])
+    for cell in second.report.optimizers["adamw"].cells:
+        assert cell.seeds == 2 and math.isfinite(cell.val_loss_mean)
         # warm-up searched with the lr: the other warm-up trained once at the best lr, with seed 0, and the
         # confirmation runs trained with the better of the two (the workers got it in their configs)
-        assert [w for w, _ in cell["warmups_tried"]] == [0.05, 0.25] and cell["warmup"] in (0.05, 0.25)
+        assert [w for w, _ in cell.warmups_tried] == [0.05, 0.25] and cell.warmup in (0.05, 0.25)
         by_id = {r.info.run_id: r for r in finished_runs}
         warm = [
             r
             for r in finished_runs
             if r.data.tags["batchsweep.role"] == "warmup"
-            and r.data.tags["batchsweep.batch_size"] == str(cell["batch_size"])
+            and r.data.tags["batchsweep.batch_size"] == str(cell.batch_size)
         ]
-        assert len(warm) == 1 and float(warm[0].data.tags["batchsweep.lr"]) == cell["best_lr"]
+        assert len(warm) == 1 and float(warm[0].data.tags["batchsweep.lr"]) == cell.best_lr
         assert warm[0].data.params["warmup_fraction"] == "0.25" and warm[0].info.run_name.endswith("warmup=0.25")
-        assert warm[0].data.metrics["val_loss"] == cell["warmups_tried"][1][1]
-        for run_id in cell["confirmation_run_ids"]:
-            assert float(by_id[run_id].data.params["warmup_fraction"]) == cell["warmup"]
+        assert warm[0].data.metrics["val_loss"] == cell.warmups_tried[1][1]
+        for run_id in cell.confirmation_run_ids:
+            assert float(by_id[run_id].data.params["warmup_fraction"]) == cell.warmup

@@ -19,7 +19,6 @@ from fastapi.testclient import TestClient
 from harness import tiny_spec
 from svc_helpers import BOB, FakeLauncher, auth, wait_until
 
-from sweeps.analysis import report_to_json
 from sweeps.simulate import Run, simulate
 from sweeps.spec import SweepSpec
 
@@ -58,7 +57,7 @@ def trained(client: TestClient, launcher: FakeLauncher, sweep_id: str) -> None:
         final = 3.0 + 0.02 * u * u + 0.1 * max(0.0, math.log(run.batch_size / critical)) + 0.002 * run.seed
         return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
 
-    launcher.finish(sweep_id, report=json.loads(report_to_json(simulate(spec, objective).report)))
+    launcher.finish(sweep_id, report=simulate(spec, objective).report.model_dump(mode="json"))
 
 
 def status_of(client: TestClient, study_id: str) -> dict[str, Any]:

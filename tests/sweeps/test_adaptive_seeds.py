@@ -50,7 +50,7 @@ def run_sweep(gap_sigmas: float, rng: np.random.Generator, *, looks: int = LOOKS
         report = build_report(_rows(samples), inputs=inputs)
         extend = cells_to_extend(report, seeds_max=MAX) if looks > 1 else []
         if not extend:
-            (check,) = report["optimizers"]["adamw"]["noise_checks"]["self"]
+            (check,) = report.optimizers["adamw"].noise_checks.self
             return check, sum(len(v) for v in samples.values())
         for _, b in extend:
             samples[b] += list(rng.normal(true[b], SIGMA, min(STEP, MAX - len(samples[b]))))
@@ -58,7 +58,7 @@ def run_sweep(gap_sigmas: float, rng: np.random.Generator, *, looks: int = LOOKS
 
 def test_on_the_line_a_cleared_verdict_is_wrong_in_at_most_5_percent() -> None:
     rng = np.random.default_rng(0)
-    cleared = sum(run_sweep(0.0, rng)[0]["straddles_zero"] is False for _ in range(2000))
+    cleared = sum(run_sweep(0.0, rng)[0].straddles_zero is False for _ in range(2000))
     assert cleared / 2000 <= 0.05, cleared / 2000
     # the same looks with an uncorrected 95% interval each time clear more often than the 5% promised
     rng = np.random.default_rng(0)
@@ -67,9 +67,9 @@ def test_on_the_line_a_cleared_verdict_is_wrong_in_at_most_5_percent() -> None:
         true = {8: REF, 16: (1 + TOL) * REF}
         samples = {b: list(rng.normal(m, SIGMA, MIN)) for b, m in true.items()}
         while True:
-            (check,) = build_report(_rows(samples), inputs=_inputs(1))["optimizers"]["adamw"]["noise_checks"]["self"]
-            if check["straddles_zero"] is False or len(samples[16]) >= MAX:
-                naive += check["straddles_zero"] is False
+            (check,) = build_report(_rows(samples), inputs=_inputs(1)).optimizers["adamw"].noise_checks.self
+            if check.straddles_zero is False or len(samples[16]) >= MAX:
+                naive += check.straddles_zero is False
                 break
             for b in samples:
                 samples[b] += list(rng.normal(true[b], SIGMA, STEP))
@@ -85,7 +85,7 @@ def test_spread_gaps_wrong_verdicts_under_5_percent_at_a_fraction_of_max_seeds(
         gap = float(rng.uniform(-6, 6))  # true gap to the tolerance line, in sigmas
         check, runs = run_sweep(gap, rng)
         spent.append(runs)
-        if check["straddles_zero"] is False and (check["diff_mean"] > 0) != (gap > 0):
+        if check.straddles_zero is False and (check.diff_mean > 0) != (gap > 0):
             wrong += 1
     assert wrong / 2000 <= 0.05, wrong / 2000
     mean_spent = statistics.fmean(spent)
@@ -97,9 +97,9 @@ def test_spread_gaps_wrong_verdicts_under_5_percent_at_a_fraction_of_max_seeds(
 
 def test_a_plain_number_of_seeds_never_extends() -> None:
     report = build_report(_rows({8: [3.0, 3.1], 16: [3.06, 3.0]}), inputs=_inputs(1))
-    (check,) = report["optimizers"]["adamw"]["noise_checks"]["self"]
-    assert check["straddles_zero"] is True  # within noise...
+    (check,) = report.optimizers["adamw"].noise_checks.self
+    assert check.straddles_zero is True  # within noise...
     assert cells_to_extend(report, seeds_max=2) == []  # ...but max = min: nothing to add
     assert cells_to_extend(report, seeds_max=6) == [("adamw", 8), ("adamw", 16)]
-    assert "Welch 95%" in report["noise_rule"]
-    assert "Bonferroni" in build_report(_rows({8: [3.0, 3.1], 16: [3.06, 3.0]}), inputs=_inputs(3))["noise_rule"]
+    assert "Welch 95%" in report.noise_rule
+    assert "Bonferroni" in build_report(_rows({8: [3.0, 3.1], 16: [3.06, 3.0]}), inputs=_inputs(3)).noise_rule

@@ -11,19 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
+from sweeps import report as report_models
 from sweeps.analysis import (
     LR_EDGE_FACTOR,
     AnalysisInput,
+    CellReport,
     Report,
     TrialResult,
     build_report,
     read_report,
     report_to_json,
+    upgrade_report,
     validate_report,
 )
-from sweeps.report import _Schema
 from sweeps.spec import SweepSpec
 from sweeps.stats import mean_ci95, sample_variance, t_quantile, welch_diff_ci95
 
@@ -183,48 +185,48 @@ def test_flat_losses_give_the_largest_batch():
         # boundary = the answer 128 only (no larger batch); its samples have sd 0 on both sides, so the
         # interval is the point d = 3.0 - 1.01 x 3.0 = -0.03 < 0: not within noise
         assert report.optimizers[opt].within_noise.model_dump() == {"self": False, "baseline": False}
-        [check] = report["optimizers"][opt]["noise_checks"]["self"]
-        assert check["batch_size"] == 128
-        assert check["diff_ci95"] == (pytest.approx(-0.03), pytest.approx(-0.03))
-    c = report["optimizers"]["merit"]["cells"][0]
-    assert c["best_lr"] == LR and c["val_loss_mean"] == 3.0 and c["val_loss_ci95"] == (3.0, 3.0)
-    assert c["seeds"] == 3 and c["ci_available"] is True
+        [check] = report.optimizers[opt].noise_checks.self
+        assert check.batch_size == 128
+        assert check.diff_ci95 == (pytest.approx(-0.03), pytest.approx(-0.03))
+    c = report.optimizers["merit"].cells[0]
+    assert c.best_lr == LR and c.val_loss_mean == 3.0 and c.val_loss_ci95 == (3.0, 3.0)
+    assert c.seeds == 3 and c.ci_available is True
     # 2 search trials (one worse at 2 x lr) + 3 confirmation runs; the search minimum is reported apart
-    assert c["trials"] == 5 and c.trial_status.model_dump() == {"completed": 5, "pruned": 0, "diverged": 0, "failed": 0}
-    assert c["search_best_val_loss"] == pytest.approx(2.95) and c["stable"] is True and c["unstable_reason"] is None
+    assert c.trials == 5 and c.trial_status.model_dump() == {"completed": 5, "pruned": 0, "diverged": 0, "failed": 0}
+    assert c.search_best_val_loss == pytest.approx(2.95) and c.stable is True and c.unstable_reason is None
 
 
 def test_degradation_at_the_third_batch_size():
     # merit: reference 3.00, threshold 1.01 x 3.00 = 3.03; 32: 3.02 ok; 64: 3.10 fails; 128: 3.00 is
     # below 64, which the monotone fit cannot be: both pooled to 3.05 (equal seeds), over 3.03 -> answer 32
     report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.02, 3.10, 3.00]}), inputs=INPUTS)
-    merit = report["optimizers"]["merit"]
+    merit = report.optimizers["merit"]
     assert answer(report, "merit")["self"] == 32
-    assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, True, False, False]
-    fitted = [c["val_loss_fitted"]["self"] for c in merit["cells"]]
+    assert [c.degradation_free.self for c in merit.cells] == [True, True, False, False]
+    fitted = [c.val_loss_fitted.self for c in merit.cells]
     # the reference's fitted value: its optimizer's first fitted value, 3.00 (no larger size reads lower)
     assert fitted == [pytest.approx(3.0), pytest.approx(3.02), pytest.approx(3.05), pytest.approx(3.05)]
-    assert merit["reference_val_loss"]["self"] == 3.0
+    assert merit.reference_val_loss.self == 3.0
     # boundary cells: 32 (answer) and 64 (first failure); both intervals are points (sd 0):
     # 3.02 - 3.03 = -0.01 and 3.10 - 3.03 = 0.07, neither straddles 0
-    assert [c["batch_size"] for c in merit["noise_checks"]["self"]] == [32, 64]
-    assert merit["within_noise"]["self"] is False
+    assert [c.batch_size for c in merit.noise_checks.self] == [32, 64]
+    assert merit.within_noise.self is False
 
 
 def test_one_noisy_cell_is_pooled_with_its_neighbour_instead_of_ending_the_walk():
     # merit: threshold 3.03; 32 reads 3.04 (noise), 64 reads 3.01, 128 3.10. Walking the means stopped at
     # 32; the monotone fit pools 32 and 64 to 3.025 <= 3.03 -> answer 64, 128 degraded
     report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.04, 3.01, 3.10]}), inputs=INPUTS)
-    merit = report["optimizers"]["merit"]
+    merit = report.optimizers["merit"]
     assert answer(report, "merit")["self"] == 64
-    assert [c["val_loss_fitted"]["self"] for c in merit["cells"]][1:] == [
+    assert [c.val_loss_fitted.self for c in merit.cells][1:] == [
         pytest.approx(3.025),
         pytest.approx(3.025),
         pytest.approx(3.10),
     ]
-    assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, True, True, False]
+    assert [c.degradation_free.self for c in merit.cells] == [True, True, True, False]
     # the means stay the cells' own
-    assert [c["val_loss_mean"] for c in merit["cells"]] == [pytest.approx(v) for v in (3.00, 3.04, 3.01, 3.10)]
+    assert [c.val_loss_mean for c in merit.cells] == [pytest.approx(v) for v in (3.00, 3.04, 3.01, 3.10)]
 
 
 def test_a_reference_that_noise_made_high_is_pooled_with_the_sizes_above_it():
@@ -282,48 +284,48 @@ def test_baseline_answer_null_when_the_smallest_batch_already_fails():
 def test_missing_cell_breaks_the_chain():
     # merit has no trial at 32; 64 and 128 pass on their own, but the chain stops at 32 -> answer 16
     report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]}), inputs=INPUTS)
-    merit = report["optimizers"]["merit"]
+    merit = report.optimizers["merit"]
     assert answer(report, "merit") == {"self": 16, "baseline": 16}
-    c32 = merit["cells"][1]
-    assert c32["batch_size"] == 32 and c32["trials"] == 0
-    assert c32["best_lr"] is None and c32["val_loss_mean"] is None and c32["val_loss_ci95"] == (None, None)
-    assert c32.degradation_free.model_dump() == {"self": None, "baseline": None} and c32["lr_at_edge"] is None
+    c32 = merit.cells[1]
+    assert c32.batch_size == 32 and c32.trials == 0
+    assert c32.best_lr is None and c32.val_loss_mean is None and c32.val_loss_ci95 == (None, None)
+    assert c32.degradation_free.model_dump() == {"self": None, "baseline": None} and c32.lr_at_edge is None
     # boundary cells 16 and 32: 16 is the self reference cell (skipped), 32 has no mean (skipped)
     # -> no check -> within_noise null; against the baseline 16 is merit's own cell, so it is checked
-    assert merit["noise_checks"]["self"] == [] and merit["within_noise"]["self"] is None
-    assert [c["batch_size"] for c in merit["noise_checks"]["baseline"]] == [16]
+    assert merit.noise_checks.self == [] and merit.within_noise.self is None
+    assert [c.batch_size for c in merit.noise_checks.baseline] == [16]
 
 
 def test_diverged_only_cell_has_no_result_and_breaks_the_chain():
     rows = table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, None, 3.0]})
     rows += [search("merit", 64, None, lr=lr, seed=i, status="diverged") for i, lr in enumerate((1e-2, 2e-2, 3e-2))]
     report = build_report(rows, inputs=INPUTS)
-    c64 = report["optimizers"]["merit"]["cells"][2]
+    c64 = report.optimizers["merit"].cells[2]
     assert c64.trial_status.model_dump() == {"completed": 0, "pruned": 0, "diverged": 3, "failed": 0}
-    assert c64["trials"] == 3 and c64["seeds"] == 0
-    assert c64["best_lr"] is None and c64["val_loss_mean"] is None and c64["ci_available"] is False
+    assert c64.trials == 3 and c64.seeds == 0
+    assert c64.best_lr is None and c64.val_loss_mean is None and c64.ci_available is False
     assert answer(report, "merit") == {"self": 32, "baseline": 32}
     # the report says why the cell cannot be judged, with the lrs
-    assert c64["stable"] is None
-    assert c64["unstable_reason"] == "unstable: every lr tried diverged (lr=0.01, 0.02, 0.03); no lr trained to the end"
+    assert c64.stable is None
+    assert c64.unstable_reason == "unstable: every lr tried diverged (lr=0.01, 0.02, 0.03); no lr trained to the end"
 
 
 def test_a_cell_whose_search_trained_no_lr_to_the_end_says_what_happened_to_each():
     rows = table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, None, 3.0]})
     rows += [search("merit", 64, None, lr=2e-2, status="diverged"), search("merit", 64, 3.5, lr=1e-4, status="pruned")]
     report = build_report(rows, inputs=INPUTS)
-    c64 = report["optimizers"]["merit"]["cells"][2]
-    assert c64["best_lr"] is None and c64["degradation_free"].model_dump() == {"self": None, "baseline": None}
-    assert c64["unstable_reason"] == "no lr trained to the end (1 diverged, 1 pruned; diverged at lr=0.02)"
+    c64 = report.optimizers["merit"].cells[2]
+    assert c64.best_lr is None and c64.degradation_free.model_dump() == {"self": None, "baseline": None}
+    assert c64.unstable_reason == "no lr trained to the end (1 diverged, 1 pruned; diverged at lr=0.02)"
 
 
 def test_missing_reference_cell_nulls_everything_judged_against_it():
     # adamw (the baseline) has nothing at 16: every baseline verdict of every optimizer is null
     report = build_report(table({"adamw": [None, 3.0, 3.0, 3.0], "merit": [3.0] * 4}), inputs=INPUTS)
-    merit = report["optimizers"]["merit"]
+    merit = report.optimizers["merit"]
     assert merit.reference_val_loss.model_dump() == {"self": 3.0, "baseline": None}
     assert answer(report, "merit") == {"self": 128, "baseline": None}
-    assert merit["within_noise"]["baseline"] is None
+    assert merit.within_noise.baseline is None
     assert answer(report, "adamw") == {"self": None, "baseline": None}
 
 
@@ -339,12 +341,12 @@ def test_best_lr_ignores_pruned_diverged_and_failed_trials():
     ]
     rows += [seed_run("merit", 16, 3.1, seed=1, lr=1e-3)]
     report = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 1}))
-    c = report["optimizers"]["merit"]["cells"][0]
+    c = report.optimizers["merit"].cells[0]
     # the search only chose the lr: the one sample is the confirmation run's
-    assert c["best_lr"] == 1e-3 and c["val_losses"] == [3.1] and c["search_best_val_loss"] == 3.0
+    assert c.best_lr == 1e-3 and c.val_losses == [3.1] and c.search_best_val_loss == 3.0
     assert c.trial_status.model_dump() == {"completed": 2, "pruned": 1, "diverged": 1, "failed": 1}
     # seeds: 1 -> one confirmation run: the interval collapses to the mean, and says so
-    assert c["val_loss_ci95"] == (3.1, 3.1) and c["ci_available"] is False and c["stable"] is True
+    assert c.val_loss_ci95 == (3.1, 3.1) and c.ci_available is False and c.stable is True
 
 
 def test_cell_samples_are_the_completed_runs_at_the_best_lr():
@@ -357,24 +359,24 @@ def test_cell_samples_are_the_completed_runs_at_the_best_lr():
         seed_run("merit", 16, None, seed=4, lr=1e-3, status="failed"),  # not completed: not a sample
     ]
     rows += [seed_run("merit", 16, 3.0, seed=3, lr=1e-3)]
-    c = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 4}))["optimizers"]["merit"]["cells"][0]
+    c = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 4})).optimizers["merit"].cells[0]
     # confirmation runs at the best lr by seed: [3.1, 3.2, 3.0], mean 3.1; the search trial's 3.0 is not one
-    assert c["val_losses"] == [3.1, 3.2, 3.0] and c["search_best_val_loss"] == 3.0
-    assert c["seeds"] == 3 and c["trials"] == 7
-    assert c["val_loss_mean"] == pytest.approx(3.1, rel=1e-12)
+    assert c.val_losses == [3.1, 3.2, 3.0] and c.search_best_val_loss == 3.0
+    assert c.seeds == 3 and c.trials == 7
+    assert c.val_loss_mean == pytest.approx(3.1, rel=1e-12)
     # sd 0.1, half = t(0.975, 2) x 0.1 / sqrt(3)
     half = 4.302652729749464 * 0.1 / math.sqrt(3)
-    assert c["val_loss_ci95"] == (pytest.approx(3.1 - half, rel=1e-9), pytest.approx(3.1 + half, rel=1e-9))
+    assert c.val_loss_ci95 == (pytest.approx(3.1 - half, rel=1e-9), pytest.approx(3.1 + half, rel=1e-9))
     # seed 4 failed at the chosen lr: 3 of 4 planned confirmations completed -> unstable
-    assert c["stable"] is False and "3 of 4 confirmation runs" in c["unstable_reason"]
-    assert "1 failed" in c["unstable_reason"]
+    assert c.stable is False and "3 of 4 confirmation runs" in c.unstable_reason
+    assert "1 failed" in c.unstable_reason
 
 
 def test_best_lr_tie_breaks_on_the_smaller_lr_whatever_the_order():
     a = search("merit", 16, 3.0, lr=2e-3, seed=0)
     b = search("merit", 16, 3.0, lr=1e-3, seed=1)
     for rows in ([a, b], [b, a]):
-        assert build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"][0]["best_lr"] == 1e-3
+        assert build_report(rows, inputs=INPUTS).optimizers["merit"].cells[0].best_lr == 1e-3
 
 
 # ---- within noise ---------------------------------------------------------------------------------
@@ -390,14 +392,14 @@ def test_within_noise_true_when_the_boundary_interval_straddles_zero():
     # d = 3.3 - 3.232 = 0.068; var = 0.04/3 + 1.01^2 x 0.04/3 = 0.013333 + 0.013601 = 0.026935, se 0.1641
     # df = 0.026935^2 / (0.013333^2/2 + 0.013601^2/2) = 3.9997, t ~ 2.7765, half ~ 0.4557 -> [-0.388, 0.524]
     report = build_report(_noise_rows([3.0, 3.2, 3.4], [3.1, 3.3, 3.5]), inputs=INPUTS)
-    merit = report["optimizers"]["merit"]
-    assert merit["largest_degradation_free_batch_size"]["self"] == 16
-    [check] = merit["noise_checks"]["self"]
-    assert check["batch_size"] == 32
-    assert check["diff_mean"] == pytest.approx(0.068, abs=1e-12)
-    assert check["diff_ci95"] == (pytest.approx(-0.388, abs=1e-3), pytest.approx(0.524, abs=1e-3))
-    assert check["straddles_zero"] is True
-    assert merit["within_noise"]["self"] is True
+    merit = report.optimizers["merit"]
+    assert merit.largest_degradation_free_batch_size.self == 16
+    [check] = merit.noise_checks.self
+    assert check.batch_size == 32
+    assert check.diff_mean == pytest.approx(0.068, abs=1e-12)
+    assert check.diff_ci95 == (pytest.approx(-0.388, abs=1e-3), pytest.approx(0.524, abs=1e-3))
+    assert check.straddles_zero is True
+    assert merit.within_noise.self is True
 
 
 def test_within_noise_false_when_the_gap_is_clear():
@@ -405,21 +407,21 @@ def test_within_noise_false_when_the_gap_is_clear():
     # 32: [3.20, 3.21, 3.22] mean 3.21; d = 0.1699; var = 1e-4/3 x (1 + 1.0201) = 6.7337e-5, se 0.008206,
     # df ~ 4, half ~ 2.776 x 0.008206 = 0.0228 -> [0.147, 0.193], clear of 0
     report = build_report(_noise_rows([3.00, 3.01, 3.02], [3.20, 3.21, 3.22]), inputs=INPUTS)
-    merit = report["optimizers"]["merit"]
-    [check] = merit["noise_checks"]["self"]
-    assert check["diff_ci95"] == (pytest.approx(0.147, abs=1e-3), pytest.approx(0.193, abs=1e-3))
-    assert check["straddles_zero"] is False
-    assert merit["within_noise"]["self"] is False
+    merit = report.optimizers["merit"]
+    [check] = merit.noise_checks.self
+    assert check.diff_ci95 == (pytest.approx(0.147, abs=1e-3), pytest.approx(0.193, abs=1e-3))
+    assert check.straddles_zero is False
+    assert merit.within_noise.self is False
 
 
 def test_within_noise_null_without_two_seeds():
     # seeds: 1 -> one sample per cell: no variance, no interval -> within_noise is null, not false
     report = build_report(_noise_rows([3.0], [3.5]), inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 1}))
-    merit = report["optimizers"]["merit"]
-    [check] = merit["noise_checks"]["self"]
-    assert check["diff_ci95"] is None and check["straddles_zero"] is None
-    assert check["diff_mean"] == pytest.approx(3.5 - 3.03)
-    assert merit["within_noise"]["self"] is None
+    merit = report.optimizers["merit"]
+    [check] = merit.noise_checks.self
+    assert check.diff_ci95 is None and check.straddles_zero is None
+    assert check.diff_mean == pytest.approx(3.5 - 3.03)
+    assert merit.within_noise.self is None
 
 
 # ---- lr at edge and steps to reference ------------------------------------------------------------
@@ -434,8 +436,8 @@ def test_lr_at_edge():
         + cell("merit", 64, [3.0], lr=1.9e-2)
         + cell("merit", 128, [3.0], lr=2.1e-2, worse=4.0)
     )
-    cells = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"]
-    assert [c["lr_at_edge"] for c in cells] == [True, False, False, True]
+    cells = build_report(rows, inputs=INPUTS).optimizers["merit"].cells
+    assert [c.lr_at_edge for c in cells] == [True, False, False, True]
 
 
 def test_steps_and_tokens_to_reference():
@@ -454,8 +456,8 @@ def test_steps_and_tokens_to_reference():
         search("merit", 64, 2.9, curve=((4096, 3.0),)),
         seed_run("merit", 64, 3.1, 1, curve=((81920, 3.2), (122880, 3.1))),
     ]
-    cells = build_report(rows, inputs=one)["optimizers"]["merit"]["cells"]
-    assert [(c["steps_to_reference"], c["tokens_to_reference"]) for c in cells] == [
+    cells = build_report(rows, inputs=one).optimizers["merit"].cells
+    assert [(c.steps_to_reference, c.tokens_to_reference) for c in cells] == [
         (20, 40960),
         (20, 81920),
         (None, None),
@@ -477,7 +479,6 @@ def test_report_schema_keys_are_stable():
         "lr_bounds",
         "seeds_planned",
         "trained_tokens",
-        "token_budget",
         "noise_rule",
         "verdict_rule",
         "warmup",
@@ -485,13 +486,14 @@ def test_report_schema_keys_are_stable():
         "optimizers",
         "warnings",
     ]
-    assert report["batch_search"] is None  # a list of batch sizes
-    assert report["reference_batch_size"] == 16 and report["sweep"] == "merit-vs-adamw"
-    assert list(report["optimizers"]) == ["adamw", "merit"]  # spec order
-    opt = report["optimizers"]["merit"]
+    assert report.batch_search is None  # a list of batch sizes
+    assert report.reference_batch_size == 16 and report.sweep == "merit-vs-adamw"
+    assert list(report.optimizers) == ["adamw", "merit"]  # spec order
+    opt = report.optimizers["merit"]
     assert list(written["optimizers"]["merit"]) == [
         "cells",
         "reference_val_loss",
+        "target_loss",
         "largest_degradation_free_batch_size",
         "bracket",
         "smallest_degraded_batch_size",
@@ -530,8 +532,8 @@ def test_report_schema_keys_are_stable():
         "chosen",
         "lr_check",
     ]
-    assert [c["batch_size"] for c in opt["cells"]] == list(BATCHES)
-    assert {c["chosen"] for c in opt["cells"]} == {"listed"}
+    assert [c.batch_size for c in opt.cells] == list(BATCHES)
+    assert {c.chosen for c in opt.cells} == {"listed"}
 
 
 def test_report_json_round_trip_and_validation():
@@ -541,7 +543,7 @@ def test_report_json_round_trip_and_validation():
     assert validate_report(json.loads(text)) == report  # read back, the same report
     assert validate_report(json.loads(text)).optimizers["merit"].cells[1].best_lr is None
     with pytest.raises(ValidationError):
-        validate_report({**report, "surprise": 1})
+        validate_report({**report.model_dump(), "surprise": 1})
     # a Report changed after build_report (the driver adds its warnings) is checked again, not waved through
     report.warnings = ["bs=32: data repeated"]
     assert validate_report(report) == report
@@ -588,35 +590,51 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
     `verdict_rule` with them; the search case's `batch_search.start`, new (null: the search stepped up from
     its min); every cell's `lr_check` (its second lr and the search's run there, no runs: null where no
     completed lr lies within reach above), every bracket's `lr_checked`, new, and `verdict_rule` saying how
-    a check judges (no verdict moved)."""
+    a check judges (no verdict moved). The data is of schema 2: the model's report is compared with it as
+    `upgrade_report` makes it schema 3 (`token_budget` gone into `trained_tokens`, each optimizer's
+    `target_loss` added), every other value as stored."""
     data = json.loads((Path(__file__).parent / "data" / "report_baseline.json").read_text())[case]
     report = build_report(data["results"], inputs=AnalysisInput(**data["inputs"]), steps=data["steps"])
     assert isinstance(report, Report)
-    same_json(json.loads(report_to_json(report)), data["report"])
+    assert data["report"]["schema_version"] == 2
+    upgraded = upgrade_report(data["report"])
+    same_json(json.loads(report_to_json(report)), upgraded)
     assert pickle.loads(pickle.dumps(report)) == report  # as a process pool or Ray passes it on
-    # and the JSON written then reads back as a Report that writes it again byte for byte (a dict passes too)
+    # and the JSON read (schema 2, through the upgrade) writes schema 3 byte for byte (a dict of it passes too)
     assert isinstance(read_report(data["report"]), Report)
-    assert (
-        report_to_json(read_report(data["report"]))
-        == report_to_json(data["report"])
-        == json.dumps(data["report"], indent=2)
-    )
+    assert report_to_json(read_report(data["report"])) == report_to_json(upgraded) == json.dumps(upgraded, indent=2)
 
 
-def test_mapping_reads_use_the_json_names():
-    """A field whose JSON name differs from its attribute (an alias) is read by its JSON name, as the dict
-    had it; the report's own fields all have their attribute's name ("self" included)."""
+def test_a_report_reads_in_schema_3_or_2_and_nothing_else():
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, 3.1, 3.3]}), inputs=INPUTS)
+    written = report.model_dump(mode="json")
+    assert read_report(written) == report and written["schema_version"] == 3
+    merit = report.optimizers["merit"]
+    assert merit.target_loss == pytest.approx((1 + TOL) * 3.0)  # the reference cell's value, fitted
+    # as schema 2 wrote it: no target_loss, the tokens under both names (or, earlier, token_budget alone)
+    old = {**written, "schema_version": 2, "token_budget": written["trained_tokens"]}
+    old["optimizers"] = {
+        n: {k: v for k, v in o.items() if k != "target_loss"} for n, o in written["optimizers"].items()
+    }
+    assert read_report(old) == report
+    assert read_report({k: v for k, v in old.items() if k != "trained_tokens"}) == report
+    assert upgrade_report(old) == written
+    for version in (1, 4, "2", None):
+        with pytest.raises(ValidationError):
+            read_report({**written, "schema_version": version})
+    with pytest.raises(ValidationError):
+        read_report({"schema_version": 2})
+    with pytest.raises(ValidationError):
+        read_report({**old, "schema_version": 3})  # schema 2's keys are not schema 3
 
-    class Aliased(_Schema):
-        from_: int = Field(alias="from")
 
-    aliased = Aliased.model_validate({"from": 3})
-    assert aliased["from"] == 3 and "from" in aliased and list(aliased.keys()) == ["from"]
-    assert "from_" not in aliased and aliased.get("from_") is None
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), inputs=INPUTS)
-    by_ref = report["optimizers"]["merit"]["bracket"]
-    assert list(by_ref.keys()) == ["self", "baseline"] and by_ref["self"] is report.optimizers["merit"].bracket.self
-    assert dict(report["optimizers"]["merit"]["largest_degradation_free_batch_size"]) == {"self": 128, "baseline": 128}
+def test_the_json_names_are_the_attribute_names():
+    """No field of the report has an alias: report.json's keys are the models' attributes ("self" included)."""
+    models = [m for m in vars(report_models).values() if isinstance(m, type) and issubclass(m, BaseModel)]
+    assert Report in models and CellReport in models
+    for model in models:
+        for name, f in model.model_fields.items():
+            assert f.alias is None and f.serialization_alias is None and f.validation_alias is None, (model, name)
 
 
 def test_keyword_inputs_equal_analysis_input():
@@ -681,26 +699,26 @@ def test_confirmation_runs_that_diverge_at_the_chosen_lr_break_the_chain():
     rows += [search("merit", 32, 3.0), search("merit", 32, 3.5, lr=2e-3, seed=1)]
     rows += [seed_run("merit", 32, None, s, status="diverged") for s in (1, 2)]
     report = build_report(rows, inputs=INPUTS)
-    c32 = report["optimizers"]["merit"]["cells"][1]
-    assert c32["best_lr"] == LR and c32["search_best_val_loss"] == 3.0
-    assert c32["val_loss_mean"] is None and c32["seeds"] == 0 and c32["stable"] is False
-    assert c32["unstable_reason"] == (
+    c32 = report.optimizers["merit"].cells[1]
+    assert c32.best_lr == LR and c32.search_best_val_loss == 3.0
+    assert c32.val_loss_mean is None and c32.seeds == 0 and c32.stable is False
+    assert c32.unstable_reason == (
         "0 of 3 confirmation runs at lr=0.001 completed (2 diverged, 1 missing): unstable at its best lr; "
         "no lower lr trained to the end, so the bracket leaves it undecided"
     )
     assert answer(report, "merit") == {"self": 16, "baseline": 16}
     # the divergence says lr 1e-3 may be too high for 32, not that 32 is worse: no lower lr trained, so
     # the verdict is undecided (the point estimate's walk still stops there)
-    assert c32["verdict"].model_dump() == {"self": "undecided", "baseline": "undecided"}
+    assert c32.verdict.model_dump() == {"self": "undecided", "baseline": "undecided"}
 
     # a lower lr trained to the end, and the confirmation runs of the retreat there diverged too: no lr
     # stable for every seed (nothing lies below the lowest divergence, so the cell stays at its best lr)
     rows += [search("merit", 32, 3.1, lr=LR / 2, seed=0)]
     rows += [seed_run("merit", 32, None, s, lr=LR / 2, status="diverged") for s in (1, 2, 3)]
-    c32 = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]["cells"][1]
-    assert c32["best_lr"] == LR and c32["retreated_from_lr"] is None
-    assert "no lower lr" not in c32["unstable_reason"]
-    assert c32["verdict"].model_dump() == {"self": "degraded", "baseline": "degraded"}
+    c32 = build_report(rows, inputs=INPUTS).optimizers["merit"].cells[1]
+    assert c32.best_lr == LR and c32.retreated_from_lr is None
+    assert "no lower lr" not in c32.unstable_reason
+    assert c32.verdict.model_dump() == {"self": "degraded", "baseline": "degraded"}
 
 
 def test_a_cell_with_fewer_confirmations_than_planned_is_a_degradation_even_with_a_good_mean():
@@ -708,13 +726,13 @@ def test_a_cell_with_fewer_confirmations_than_planned_is_a_degradation_even_with
     # failed: unstable -> degradation-free false, answer 16; the other cells are as before
     rows = table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]}) + cell("merit", 32, [3.0, 3.0])
     rows += [seed_run("merit", 32, None, 3, status="failed")]
-    merit = build_report(rows, inputs=INPUTS)["optimizers"]["merit"]
-    c32 = merit["cells"][1]
-    assert c32["val_loss_mean"] == 3.0 and c32["stable"] is False and "1 failed" in c32["unstable_reason"]
-    assert [c["degradation_free"]["self"] for c in merit["cells"]] == [True, False, True, True]
-    assert merit["largest_degradation_free_batch_size"]["self"] == 16
+    merit = build_report(rows, inputs=INPUTS).optimizers["merit"]
+    c32 = merit.cells[1]
+    assert c32.val_loss_mean == 3.0 and c32.stable is False and "1 failed" in c32.unstable_reason
+    assert [c.degradation_free.self for c in merit.cells] == [True, False, True, True]
+    assert merit.largest_degradation_free_batch_size.self == 16
     # an unstable cell's verdict is not a matter of noise: it gets no noise check
-    assert [ch["batch_size"] for ch in merit["noise_checks"]["self"]] == []
+    assert [ch.batch_size for ch in merit.noise_checks.self] == []
 
 
 def test_the_report_names_the_runs_it_is_about():
@@ -724,7 +742,7 @@ def test_the_report_names_the_runs_it_is_about():
         TrialResult("merit", 16, 1e-3, 2, "seed", "completed", 3.1, 1000, 10, number=7, run_id="run-s2"),
         TrialResult("merit", 16, 1e-3, 1, "seed", "completed", 3.1, 1000, 10, number=6, run_id="run-s1"),
     ]
-    c = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 2}))["optimizers"]["merit"]["cells"][0]
-    assert (c["search_best_run_id"], c["search_best_trial_number"]) == ("run-best", 4)
-    assert c["confirmation_run_ids"] == ["run-s1", "run-s2"]
-    assert c["tokens_trained"] == 1000
+    c = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 2})).optimizers["merit"].cells[0]
+    assert (c.search_best_run_id, c.search_best_trial_number) == ("run-best", 4)
+    assert c.confirmation_run_ids == ["run-s1", "run-s2"]
+    assert c.tokens_trained == 1000

@@ -40,8 +40,8 @@ def simulate(seed: int = 0) -> tuple[dict, list[float]]:
         tolerance=0.02, lr_min=1e-4, lr_max=1e-1, seeds=SEEDS, seq_len=1,
     )  # fmt: skip
     report = build_report(rows, inputs=inputs)
-    cells = report["optimizers"]["adamw"]["cells"]
-    return report, [true_loss(c["best_lr"]) for c in cells]
+    cells = report.optimizers["adamw"].cells
+    return report, [true_loss(c.best_lr) for c in cells]
 
 
 def _result(b: int, lr: float, seed: int, role: str, loss: float, number: int | None = None) -> TrialResult:
@@ -53,22 +53,22 @@ def _result(b: int, lr: float, seed: int, role: str, loss: float, number: int | 
 
 def test_cell_estimate_is_unbiased_and_its_95_ci_covers_the_true_mean() -> None:
     report, truth = simulate()
-    cells = report["optimizers"]["adamw"]["cells"]
-    errors = [c["val_loss_mean"] - t for c, t in zip(cells, truth, strict=True)]
+    cells = report.optimizers["adamw"].cells
+    errors = [c.val_loss_mean - t for c, t in zip(cells, truth, strict=True)]
     # unbiased: the mean error is within 4 standard errors of 0 (se of one cell's mean: sigma / sqrt(3))
     se = SIGMA / math.sqrt(SEEDS) / math.sqrt(CELLS)
     assert abs(statistics.fmean(errors)) < 4 * se, statistics.fmean(errors)
-    covered = sum(c["val_loss_ci95"][0] <= t <= c["val_loss_ci95"][1] for c, t in zip(cells, truth, strict=True))
+    covered = sum(c.val_loss_ci95[0] <= t <= c.val_loss_ci95[1] for c, t in zip(cells, truth, strict=True))
     assert covered / CELLS >= 0.93, covered / CELLS
-    assert all(c["seeds"] == SEEDS and c["ci_available"] and c["stable"] for c in cells)
+    assert all(c.seeds == SEEDS and c.ci_available and c.stable for c in cells)
 
 
 def test_the_search_minimum_is_biased_low_and_kept_out_of_the_statistics() -> None:
     report, truth = simulate(seed=1)
-    cells = report["optimizers"]["adamw"]["cells"]
-    bias = statistics.fmean(c["search_best_val_loss"] - t for c, t in zip(cells, truth, strict=True))
+    cells = report.optimizers["adamw"].cells
+    bias = statistics.fmean(c.search_best_val_loss - t for c, t in zip(cells, truth, strict=True))
     # the minimum of noisy runs sits below the truth at the lr it picked (about -0.8 sigma here, where
     # the three true losses are within 0.33 sigma of each other); the confirmation mean does not
     assert bias < -0.4 * SIGMA, bias
     for c in cells:
-        assert c["search_best_val_loss"] not in c["val_losses"]
+        assert c.search_best_val_loss not in c.val_losses

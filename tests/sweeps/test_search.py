@@ -183,7 +183,7 @@ def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: o
     assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(tied[0])
     results, _ = collect_results(s)
     report = build_report(results, inputs=AnalysisInput.from_spec(spec))
-    assert report["optimizers"]["adamw"]["cells"][0]["best_lr"] == pytest.approx(tied[0])
+    assert report.optimizers["adamw"].cells[0].best_lr == pytest.approx(tied[0])
 
 
 def test_a_resumed_sweep_runs_its_lost_design_point_again_and_repeats_no_finished_lr(

@@ -84,7 +84,7 @@ def _answers_of_noiseless_runs(bench: ModuleType, problem: Any) -> dict[str, dic
                 TrialResult(opt, b, lr, seed, role, "completed", loss, spec.trained_tokens, 1, number=0)  # type: ignore[arg-type]
             )
     report = build_report(results, inputs=AnalysisInput.from_spec(spec))
-    return {o: dict(r["largest_degradation_free_batch_size"]) for o, r in report["optimizers"].items()}
+    return {o: r.largest_degradation_free_batch_size.model_dump() for o, r in report.optimizers.items()}
 
 
 def test_the_optimum_is_the_minimum_and_curves_fall_with_tokens(bench: ModuleType) -> None:

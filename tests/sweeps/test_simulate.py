@@ -7,14 +7,13 @@ counted, divergence where the objective says so, and the same result for the sam
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import pytest
 from harness import tiny_spec
 
-from sweeps.analysis import Report, report_to_json, validate_report
+from sweeps.analysis import validate_report
 from sweeps.simulate import Run, reports_of, simulate
 from sweeps.spec import SweepSpec
 
@@ -59,9 +58,9 @@ def test_a_rehearsal_writes_the_report_a_sweep_writes_with_the_known_answer() ->
             "self": 8,
             "baseline": 8,
         }
-        for cell in result.report["optimizers"][opt]["cells"]:
-            assert abs(math.log(cell["best_lr"] / LR_STAR)) < 0.3  # the line search found the bowl's centre
-            assert cell["seeds"] == 2 and cell["stable"] is True
+        for cell in result.report.optimizers[opt].cells:
+            assert abs(math.log(cell.best_lr / LR_STAR)) < 0.3  # the line search found the bowl's centre
+            assert cell.seeds == 2 and cell.stable is True
     # every run evaluates at the loop's own steps and ends at the sweep's one token budget
     for run in seen:
         train = spec.train_config(run.optimizer, run.batch_size, run.lr, run.seed)
@@ -72,39 +71,6 @@ def test_a_rehearsal_writes_the_report_a_sweep_writes_with_the_known_answer() ->
     # tokens: every trial's, as trained; with pruning some stopped early, none trained past the budget
     assert result.tokens_trained == sum(t.tokens for t in result.results)
     assert result.tokens_trained <= result.trials * spec.trained_tokens
-
-
-def read_by_name(value: Any) -> Any:
-    """`value` read the way a reader of the report dict reads it: keys(), [name], lists by index."""
-    if isinstance(value, (list, tuple)):
-        return [read_by_name(v) for v in value]
-    if hasattr(value, "keys"):
-        return {k: read_by_name(value[k]) for k in value.keys()}
-    return value
-
-
-def test_the_report_is_a_report_that_reads_as_the_dict_it_was() -> None:
-    """`result.report` is the `Report` model; readers of the report dict it once was index it by its JSON
-    names, and get what the attributes hold, all the way down."""
-    result = simulate(spec_of(batch_sizes=[4, 8]), bowl, seed=0)
-    report, adamw = result.report, result.report.optimizers["adamw"]
-    assert isinstance(report, Report)
-    as_dict = report["optimizers"]["adamw"]
-    assert (
-        as_dict["largest_degradation_free_batch_size"]["baseline"] == adamw.largest_degradation_free_batch_size.baseline
-    )
-    assert as_dict["bracket"]["self"]["largest_fine"] == adamw.bracket.self.largest_fine == 8
-    assert as_dict["cells"][1]["trial_status"]["completed"] == adamw.cells[1].trial_status.completed > 0
-    assert as_dict["cells"][0].get("best_lr") == adamw.cells[0].best_lr
-    assert as_dict["noise_checks"]["baseline"] == adamw.noise_checks.baseline
-    assert as_dict["bracket"].items() == [("self", adamw.bracket.self), ("baseline", adamw.bracket.baseline)]
-    assert report.get("warnings") == report.warnings and report.get("nothing") is None and report.get("nothing", 1) == 1
-    assert "lr_bounds" in report and "nothing" not in report
-    for not_a_field in ("nothing", "model_dump", "warnings_"):
-        with pytest.raises(KeyError):
-            report[not_a_field]  # fields only, never the model's methods
-    # every read by name, all the way down, gives what report.json holds
-    assert read_by_name(report) == json.loads(report_to_json(report))
 
 
 def test_the_same_seed_gives_the_same_rehearsal_and_the_objective_sees_each_trial_once() -> None:
@@ -137,23 +103,23 @@ def test_divergence_above_a_cliff_is_recorded_and_never_chosen() -> None:
     diverged = [t for t in result.results if t.status == "diverged"]
     assert diverged and all(t.lr > cliff for t in diverged)
     assert all(t.tokens < spec.trained_tokens for t in diverged)  # stopped where it diverged
-    for cell in result.report["optimizers"]["adamw"]["cells"]:
-        assert cell["best_lr"] <= cliff
+    for cell in result.report.optimizers["adamw"].cells:
+        assert cell.best_lr <= cliff
 
 
 def test_an_optimum_above_the_range_is_found_past_it_and_said_so() -> None:
     lr = {"min": 1e-4, "max": 1e-3, "trials_per_batch_size": 6}  # the optimum, 3e-3, lies above lr.max
     stuck = simulate(spec_of(batch_sizes=[4, 8], lr=lr | {"extend": 1.0}), bowl)
-    assert any("edge of the searched range" in w for w in stuck.report["warnings"])
-    assert all(c["lr_at_edge"] for c in stuck.report["optimizers"]["adamw"]["cells"])
+    assert any("edge of the searched range" in w for w in stuck.report.warnings)
+    assert all(c.lr_at_edge for c in stuck.report.optimizers["adamw"].cells)
     # the line search steps past lr.max (up to lr.extend) and finds the optimum there
     found = simulate(spec_of(batch_sizes=[4, 8], lr=lr | {"extend": 8.0}), bowl)
-    assert found.report["lr_bounds"] == pytest.approx([1.25e-5, 8e-3])
-    for cell in found.report["optimizers"]["adamw"]["cells"]:
-        assert abs(math.log(cell["best_lr"] / LR_STAR)) < 0.3
-        assert cell["lr_outside_range"] is True and cell["lr_at_edge"] is False
-        assert cell["val_loss_mean"] < min(c["val_loss_mean"] for c in stuck.report["optimizers"]["adamw"]["cells"])
-    assert any("outside lr.min/lr.max" in w for w in found.report["warnings"])
+    assert found.report.lr_bounds == pytest.approx([1.25e-5, 8e-3])
+    for cell in found.report.optimizers["adamw"].cells:
+        assert abs(math.log(cell.best_lr / LR_STAR)) < 0.3
+        assert cell.lr_outside_range is True and cell.lr_at_edge is False
+        assert cell.val_loss_mean < min(c.val_loss_mean for c in stuck.report.optimizers["adamw"].cells)
+    assert any("outside lr.min/lr.max" in w for w in found.report.warnings)
 
 
 def test_reports_follow_the_losses_and_stop_at_the_first_non_finite_one() -> None:

@@ -69,14 +69,14 @@ def _trial_key(optimizer: str, batch_size: int, role: str, seed: int, lr: float,
 
 def _cells(report: Any) -> dict[tuple[str, int], tuple]:
     out = {}
-    for opt, o in report["optimizers"].items():
-        for c in o["cells"]:
-            out[(opt, c["batch_size"])] = (
-                f"{c['best_lr']:.6g}" if c["best_lr"] else None,
-                c["seeds"],
-                c["stable"],
-                c["degradation_free"],
-                c["trial_status"],
+    for opt, o in report.optimizers.items():
+        for c in o.cells:
+            out[(opt, c.batch_size)] = (
+                f"{c.best_lr:.6g}" if c.best_lr else None,
+                c.seeds,
+                c.stable,
+                c.degradation_free,
+                c.trial_status,
             )
     return out
 
@@ -131,7 +131,7 @@ def test_the_driver_on_tune_and_the_simulation_agree_on_every_trial_verdict_and_
             real.largest_degradation_free_batch_size
             == simulated.report.optimizers[opt].largest_degradation_free_batch_size
         )
-    assert outcome.report.optimizers["adamw"].largest_degradation_free_batch_size.model_dump()["self"] == 8
+    assert outcome.report.optimizers["adamw"].largest_degradation_free_batch_size.self == 8
 
 
 def check_objective(run: Run) -> list[float]:

@@ -533,7 +533,7 @@ def test_warmup_is_given_one_way_and_travels_to_every_trial_and_the_report() -> 
     cfg = spec.train_config(spec.optimizer_names[0], spec.batch_sizes[-1], 1e-3, 1)
     assert (cfg.warmup_tokens, cfg.warmup_steps) == (4096, None)
     report = build_report([], inputs=AnalysisInput.from_spec(spec))
-    assert report["warmup"] == (
+    assert report.warmup == (
         "linear warm-up over 4,096 tokens at every batch size (fewer steps at a larger one); only the peak lr is searched"
     )
     steps = SweepSpec.from_mapping(tiny_spec(schedule={"warmup_steps": 10}))

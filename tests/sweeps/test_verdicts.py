@@ -17,6 +17,7 @@ from harness import tiny_spec
 
 from sweeps.analysis import (
     AnalysisInput,
+    Report,
     TrialResult,
     build_report,
     cells_to_check,
@@ -52,8 +53,8 @@ def rows(samples: dict[int, list[float]], lr: float = 1e-3) -> list[TrialResult]
     return out
 
 
-def cells(report: dict[str, Any], ref: str = "self") -> dict[int, str | None]:
-    return {c["batch_size"]: c["verdict"][ref] for c in report["optimizers"]["adamw"]["cells"]}
+def cells(report: Report, ref: str = "self") -> dict[int, str | None]:
+    return {c.batch_size: getattr(c.verdict, ref) for c in report.optimizers["adamw"].cells}
 
 
 # ---- the statistics, exact ---------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ def test_fine_ends_at_a_one_look_level_and_degraded_at_the_bonferroni_one() -> N
     seed_effect = [0.01, -0.01, 0.0]
     true = {8: 3.0, 16: 3.0, 32: 3.0, 64: 3.0, 128: 3.2}
     report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), inputs=inputs(seeds=3))
-    intervals = [c["verdict_diff_ci"]["self"] for c in report["optimizers"]["adamw"]["cells"][1:]]
+    intervals = [c.verdict_diff_ci.self for c in report.optimizers["adamw"].cells[1:]]
     ref = [3.0 + e for e in seed_effect]
     for (lo, hi), b in zip(intervals, (16, 32, 64, 128), strict=True):
         d = [true[b] + e - 1.01 * r for e, r in zip(seed_effect, ref, strict=True)]
@@ -170,17 +171,17 @@ def test_clear_cases_are_decided_and_the_bracket_is_tight() -> None:
     true = {8: 3.0, 16: 3.0, 32: 3.005, 64: 3.2, 128: 3.4}
     report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), inputs=inputs(seeds=4))
     assert cells(report) == {8: "fine", 16: "fine", 32: "fine", 64: "degraded", 128: "degraded"}
-    opt = report["optimizers"]["adamw"]
+    opt = report.optimizers["adamw"]
     assert opt.bracket.self.model_dump() == {
         "largest_fine": 32,
         "smallest_degraded": 64,
         "contradictions": [],
         "lr_checked": False,  # 64 degraded at its chosen lr; nothing ran at another
     }
-    lo, hi = opt["cells"][3]["verdict_diff_ci"]["self"]
+    lo, hi = opt.cells[3].verdict_diff_ci.self
     assert lo > 0 and lo < 3.2 - 1.01 * 3.0 < hi
-    assert "fixed sequence" in report["verdict_rule"] and "Bonferroni" in report["verdict_rule"]
-    assert "monotone" in report["verdict_rule"]
+    assert "fixed sequence" in report.verdict_rule and "Bonferroni" in report.verdict_rule
+    assert "monotone" in report.verdict_rule
 
 
 def test_near_the_line_and_with_independent_noise_it_is_undecided_not_guessed() -> None:
@@ -237,9 +238,9 @@ def test_adaptive_seeds_extend_only_the_undecided_sizes_that_decide_the_answer()
         128: [3.50, 3.52, 3.51],
     }
     report = build_report(rows(samples), inputs=inputs(looks=3, seeds=3))
-    opt = report["optimizers"]["adamw"]
+    opt = report.optimizers["adamw"]
     assert cells(report) == {8: "fine", 16: "undecided", 32: "undecided", 64: "undecided", 128: "degraded"}
-    assert opt["largest_degradation_free_batch_size"]["self"] == 32
+    assert opt.largest_degradation_free_batch_size.self == 32
     assert cells_to_extend(report, seeds_max=6) == [("adamw", 8), ("adamw", 32), ("adamw", 64)]
     # no answer at all: the smallest size decides it
     samples = {8: [3.00, 3.02, 3.01], 16: [3.03, 3.08, 3.05], 32: [3.04, 3.10, 3.06], 64: [3.5, 3.52, 3.51]}
@@ -256,14 +257,14 @@ def test_adaptive_seeds_extend_the_undecided_cells_inside_the_bracket_and_their_
     verdicts = cells(report)
     undecided = {b for b, v in verdicts.items() if v == "undecided"}
     assert undecided, verdicts
-    bracket = report["optimizers"]["adamw"]["bracket"]["self"]
+    bracket = report.optimizers["adamw"].bracket.self
     inside = {
         b
         for b in undecided
-        if (bracket["largest_fine"] is None or b > bracket["largest_fine"])
-        and (bracket["smallest_degraded"] is None or b < bracket["smallest_degraded"])
+        if (bracket.largest_fine is None or b > bracket.largest_fine)
+        and (bracket.smallest_degraded is None or b < bracket.smallest_degraded)
     }
-    answer = report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"]
+    answer = report.optimizers["adamw"].largest_degradation_free_batch_size.self
     deciding = {answer, next(b for b in (8, 16, 32, 64) if answer is None or b > answer)}
     assert inside & deciding, (inside, deciding)
     assert set(cells_to_extend(report, seeds_max=6)) == {("adamw", b) for b in (inside & deciding) | {8}}
@@ -284,9 +285,9 @@ def run_sweep(
         report = build_report(rows(samples), inputs=inputs(looks=looks, batches=tuple(true)))
         extend = cells_to_extend(report, seeds_max=seeds_max)
         if not extend:
-            opt = report["optimizers"]["adamw"]
+            opt = report.optimizers["adamw"]
             spent = sum(len(v) for v in samples.values())
-            return opt["bracket"]["self"], opt["largest_degradation_free_batch_size"]["self"], spent
+            return opt.bracket.self, opt.largest_degradation_free_batch_size.self, spent
         for _, b in extend:
             have = len(samples[b])
             samples[b] += [true[b] + effects[s] + rng.normal(0, own) for s in range(have, min(have + 2, seeds_max))]
@@ -305,7 +306,7 @@ def test_the_bracket_holds_the_truth_in_at_least_95_percent_of_sweeps(shared: fl
         truth = max(b for b in batches if all(true[c] <= (1 + tol) * true[8] for c in batches if c <= b))
         bracket, answer, spent = run_sweep(true, rng, sigma=sigma, shared=shared)
         right += answer == truth
-        lo, hi = bracket["largest_fine"], bracket["smallest_degraded"]
+        lo, hi = bracket.largest_fine, bracket.smallest_degraded
         holds = (lo is None or lo <= truth) and (hi is None or truth < hi)
         misses += not holds
         decided += lo is not None and hi is not None and batches.index(hi) == batches.index(lo) + 1
@@ -353,10 +354,10 @@ def test_the_report_judges_the_retreated_lr_and_names_where_it_came_from() -> No
         TrialResult("adamw", 8, 2e-3, 1, "seed", "completed", 3.1, 1, 1),
         TrialResult("adamw", 8, 2e-3, 2, "seed", "completed", 3.11, 1, 1),
     ]
-    cell = build_report(results, inputs=inputs(batches=(8,)))["optimizers"]["adamw"]["cells"][0]
-    assert cell["best_lr"] == 2e-3 and cell["retreated_from_lr"] == 4e-3
-    assert cell["stable"] is True and cell["val_losses"] == [3.1, 3.11]
-    assert cell["trial_status"]["diverged"] == 1
+    cell = build_report(results, inputs=inputs(batches=(8,))).optimizers["adamw"].cells[0]
+    assert cell.best_lr == 2e-3 and cell.retreated_from_lr == 4e-3
+    assert cell.stable is True and cell.val_losses == [3.1, 3.11]
+    assert cell.trial_status.diverged == 1
 
 
 def retreat_sweep(searched: int, seeds: Any) -> tuple[SweepSpec, dict[int, float], Any]:
@@ -391,13 +392,13 @@ def retreat_sweep(searched: int, seeds: Any) -> tuple[SweepSpec, dict[int, float
 
 def test_a_sweep_retreats_when_a_confirmation_seed_diverges_at_the_chosen_lr() -> None:
     spec, chosen, report = retreat_sweep(6, 2)
-    for cell in report["optimizers"]["adamw"]["cells"]:
-        b = cell["batch_size"]
-        assert cell["retreated_from_lr"] == pytest.approx(chosen[b])
-        assert cell["best_lr"] < chosen[b] and cell["stable"] is True and cell["seeds"] == 2
+    for cell in report.optimizers["adamw"].cells:
+        b = cell.batch_size
+        assert cell.retreated_from_lr == pytest.approx(chosen[b])
+        assert cell.best_lr < chosen[b] and cell.stable is True and cell.seeds == 2
         search = cell_search_trials(spec.lr.trials_per_batch_size, reference=b == spec.lattice[0])
-        assert cell["trials"] <= search + spec.seeds_max  # within the cell's budget
-    assert report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"] == 8
+        assert cell.trials <= search + spec.seeds_max  # within the cell's budget
+    assert report.optimizers["adamw"].largest_degradation_free_batch_size.self == 8
 
 
 @pytest.mark.parametrize("seeds", [2, {"min": 2, "max": 4, "step": 2}], ids=["fixed", "adaptive"])
@@ -596,8 +597,8 @@ def test_missing_confirmation_runs_leave_a_batch_size_undecided_not_degraded() -
         TrialResult("adamw", 16, 1e-3, 1, "seed", "diverged", None, 1, 1),
     ]
     report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16)))
-    cell = report["optimizers"]["adamw"]["cells"][1]
-    assert cell["best_lr"] == 5e-4 and cell["retreated_from_lr"] == 1e-3 and cell["stable"] is False
+    cell = report.optimizers["adamw"].cells[1]
+    assert cell.best_lr == 5e-4 and cell.retreated_from_lr == 1e-3 and cell.stable is False
     assert cells(report) == {8: "fine", 16: "undecided"}
 
 

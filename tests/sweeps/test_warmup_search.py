@@ -68,34 +68,34 @@ def test_a_batch_size_degraded_only_by_its_warmup_is_fine_once_warmup_is_searche
     validate_report(searched.report)
     for opt in ("adamw", "lion"):
         # with the spec's short warm-up only, 16 and 32 read degraded; searched, every size is fine
-        assert fixed.report["optimizers"][opt]["largest_degradation_free_batch_size"]["self"] == 8
-        assert searched.report["optimizers"][opt]["largest_degradation_free_batch_size"]["self"] == 32
-        cells = searched.report["optimizers"][opt]["cells"]
+        assert fixed.report.optimizers[opt].largest_degradation_free_batch_size.self == 8
+        assert searched.report.optimizers[opt].largest_degradation_free_batch_size.self == 32
+        cells = searched.report.optimizers[opt].cells
         # the long warm-up wins where the short one costs (16, 32); the short one where it is free
-        assert [c["warmup"] for c in cells] == [SHORT, SHORT, LONG, LONG]
+        assert [c.warmup for c in cells] == [SHORT, SHORT, LONG, LONG]
         for c in cells:
-            assert [w for w, _ in c["warmups_tried"]] == [SHORT, LONG]  # the spec's own first
-            assert c["val_loss_mean"] == pytest.approx(min(loss for _, loss in c["warmups_tried"]))
-        assert [c["warmup"] for c in fixed.report["optimizers"][opt]["cells"]] == [SHORT] * 4
-        assert all(c["warmups_tried"] == [] for c in fixed.report["optimizers"][opt]["cells"])
-    assert "warm-up searched with the lr" in searched.report["warmup"]
-    assert "only the peak lr is searched" in fixed.report["warmup"]
+            assert [w for w, _ in c.warmups_tried] == [SHORT, LONG]  # the spec's own first
+            assert c.val_loss_mean == pytest.approx(min(loss for _, loss in c.warmups_tried))
+        assert [c.warmup for c in fixed.report.optimizers[opt].cells] == [SHORT] * 4
+        assert all(c.warmups_tried == [] for c in fixed.report.optimizers[opt].cells)
+    assert "warm-up searched with the lr" in searched.report.warmup
+    assert "only the peak lr is searched" in fixed.report.warmup
 
     # every warm-up run trained at its cell's best lr with seed 0; every confirmation run at the cell's
     # chosen warm-up (the run's warm-up tokens are its steps x tokens per step)
     best = {
-        (o, c["batch_size"]): c for o, r in searched.report["optimizers"].items() for c in r["cells"]
+        (o, c.batch_size): c for o, r in searched.report.optimizers.items() for c in r.cells
     }  # fmt: skip
     warmup_runs = [r for r in seen if r.role == "warmup"]
     assert len(warmup_runs) == 8  # one per cell
     for r in warmup_runs:
         cell = best[(r.optimizer, r.batch_size)]
-        assert r.seed == 0 and r.lr == pytest.approx(cell["best_lr"])
+        assert r.seed == 0 and r.lr == pytest.approx(cell.best_lr)
         steps = max(1, round(LONG / (r.batch_size * 32)))
         assert r.warmup_tokens == steps * r.batch_size * 32
     for t in searched.results:
         if t.role == "seed":
-            assert t.warmup == best[(t.optimizer, t.batch_size)]["warmup"]
+            assert t.warmup == best[(t.optimizer, t.batch_size)].warmup
     # the warm-up runs are the spec's counted trials: the cap and the price include them
     # (and one more search trial at each optimizer's reference)
     assert searched.trials <= searched_spec.total_trials == 2 * (4 * (6 + 1 + 2) + 1)
@@ -159,15 +159,15 @@ def test_the_report_judges_a_cell_by_its_confirmation_runs_at_the_chosen_warmup_
         result("seed", 2.97, warmup=0.2, seed=2),
         result("seed", 3.4, warmup=0.05, seed=1),  # at the spec's own warm-up (before a resume changed it)
     ]
-    cell = build_report(trials, inputs=inputs)["optimizers"]["adamw"]["cells"][0]
-    assert cell["warmup"] == 0.2 and cell["best_lr"] == 1e-3
-    assert cell["warmups_tried"] == [(0.05, 3.0), (0.2, 2.9), (0.5, None)]
-    assert cell["val_losses"] == [2.95, 2.97] and cell["stable"] is True
+    cell = build_report(trials, inputs=inputs).optimizers["adamw"].cells[0]
+    assert cell.warmup == 0.2 and cell.best_lr == 1e-3
+    assert cell.warmups_tried == [(0.05, 3.0), (0.2, 2.9), (0.5, None)]
+    assert cell.val_losses == [2.95, 2.97] and cell.stable is True
     # the diverged warm-up run says the warm-up is too long at that lr, not that the batch size is unstable
     trials[2] = result("warmup", 3.2, warmup=0.2, number=2)
     cell = build_report(trials[:4] + [result("seed", 3.01, warmup=0.05, seed=s) for s in (1, 2)], inputs=inputs)
-    assert cell["optimizers"]["adamw"]["cells"][0]["warmup"] == 0.05
-    assert cell["optimizers"]["adamw"]["cells"][0]["val_losses"] == [3.01, 3.01]
+    assert cell.optimizers["adamw"].cells[0].warmup == 0.05
+    assert cell.optimizers["adamw"].cells[0].val_losses == [3.01, 3.01]
 
 
 def done(val: float | None, status: str = "completed") -> dict:
@@ -219,9 +219,9 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
     progress = resumed.progress()
     assert progress["trials_done"] == progress["trials_total"] == (3 + 1) + 2 + 2  # search, warm-ups, seeds
     report = resumed.report()
-    cell = report["optimizers"]["adamw"]["cells"][0]
-    assert (cell["warmup"], cell["val_losses"]) == (0.2, [2.95, 2.96])
-    assert cell["warmups_tried"] == [(0.05, 3.0), (0.2, 2.9), (0.01, None)]
+    cell = report.optimizers["adamw"].cells[0]
+    assert (cell.warmup, cell.val_losses) == (0.2, [2.95, 2.96])
+    assert cell.warmups_tried == [(0.05, 3.0), (0.2, 2.9), (0.01, None)]
 
 
 def test_mlflow_names_the_warmup_of_a_run_where_the_sweep_searches_it() -> None:
@@ -309,13 +309,13 @@ def test_a_search_of_the_batch_axis_tries_the_warmups_in_every_cell_it_opens() -
     )
     result = simulate(spec, needs_warmup)
     validate_report(result.report)
-    cells = result.report["optimizers"]["adamw"]["cells"]
+    cells = result.report.optimizers["adamw"].cells
     assert len(cells) >= 3 and result.trials <= spec.total_trials
     for c in cells:
-        assert [w for w, _ in c["warmups_tried"]] == [SHORT, 4 * LONG] and c["seeds"] == 2
-        assert c["val_loss_mean"] == pytest.approx(min(loss for _, loss in c["warmups_tried"]))
+        assert [w for w, _ in c.warmups_tried] == [SHORT, 4 * LONG] and c.seeds == 2
+        assert c.val_loss_mean == pytest.approx(min(loss for _, loss in c.warmups_tried))
     # short warm-ups cost past batch 8 and the long one is free there: every size is fine once searched
-    assert result.report["optimizers"]["adamw"]["largest_degradation_free_batch_size"]["self"] == 64
+    assert result.report.optimizers["adamw"].largest_degradation_free_batch_size.self == 64
 
 
 def test_a_retreat_after_a_diverged_confirmation_tries_the_warmups_again_only_with_room_for_its_seeds() -> None:
