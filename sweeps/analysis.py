@@ -6,22 +6,21 @@ reads back: per cell (optimizer, batch size) its best lr, the mean and interval 
 its stability and its verdicts against two references; per optimizer the point estimate (the walk of
 the cell means on the same seeds, fitted non-decreasing), the bracket (paired verdicts: fine claimed in a
 fixed sequence, degraded at a Bonferroni level) and the noise checks at the answer. The search decides by
-the same rules (`pick_stable`, `pick_warmup`, `cells_to_extend`).
+the same rules (`pick_stable` and `pick_warmup`, of `sweeps.cells`; `cells_to_extend`).
 
 Every rule and formula: docs/researchers.md, "How a verdict is reached".
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 from sweeps.batch_axis import bracket_of
-from sweeps.plan import PARABOLA_WINDOW, check_lr, neighbourhood, parabola_vertex
+from sweeps.cells import LR_REL_TOL, Cell, make_cell, pick_best, pick_stable, pick_warmup, search_score
 from sweeps.report import (
     BatchSearchReport,
     Bracket,
@@ -77,6 +76,7 @@ __all__ = [
     "paired_diff_ci",
     "pick_best",
     "pick_stable",
+    "pick_warmup",
     "mean_ci95",
     "monotone_fit",
     "report_to_json",
@@ -92,208 +92,11 @@ __all__ = [
 SCHEMA_VERSION = 3
 # best lr within this factor of lr_min or lr_max (log distance ln 1.5) is "at the edge" of the search.
 LR_EDGE_FACTOR = 1.5
-_LR_REL_TOL = 1e-9  # seed runs match the best lr up to float round-off (it travels through JSON/MLflow)
 
 
 # --------------------------------------------------------------------------------------------------
 # The report
 # --------------------------------------------------------------------------------------------------
-
-
-X = TypeVar("X")
-W = TypeVar("W")
-K = TypeVar("K")
-
-
-def pick_best(candidates: Iterable[X], score: Callable[[X], tuple[float, float, int] | None]) -> X | None:
-    """The best trial of a cell; the one rule, used by the search (which lr gets the confirmation runs)
-    and by the analysis (which lr is reported). `score(trial)` is (final val loss, lr, trial number)
-    for a completed trial, None for any other; non-finite losses never count.
-
-    The lowest loss and its nearest neighbours in ln lr (`sweeps.plan.neighbourhood`) are fitted with a
-    parabola (`parabola_vertex`); where it has a minimum, the trial nearest that vertex wins, so that
-    one run made low by seed noise does not pull the lr away from where its neighbours put the minimum.
-    Without a fit (fewer than 3 distinct lrs, not convex) the lowest loss wins. Ties go to the lower
-    loss, then the smaller lr, then the earlier trial."""
-    scored = {key: c for c in candidates if (key := score(c)) is not None and math.isfinite(key[0])}
-    if not scored:
-        return None
-    points: dict[tuple[float, float], tuple[float, float, int]] = {}  # (lr, loss) -> the earliest trial's key
-    for key in sorted(scored):
-        points.setdefault((key[1], key[0]), key)
-    vertex = parabola_vertex(list(points), reach=0.0, window=PARABOLA_WINDOW)
-    if vertex is None:
-        return scored[min(scored)]
-    near = [points[p] for p in neighbourhood(list(points), window=PARABOLA_WINDOW)]
-    return scored[min(near, key=lambda key: (abs(math.log(key[1] / vertex)), key))]
-
-
-def pick_stable(
-    candidates: Iterable[X], score: Callable[[X], tuple[float, float, int] | None], diverged_lrs: Iterable[float]
-) -> X | None:
-    """The lr whose confirmation runs give the cell's loss; the one rule, for the search and the analysis.
-
-    `pick_best` of the completed search trials, unless a confirmation run diverged at that lr or below:
-    then `pick_best` of those below the lowest lr at which one diverged (the tuning playbook's retreat to
-    the next lower stable lr: one run diverging near a cliff says the lr is too high, not that the batch
-    size is bad). Where no search trial lies below, the plain best stays, and its diverged runs make the
-    cell unstable. `diverged_lrs`: the lrs of the cell's diverged confirmation runs."""
-    pool = list(candidates)
-    best = pick_best(pool, score)
-    ceiling = min(diverged_lrs, default=None)
-    if best is None or ceiling is None:
-        return best
-    below = ceiling * (1.0 - _LR_REL_TOL)
-    if score(best)[1] < below:  # type: ignore[index]
-        return best
-    lower = pick_best([c for c in pool if (key := score(c)) is not None and key[1] < below], score)
-    return lower if lower is not None else best
-
-
-def pick_warmup(tried: Iterable[tuple[float, int, W]]) -> W:
-    """The warm-up of a cell's confirmation runs; the one rule, for the search and the analysis.
-
-    `tried`: (final val loss, order, warm-up) of the best search trial (order -1: it trained with the
-    spec's own warm-up) and of each completed warm-up run at its lr (order: the trial number). The lowest
-    loss wins, ties to the spec's own, then the earlier run. One seed each, like the lr search: the
-    confirmation runs at the winner give the cell's loss, so its pick is never biased low."""
-    return min(tried, key=lambda x: (x[0], x[1]))[2]
-
-
-def _score(t: TrialResult) -> tuple[float, float, int] | None:
-    if t.role != "search" or t.status != "completed" or t.val_loss is None:
-        return None
-    return (t.val_loss, t.lr, t.number if t.number is not None else t.seed)
-
-
-@dataclass
-class _Cell:
-    """One (optimizer, batch size) of a report, built whole by `_make_cell` and not changed after: what it
-    derives from its runs is worked out once (a simulated sweep builds thousands of reports)."""
-
-    optimizer: str
-    batch_size: int
-    trials: list[TrialResult]
-    best: TrialResult | None = None
-    confirmations: list[TrialResult] = field(default_factory=list)  # every run at the best lr, by seed
-    planned: int = 0
-    retreated_from: float | None = None  # the lowest lr above the best at which a confirmation run diverged
-    warmup: int | float | None = None  # of the confirmation runs (None: the spec's own, not searched)
-    warmups_tried: list[tuple[int | float | None, float | None]] = field(default_factory=list)  # at the best lr
-    # its second lr (`sweeps.plan.check_lr`) and the confirmation seeds run there: where better, they judge
-    # the cell (`_verdicts`), never its loss (picking the lower of two means would bias it low)
-    check_lr: float | None = None
-    check_runs: list[TrialResult] = field(default_factory=list)
-
-    @functools.cached_property
-    def completed(self) -> list[TrialResult]:
-        return [t for t in self.confirmations if t.status == "completed"]
-
-    @functools.cached_property
-    def samples(self) -> list[float]:
-        return [t.val_loss for t in self.completed]  # type: ignore[misc]
-
-    @functools.cached_property
-    def by_seed(self) -> dict[int, float]:
-        """Final val loss of each completed confirmation run, by seed: what pairs cells."""
-        return {t.seed: t.val_loss for t in self.completed}  # type: ignore[misc]
-
-    @functools.cached_property
-    def mean(self) -> float | None:
-        return statistics.fmean(self.samples) if self.samples else None
-
-    @functools.cached_property
-    def tried_elsewhere(self) -> bool:
-        """Confirmation runs ran at an lr other than the best too: a check (`check_runs`), or a retreat or
-        probe's lrs where runs diverged."""
-        return self.best is not None and any(
-            t.role == "seed" and not math.isclose(t.lr, self.best.lr, rel_tol=_LR_REL_TOL) for t in self.trials
-        )
-
-    @functools.cached_property
-    def untried_below(self) -> bool:
-        """Confirmation runs diverged at the best lr and no lr below it trained to the end (none tried, or
-        pruned): the divergence says the lr may be too high, not that the batch size is bad, and nothing
-        measured says which."""
-        if self.best is None or not any(t.status == "diverged" for t in self.confirmations):
-            return False
-        below = self.best.lr * (1.0 - _LR_REL_TOL)
-        return not any(t.lr < below and t.status == "completed" for t in self.trials if t.role == "search")
-
-    @functools.cached_property
-    def unstable_reason(self) -> str | None:
-        """Why the planned confirmation runs at the best lr did not all complete, or why the cell has no
-        best lr although its search ran (every lr tried diverged, with the lrs); None when neither."""
-        if self.best is None:
-            return _no_lr_reason([t for t in self.trials if t.role == "search"])
-        counts = {s: sum(1 for t in self.confirmations if t.status == s) for s in ("diverged", "failed", "pruned")}
-        counts["missing"] = max(0, self.planned - len(self.confirmations))
-        if len(self.completed) >= self.planned:
-            return None
-        parts = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
-        return (
-            f"{len(self.completed)} of {self.planned} confirmation runs at lr={self.best.lr:.3g} completed "
-            f"({parts}): unstable at its best lr"
-            + ("; no lower lr trained to the end, so the bracket leaves it undecided" if self.untried_below else "")
-        )
-
-
-def _no_lr_reason(searched: list[TrialResult]) -> str | None:
-    """Why a cell whose search ran has no lr: its search trials' ends, the diverged ones' lrs named."""
-    if not searched:
-        return None
-    diverged = sorted(t.lr for t in searched if t.status == "diverged")
-    lrs = ", ".join(f"{lr:.3g}" for lr in diverged)
-    if len(diverged) == len(searched):
-        return f"unstable: every lr tried diverged (lr={lrs}); no lr trained to the end"
-    counts = {s: sum(1 for t in searched if t.status == s) for s in ("diverged", "failed", "pruned")}
-    parts = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
-    return f"no lr trained to the end ({parts}" + (f"; diverged at lr={lrs}" if diverged else "") + ")"
-
-
-def _make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planned: int) -> _Cell:
-    cell = _Cell(optimizer, batch_size, trials, planned=planned)
-    diverged = [t.lr for t in trials if t.role == "seed" and t.status == "diverged"]
-    cell.best = pick_stable(trials, _score, diverged)
-    if cell.best is not None:
-        lr = cell.best.lr
-        above = [d for d in diverged if d > lr * (1.0 + _LR_REL_TOL)]
-        cell.retreated_from = min(above) if above else None
-        at_lr = [t for t in trials if t.role == "warmup" and math.isclose(t.lr, lr, rel_tol=_LR_REL_TOL)]
-        if at_lr:
-            cell.warmup = pick_warmup(
-                [(cell.best.val_loss, -1, cell.best.warmup)]  # type: ignore[list-item]
-                + [
-                    (t.val_loss, t.number if t.number is not None else i, t.warmup)
-                    for i, t in enumerate(at_lr)
-                    if t.status == "completed"
-                ]
-            )
-            cell.warmups_tried = [(cell.best.warmup, cell.best.val_loss)] + [
-                (t.warmup, t.val_loss if t.status == "completed" else None) for t in at_lr
-            ]
-        else:
-            cell.warmup = cell.best.warmup
-
-        def runs_at(x: float) -> list[TrialResult]:
-            return sorted(
-                (
-                    t
-                    for t in trials
-                    if t.role == "seed"
-                    and math.isclose(t.lr, x, rel_tol=_LR_REL_TOL)
-                    and (t.warmup == cell.warmup or not at_lr)
-                ),
-                key=lambda t: t.seed,
-            )
-
-        cell.confirmations = runs_at(lr)
-        completed = [t.lr for t in trials if _score(t) is not None]
-        cell.check_lr = check_lr(lr, completed, diverged)
-        cell.check_runs = runs_at(cell.check_lr) if cell.check_lr is not None else []
-        # adaptive confirmation may have given this cell more runs than the minimum: all of them count
-        cell.planned = max(planned, len(cell.confirmations))
-    return cell
 
 
 def _lr_at_edge(lr: float, lr_min: float, lr_max: float) -> bool:
@@ -305,7 +108,7 @@ def noise_level(looks: int) -> float:
     return 1.0 - (1.0 - CI_LEVEL) / looks
 
 
-def _reference_value(row: Sequence[_Cell], means: dict[tuple[str, int], float]) -> float | None:
+def _reference_value(row: Sequence[Cell], means: dict[tuple[str, int], float]) -> float | None:
     """The reference's value for the point estimate: the seed-adjusted mean of the optimizer's first cell,
     fitted non-decreasing together with its larger stable cells (`monotone_fit`, weighted by samples; the
     fit's first value). At the first position the fit is the smallest weighted mean of a leading run of
@@ -324,8 +127,8 @@ def _reference_value(row: Sequence[_Cell], means: dict[tuple[str, int], float]) 
 
 
 def _judge(
-    cells: list[_Cell],
-    ref: _Cell | None,
+    cells: list[Cell],
+    ref: Cell | None,
     tol: float,
     is_ref_cell: Any,
     level: float,
@@ -336,7 +139,7 @@ def _judge(
     reference. `means`: the stable cells' means on the same seeds (`seed_adjusted_means`); a cell
     without one (unstable) has its plain mean. `ref_mean`: the reference's value (`_reference_value`)."""
 
-    def mean_of(c: _Cell) -> float | None:
+    def mean_of(c: Cell) -> float | None:
         return means.get((c.optimizer, c.batch_size), c.mean)
 
     if ref is None or ref_mean is None:
@@ -434,10 +237,10 @@ class _Judged:
 
 
 def _verdicts(
-    cells: list[_Cell],
-    ref: _Cell | None,
+    cells: list[Cell],
+    ref: Cell | None,
     tol: float,
-    is_ref_cell: Callable[[_Cell], bool],
+    is_ref_cell: Callable[[Cell], bool],
     looks: int,
     comparisons: int | None = None,
 ) -> _Judged:
@@ -481,7 +284,7 @@ def _verdicts(
     return _Judged([*fine_in_sequence(verdicts, tested)], intervals, [*verdicts])
 
 
-def _check_is_better(c: _Cell) -> bool:
+def _check_is_better(c: Cell) -> bool:
     """The cell's runs at its second lr judge it: every one completed, and their mean over the seeds both lrs
     ran is lower than the runs' at its chosen lr."""
     if not c.check_runs or any(t.status != "completed" for t in c.check_runs):
@@ -503,7 +306,7 @@ def _paired_verdict(
     return ("fine" if ci[1] < 0.0 else "degraded" if ci[0] > 0.0 else "undecided"), ci
 
 
-def _bracket(cells: list[_Cell], judged: _Judged) -> Bracket:
+def _bracket(cells: list[Cell], judged: _Judged) -> Bracket:
     """The answer as a bracket: the largest batch size that is fine with every smaller one fine, and the
     smallest degraded one above it; batch sizes whose own interval says fine above a degraded one
     contradict monotonicity."""
@@ -631,7 +434,7 @@ def cells_to_check(report: Report, *, references: tuple[str, ...] = ("self", "ba
     return sorted(out)
 
 
-def _to_reference(cell: _Cell, target: float | None, seq_len: int) -> tuple[int | None, int | None]:
+def _to_reference(cell: Cell, target: float | None, seq_len: int) -> tuple[int | None, int | None]:
     """Steps and tokens until the cell's first confirmation run reached the target loss; None: it never did."""
     if not cell.completed or target is None:
         return None, None
@@ -665,7 +468,7 @@ def build_report(
     steps = steps or {}
     chosen = {(o, st["batch_size"]): st["chosen"] for o, sts in steps.items() for st in sts}
     cells = {
-        o: [_make_cell(o, b, by_cell[(o, b)], inputs.seeds) for b in _sizes_of(inputs, o, by_cell, chosen)]
+        o: [make_cell(o, b, by_cell[(o, b)], inputs.seeds) for b in _sizes_of(inputs, o, by_cell, chosen)]
         for o in inputs.optimizers
     }
     # the point estimate compares every stable cell on the same seeds (cells given more runs by adaptive
@@ -731,8 +534,8 @@ def _sizes_of(
 
 def _optimizer_report(
     inputs: AnalysisInput,
-    row: list[_Cell],
-    baseline_ref: _Cell,
+    row: list[Cell],
+    baseline_ref: Cell,
     means: dict[tuple[str, int], float],
     ref_values: dict[str, float | None],
     chosen: dict[tuple[str, int], str],
@@ -745,10 +548,10 @@ def _optimizer_report(
     # a search chooses the sizes it tests from the verdicts: the level must hold for every size it could test
     comparisons = len(inputs.batch_sizes) - 1 if inputs.batch_search is not None else None
 
-    def is_self_ref(c: _Cell) -> bool:
+    def is_self_ref(c: Cell) -> bool:
         return c.batch_size == ref_b
 
-    def is_base_ref(c: _Cell) -> bool:
+    def is_base_ref(c: Cell) -> bool:
         return c.optimizer == inputs.baseline and c.batch_size == ref_b
 
     v_self, ans_self, noise_self, checks_self, fit_self = _judge(
@@ -791,7 +594,7 @@ def _optimizer_report(
 
 def _cell_report(
     inputs: AnalysisInput,
-    c: _Cell,
+    c: Cell,
     target: float | None,
     chosen: str | None,
     *,
@@ -828,7 +631,7 @@ def _cell_report(
         lr_at_edge=_lr_at_edge(best_lr, *inputs.lr_bounds) if best_lr is not None else None,
         lr_outside_range=None
         if best_lr is None
-        else not inputs.lr_min * (1 - _LR_REL_TOL) <= best_lr <= inputs.lr_max * (1 + _LR_REL_TOL),
+        else not inputs.lr_min * (1 - LR_REL_TOL) <= best_lr <= inputs.lr_max * (1 + LR_REL_TOL),
         val_loss_fitted=fitted,
         degradation_free=degradation_free,
         verdict=verdict,
@@ -841,7 +644,7 @@ def _cell_report(
             search_val_loss=min(
                 t.val_loss  # type: ignore[misc]
                 for t in c.trials
-                if _score(t) is not None and math.isclose(t.lr, c.check_lr, rel_tol=_LR_REL_TOL)
+                if search_score(t) is not None and math.isclose(t.lr, c.check_lr, rel_tol=LR_REL_TOL)
             ),
             val_losses=[t.val_loss for t in c.check_runs if t.status == "completed"],  # type: ignore[misc]
             runs=len(c.check_runs),
