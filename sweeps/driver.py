@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,10 +104,8 @@ def run_sweep(
         resources: dict[str, float] = {"cpu": res.cpus_per_worker, "gpu": res.gpus_per_worker}
     else:  # the trial function only drives a TorchTrainer, whose workers ask for the real resources
         resources = {"cpu": 0.01}
-    # Tune's own per-trial logs: result.json (JsonLoggerCallback, with the trial's storage) and nothing more.
-    # Its default CSV and TensorBoard loggers only repeat it (the runs are in MLflow), and the TensorBoard one
-    # imports torch into this process (tensorboardX), ~1.5 s of a sweep's start
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    # Tune's own per-trial log: result.json in the trial's storage (JsonLoggerCallback below). Its other default
+    # loggers are off on the clusters this project starts (worker.local_ray.TRAIN_ENV)
     tuner = tune.Tuner(
         tune.with_resources(trial_fn or run_trial, resources),
         tune_config=tune.TuneConfig(
