@@ -176,11 +176,10 @@ async def cancel(store: Store, supervisor: Any, study_id: str, owner: str) -> St
     if row.final:
         raise Conflict("already_finished", f"study {study_id!r} is already {row.status}; nothing to cancel")
     await anyio.to_thread.run_sync(lambda: store.update_study(study_id, cancel_requested=True))
-    n = len(StudySpec.model_validate(row.spec).pairs())
-    statuses = await anyio.to_thread.run_sync(store.statuses, [row.sweep_id(i) for i in range(1, n + 1)])
-    for sweep_id, status in statuses.items():
-        if not SweepStatus(status).final:
-            await supervisor.cancel(sweep_id)
+    scales = (await anyio.to_thread.run_sync(summary, store, row)).scales  # one read of the scales' statuses
+    for scale in scales:
+        if scale.status != "pending" and not SweepStatus(scale.status).final:
+            await supervisor.cancel(scale.sweep_id)
     return await get(store, study_id, owner)
 
 
