@@ -13,6 +13,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from plotly.offline import get_plotlyjs
 
@@ -160,6 +161,18 @@ def law_figure(laws: Sequence[OptimizerLaw], study: str) -> FigureSpec:
     width = max(7.0, 5.5 * len(panels))
     data = [law.model_dump(mode="json") for law in laws]
     return FigureSpec(LAW_FIGURE, data, FigureDesc(title, panels, size=(width, 5.0)))
+
+
+def law_page(laws: Sequence[dict[str, Any]], study: str, plotlyjs_src: str) -> str:
+    """The law figure as one HTML page that loads plotly.js from `plotlyjs_src` (the service's law page).
+    `laws` as the study stored them (OptimizerLaw's JSON): plain data to send the process that draws it."""
+    from dashboards.page import plotlyjs_from
+
+    fig = law_figure([OptimizerLaw.model_validate(law) for law in laws], study)
+    try:
+        return plotlyjs_from(fig.html(), plotlyjs_src)
+    finally:
+        fig.release()
 
 
 def publish_study(tracking_uri: str, run_id: str, laws: Sequence[OptimizerLaw], study: str) -> list[str]:

@@ -30,7 +30,7 @@ from service.api.routes import health, studies, sweeps
 from service.api.sessions import Sessions, SignInLimiter
 from service.cluster.launcher import Launcher, RayLauncher
 from service.cluster.supervisor import Supervisor
-from service.manager import DashboardCache
+from service.render import PageCache
 from service.settings import Settings, redacted
 from service.store.database import Store
 from service.views import SweepReader, ViewCache
@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         app.state.reader = SweepReader(store, settings, views)
         app.state.health = HealthChecker(store, ray_launcher, settings)
         app.state.sessions = Sessions(store, settings)  # browser sign-in (service/api/sessions.py)
-        app.state.dashboards = DashboardCache()  # finished sweeps' dashboards, rendered once
+        app.state.pages = PageCache()  # finished sweeps' dashboards and studies' laws, drawn once
         await supervisor.reconcile()
         supervisor.start()
         url = store.engine.url.render_as_string()  # password hidden

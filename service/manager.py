@@ -7,8 +7,6 @@ submitted spec is CPU work; it runs in `service.spec_work.SpecWork`'s pool, one 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -40,6 +38,7 @@ from service.policy import (
     validate_spec,
     validate_study,
 )
+from service.render import PageCache
 from service.settings import Settings
 from service.spec_work import SpecWork
 from service.store.database import (
@@ -285,52 +284,17 @@ async def curves(store: Store, sweep_id: str, owner: str) -> SweepCurves:
     return SweepCurves.model_validate({"id": row.id, "status": row.status, "revision": row.revision, "trials": trials})
 
 
-class DashboardCache:
-    """Dashboards of finished sweeps, rendered once each: a finished sweep's page never changes (its report
-    and runs are final), and rendering one reads MLflow and draws every figure (~1 s). At most `size`
-    pages are kept (least recently shown first out); requests for a page being rendered wait for that
-    render; renders run one at a time on a thread of their own, so the threads that every request's store
-    calls share are never all busy drawing."""
-
-    def __init__(self, size: int = 32) -> None:
-        self.size = size
-        self.renders = 0  # how many pages were rendered (the cache's misses)
-        self._pages: OrderedDict[tuple[str, ...], str] = OrderedDict()
-        self._pending: dict[tuple[str, ...], anyio.Event] = {}
-        self._limiter = anyio.CapacityLimiter(1)
-
-    async def get(self, key: tuple[str, ...], render: Callable[[], str]) -> str:
-        while key not in self._pages:
-            pending = self._pending.get(key)
-            if pending is not None:
-                await pending.wait()  # rendered by another request (or failed there: try again)
-                continue
-            done = self._pending[key] = anyio.Event()
-            try:
-                html = await anyio.to_thread.run_sync(render, limiter=self._limiter)
-                self.renders += 1
-                self._pages[key] = html
-                while len(self._pages) > self.size:
-                    self._pages.popitem(last=False)
-            finally:
-                del self._pending[key]
-                done.set()
-            return html
-        self._pages.move_to_end(key)
-        return self._pages[key]
-
-
 async def dashboard(
     store: Store,
     settings: Settings,
-    cache: DashboardCache,
+    cache: PageCache,
     sweep_id: str,
     owner: str,
     *,
     plotlyjs_src: str | None = None,
 ) -> str:
-    """The sweep's dashboard page (dashboards.dashboard_page), rendered once per finished sweep off the
-    event loop (`cache`, the app's); with `plotlyjs_src` it loads plotly.js from there (the service's
+    """The sweep's dashboard page (dashboards.dashboard_page), drawn once per finished sweep in the render
+    process (`cache`, the app's); with `plotlyjs_src` it loads plotly.js from there (the service's
     /static/ copy) instead of inline."""
     from dashboards import SweepDataError, dashboard_page
 

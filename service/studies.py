@@ -21,6 +21,7 @@ import logging
 import math
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import anyio.to_thread
@@ -37,6 +38,7 @@ from service.policy import (
     sweep_cap_problem,
     validate_study,
 )
+from service.render import PageCache
 from service.settings import Settings
 from service.spec_work import SpecWork
 from service.store.database import (
@@ -143,28 +145,19 @@ async def list_studies(store: Store, owner: str, limit: int, offset: int) -> tup
     return await anyio.to_thread.run_sync(read)
 
 
-async def law_page(store: Store, study_id: str, owner: str, *, plotlyjs_src: str) -> str:
-    """The study's law as one HTML page (`dashboards.study.law_figure`, from the laws it stored), loading
-    plotly.js from `plotlyjs_src`; 409 until the study has its laws."""
-    from dashboards.page import plotlyjs_from
-    from dashboards.study import law_figure
-    from sweeps.law import OptimizerLaw
+async def law_page(store: Store, cache: PageCache, study_id: str, owner: str, *, plotlyjs_src: str) -> str:
+    """The study's law as one HTML page (`dashboards.study.law_page`, from the laws it stored), drawn once in
+    the render process (`cache`, the app's), loading plotly.js from `plotlyjs_src`; 409 until the study has
+    its laws."""
+    from dashboards.study import law_page as draw
 
     row = await anyio.to_thread.run_sync(lambda: store.get_study(study_id, owner=owner))
     if row is None:
         raise not_found(study_id, "study")
     if row.laws is None:
         raise Conflict("not_finished", f"study {study_id!r} is {row.status}; its law comes when every scale succeeded")
-    laws = [OptimizerLaw.model_validate(law) for law in row.laws]
-
-    def render() -> str:
-        fig = law_figure(laws, row.id)
-        try:
-            return plotlyjs_from(fig.html(), plotlyjs_src)
-        finally:
-            fig.release()
-
-    return await anyio.to_thread.run_sync(render)
+    key = ("study", row.id, str(row.revision), plotlyjs_src)
+    return await cache.get(key, partial(draw, row.laws, row.id, plotlyjs_src))
 
 
 async def cancel(store: Store, supervisor: Any, study_id: str, owner: str) -> StudySummary:

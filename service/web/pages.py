@@ -583,7 +583,7 @@ async def get_dashboard(
     note = None
     if (row.final and row.report is not None) or not browser:
         try:
-            cache = request.app.state.dashboards
+            cache = request.app.state.pages
             html = await manager.dashboard(store, settings, cache, sweep_id, owner, plotlyjs_src=PLOTLYJS_URL)
         except ServiceError as exc:
             if not browser:
@@ -607,8 +607,8 @@ async def get_dashboard(
     "prediction and the leave-largest-out check; 409 until every scale succeeded",
     tags=["studies"],
 )
-async def get_study_law(study_id: StudyId, owner: Owner, store: StoreDep) -> Response:
-    html = await studies.law_page(store, study_id, owner, plotlyjs_src=PLOTLYJS_URL)
+async def get_study_law(request: Request, study_id: StudyId, owner: Owner, store: StoreDep) -> Response:
+    html = await studies.law_page(store, request.app.state.pages, study_id, owner, plotlyjs_src=PLOTLYJS_URL)
     return HTMLResponse(html, headers=PAGE_HEADERS | {"Content-Security-Policy": dashboard_csp(html)})
 
 

@@ -144,6 +144,16 @@ def fast_settings(data_dir: Path, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def slow_dashboard_page(tracking_uri: str, sweep_id: str, *, plotlyjs_src: str | None = None) -> str:
+    """A dashboard that takes as long to draw as a small real one (0.5 s of CPU holding the GIL in slices,
+    as drawing does), naming the process that drew it. A module's function, so the service's render
+    process can be sent it."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < 0.5:
+        sum(range(1000))
+    return f"<html><body>dashboard of {sweep_id} drawn by {os.getpid()}</body></html>"
+
+
 class ThreadServer:
     """uvicorn serving the app (fake launcher) on a loopback port, in a thread of the test process."""
 
@@ -151,8 +161,9 @@ class ThreadServer:
         self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.launcher = launcher
+        self.app = create_app(settings, launcher=launcher)
         config = uvicorn.Config(
-            create_app(settings, launcher=launcher),
+            self.app,
             host=LOOPBACK,
             port=self.port,
             log_level="warning",
