@@ -241,7 +241,9 @@ def study(
     console.rule(f"the law, predicted at {target.trained_tokens:,} tokens ({target.model.preset or 'custom'})")
     laws = study_laws(loaded, float(target.trained_tokens), target_params, against)
     _print_law(laws)
-    run_id = record_study(runtime.tracking_uri, plan, [(s.name, report) for s, report in done], laws)
+    confirmations = _confirm(plan, laws, runtime, folder) if plan.confirm else []
+    scales = [(s.name, report) for s, report in done]
+    run_id = record_study(runtime.tracking_uri, plan, scales, laws, confirmations)
     console.print(f"in MLflow: the study's run {run_id} ({study_experiment(plan.name)}), its sweeps nested under it")
     try:
         console.print(f"  its figure: {', '.join(publish_study(runtime.tracking_uri, run_id, laws, plan.name)[:2])}")
@@ -253,6 +255,34 @@ def _check_against(against: str) -> None:
     if against not in ("self", "baseline"):
         err.print(f"[red]--against must be self or baseline, got {against!r}[/]")
         raise typer.Exit(2)
+
+
+def _confirm(plan: Any, laws: list[Any], runtime: Any, folder: Path) -> list[Any]:
+    """Predict, then confirm: the sweep at the target of the reference and the sizes around each prediction
+    (`sweeps.study.confirm_spec`; its report in `folder` too, so a study run again does not train it again),
+    each law judged against it (`sweeps.law.confirm_laws`), printed."""
+    from sweeps.analysis import read_report
+    from sweeps.law import confirm_laws
+    from sweeps.study import confirm_spec
+
+    spec = confirm_spec(plan, laws)
+    if isinstance(spec, str):
+        console.print(f"no confirmation at the target: {spec}")
+        return []
+    path = folder / f"{spec.name}.json"
+    sizes = ", ".join(map(str, spec.lattice))
+    if path.exists():
+        console.print(f"the confirmation at the target: [bold]{spec.name}[/] done before ({path})")
+    else:
+        console.rule(f"the confirmation at the target: batch sizes {sizes}, {spec.trained_tokens:,} tokens")
+        _run_one(spec, spec.name, runtime, path)
+    confirmations = confirm_laws(laws, read_report(json.loads(path.read_text())))
+    for c in confirmations:
+        lr = ""
+        if c.lr_predicted is not None and c.lr_found is not None:
+            lr = f"; lr {c.lr_found:.3g} found at {c.lr_at}, the lr law said {c.lr_predicted:.3g}"
+        console.print(f"  {c.optimizer} against {c.against}: {c.says}{lr}")
+    return confirmations
 
 
 def _print_law(laws: list[Any]) -> None:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from service.cluster.launcher import Launcher
 from service.cluster.supervisor import Supervisor
-from service.errors import Conflict, Invalid, TooMany, not_found
+from service.errors import Conflict, Invalid, not_found
 from service.models import (
     DryRunResult,
     StudyDryRunResult,
@@ -35,6 +35,7 @@ from service.policy import (
     owner_budget,
     parse_body,
     study_caps_verdict,
+    too_many_active,
     validate_spec,
     validate_study,
 )
@@ -227,12 +228,7 @@ async def submit(
             [{"field": "Idempotency-Key", "message": "reused with a different spec", "value": idempotency_key}],
         ) from None
     except TooManyActive as exc:
-        raise TooMany(
-            "too_many_sweeps",
-            f"{owner} has {exc.active} sweeps queued or running; the limit is {exc.limit}. "
-            f"Wait for one to finish or cancel one.",
-            retry_after_s=max(1, int(settings.poll_interval_s * 5)),
-        ) from None
+        raise too_many_active(owner, exc.active, settings) from None
     except OverBudget as exc:
         raise over_owner_cap(owner, exc, settings) from None
     if not created.replayed:

@@ -107,6 +107,14 @@ def validate_study(data: Any, settings: Settings) -> StudySpec:
     except ValidationError as exc:
         raise invalid("invalid study", format_validation_error(exc)[:MAX_DETAILS]) from None
     problems: list[dict[str, Any]] = []
+    if study.confirm:  # its sweep is made from the fitted law: not priced or capped here yet
+        problems.append(
+            _problem(
+                "confirm",
+                "the confirmation at the target runs with `sweeps study`; the service runs a study without it",
+                True,
+            )
+        )
     for spec in study.sweep_specs():
         try:
             validate_spec(spec.model_dump(mode="json"), settings)
@@ -207,6 +215,18 @@ def owner_cap_problem(owner: str, spent: float, hours: float, settings: Settings
         f"{owner}'s sweeps submitted in the last {span} are priced at {_hours(spent)} GPU-hours; this one, priced at "
         f"{_hours(hours)} GPU-hours ({PRICED_AS}), would make {_hours(spent + hours)}: the cap per owner is "
         f"{_hours(cap)} GPU-hours per {span} (SWEEPS_MAX_GPU_HOURS_PER_OWNER)"
+    )
+
+
+def too_many_active(owner: str, active: int, settings: Settings, *, study: bool = False) -> TooMany:
+    """429 with Retry-After: the owner has `active` sweeps queued or running, at or over the per-owner limit
+    (a study's sweeps count as they run, one at a time)."""
+    also = ", and a study runs one at a time" if study else ""
+    return TooMany(
+        "too_many_sweeps",
+        f"{owner} has {active} sweeps queued or running; the limit is {settings.max_concurrent_per_owner}{also}. "
+        "Wait for one to finish or cancel one.",
+        retry_after_s=max(1, int(settings.poll_interval_s * 5)),
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import anyio.to_thread
 from sqlalchemy.exc import IntegrityError
 
-from service.errors import Conflict, Invalid, TooMany, not_found
+from service.errors import Conflict, Invalid, not_found
 from service.models import StudyScaleState, StudySummary, public_error
 from service.policy import (
     capped_price,
@@ -36,6 +36,7 @@ from service.policy import (
     owner_cap_problem,
     parse_body,
     sweep_cap_problem,
+    too_many_active,
     validate_study,
 )
 from service.render import PageCache
@@ -90,12 +91,7 @@ async def submit(
             raise over_owner_cap(owner, OverBudget(spent, total, budget, wait or utcnow() + budget.window), settings)
     active = await anyio.to_thread.run_sync(store.count_active, owner)
     if active >= settings.max_concurrent_per_owner:
-        raise TooMany(
-            "too_many_sweeps",
-            f"{owner} has {active} sweeps queued or running; the limit is {settings.max_concurrent_per_owner}, "
-            "and a study runs one at a time. Wait for one to finish or cancel one.",
-            retry_after_s=max(1, int(settings.poll_interval_s * 5)),
-        )
+        raise too_many_active(owner, active, settings, study=True)
     spec = study.model_dump(mode="json")
     row = await anyio.to_thread.run_sync(
         lambda: store.create_study(study_id=new_sweep_id(study.name), owner=owner, spec=spec, gpu_hours=total)
@@ -218,7 +214,7 @@ class StudyRunner:
                 return None
             from sweeps.analysis import read_report
 
-            done.append((SweepSpec.from_mapping(sweep.spec), read_report(sweep.report)))
+            done.append((SweepSpec.from_stored(sweep.spec), read_report(sweep.report)))
         self._finish_later(row, study, done)
         return None
 

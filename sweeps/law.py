@@ -39,6 +39,9 @@ from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "SIGMA_FLOOR",
+    "Confirmation",
+    "bracket_holds",
+    "confirm_laws",
     "OptimizerLaw",
     "study_laws",
     "lr_points_of",
@@ -295,10 +298,21 @@ def leave_largest_out(scales: Sequence[Scale], level: float = LEVEL) -> LeaveOne
     pred = law.predict(largest.tokens, largest.params if law.params_exponent is not None else None, level)
     lo, hi = largest.largest_fine, largest.smallest_degraded
     assert lo is not None and hi is not None
-    b = pred.batch_size
-    held = lo <= b < hi
-    miss = 1.0 if held else (lo / b if b < lo else b / hi)
-    return LeaveOneOut(left_out=largest, prediction=pred, held=held, miss=miss)
+    held, miss = bracket_holds(lo, hi, pred.batch_size)
+    return LeaveOneOut(left_out=largest, prediction=pred, held=bool(held), miss=miss)
+
+
+def bracket_holds(largest_fine: int | None, smallest_degraded: int | None, b: float) -> tuple[bool | None, float]:
+    """Whether the bracket [largest_fine, smallest_degraded) holds the predicted B* `b`, and how far outside it
+    lies as a factor (1.0 inside): False where `b` is below the fine end or at or above the degraded end; None
+    where an open end leaves it undecided (the bound it has does not contradict `b`)."""
+    if largest_fine is not None and b < largest_fine:
+        return False, largest_fine / b
+    if smallest_degraded is not None and b >= smallest_degraded:
+        return False, b / smallest_degraded
+    if largest_fine is None or smallest_degraded is None:
+        return None, 1.0
+    return True, 1.0
 
 
 @dataclass(frozen=True)
@@ -486,6 +500,25 @@ class OptimizerLaw(_Out):
     line: list[LawPoint] = []
 
 
+class Confirmation(_Out):
+    """One law's prediction against the confirmation sweep at the target (`confirm_laws`): that sweep's bracket
+    of B* from the sizes it tested around the prediction, whether it holds the predicted B* (None: an open end
+    leaves it undecided) and by what factor it misses; the lr law's lr at the predicted B* beside the best lr
+    the sweep found at the tested size nearest it."""
+
+    optimizer: str
+    against: str
+    predicted: Band
+    tested: list[int]  # the batch sizes the confirmation sweep trained, the reference's first
+    bracket: Bracket  # at the target's tokens (and model size)
+    held: bool | None
+    miss: float
+    lr_predicted: float | None = None
+    lr_found: float | None = None  # at `lr_at`, the tested size nearest the predicted B* (in log)
+    lr_at: int | None = None
+    says: str  # the outcome in words
+
+
 def _bracket(s: Scale) -> Bracket:
     return Bracket(tokens=s.tokens, params=s.params, largest_fine=s.largest_fine, smallest_degraded=s.smallest_degraded)
 
@@ -552,4 +585,50 @@ def study_laws(
         else:
             part["no_lr"] = lr_law
         out.append(OptimizerLaw.model_validate(part))
+    return out
+
+
+def confirm_laws(laws: Sequence[OptimizerLaw], report: Report) -> list[Confirmation]:
+    """Each law with a prediction against the confirmation sweep's `report` (at the target scale, trained at
+    the reference and the sizes on each side of the predictions: `sweeps.study.confirm_spec`); laws of an
+    optimizer the report lacks are left out."""
+    out = []
+    for law in laws:
+        if law.predicted is None or law.optimizer not in report.optimizers:
+            continue
+        opt = report.optimizers[law.optimizer]
+        bracket = getattr(opt.bracket, law.against)
+        b = law.predicted.value
+        held, miss = bracket_holds(bracket.largest_fine, bracket.smallest_degraded, b)
+        lo, hi = bracket.largest_fine, bracket.smallest_degraded
+        found = f"[{lo if lo is not None else '?'}, {hi if hi is not None else '?'})"
+        if held:
+            says = f"held: B* in {found} holds the predicted {b:.0f}"
+        elif held is None:
+            says = f"undecided: the sweep's bracket {found} neither holds nor contradicts the predicted {b:.0f}"
+        else:
+            side = "too large" if hi is not None and b >= hi else "too small"
+            says = f"missed: B* in {found}, the predicted {b:.0f} {side} by a factor {miss:.2f}"
+        cells = [c for c in opt.cells if c.best_lr is not None]
+        near = min(cells, key=lambda c: abs(math.log(c.batch_size / b)), default=None)
+        out.append(
+            Confirmation(
+                optimizer=law.optimizer,
+                against=law.against,
+                predicted=law.predicted,
+                tested=[c.batch_size for c in opt.cells],
+                bracket=Bracket(
+                    tokens=float(report.trained_tokens or law.target_tokens),
+                    params=law.target_params,
+                    largest_fine=lo,
+                    smallest_degraded=hi,
+                ),
+                held=held,
+                miss=miss,
+                lr_predicted=law.lr.value if law.lr is not None else None,
+                lr_found=near.best_lr if near is not None else None,
+                lr_at=near.batch_size if near is not None else None,
+                says=says,
+            )
+        )
     return out

@@ -237,10 +237,34 @@ class StudySimulation:
     """A study rehearsed (`simulate_study`): each scale's sweep spec and its `SimulationResult`, smallest first."""
 
     scales: list[tuple[SweepSpec, SimulationResult]]
+    target: SweepSpec | None = None  # the study's target spec: where `laws` predicts
+    # `confirm: true`: the confirmation sweep at the target (`sweeps.study.confirm_spec`, from the laws
+    # against `confirm_against`) and its result; None without one
+    confirmation: tuple[SweepSpec, SimulationResult] | None = None
 
     @property
     def tokens_trained(self) -> int:
         return sum(r.tokens_trained for _, r in self.scales)
+
+    def laws(self, against: str = "baseline") -> list[Any]:
+        """The study's laws (`sweeps.law.study_laws`) at its target, as `sweeps study` fits them."""
+        from sweeps.law import study_laws
+        from sweeps.study import law_params
+
+        if (target := self.target) is None:
+            raise ValueError("a StudySimulation without its target has no laws: simulate_study sets it")
+        params = law_params([spec for spec, _ in self.scales])
+        target_params = None if params[0] is None else float(target.model.parameters(target.data.vocab_size))
+        loaded = [(r.report, p) for (_, r), p in zip(self.scales, params, strict=True)]
+        return study_laws(loaded, float(target.trained_tokens), target_params, against)
+
+    def confirmed(self, against: str = "baseline") -> list[Any]:
+        """The laws judged against the confirmation sweep (`sweeps.law.confirm_laws`); [] without one."""
+        from sweeps.law import confirm_laws
+
+        if self.confirmation is None:
+            return []
+        return confirm_laws(self.laws(against), self.confirmation[1].report)
 
     def law(self, optimizer: str, against: str = "baseline") -> Any:
         """`optimizer`'s batch law from the scales' brackets (`sweeps.law.fit_batch_law`: a `BatchLaw`, or why
@@ -254,17 +278,25 @@ class StudySimulation:
         )
 
 
-def simulate_study(study: Any, objective: Objective, seed: int = 0) -> StudySimulation:
+def simulate_study(
+    study: Any, objective: Objective, seed: int = 0, confirm_against: str = "baseline"
+) -> StudySimulation:
     """Rehearse a study (a `sweeps.study.StudySpec`) as `sweeps study` runs it: each scale's sweep, smallest
     first, through `simulate` against one `objective` for every scale (its `Run` says the scale: the model's
     `params` and the budget, `eval_tokens[-1]`), so that a law the objective holds can be fitted back
     (`StudySimulation.law`); with the study's `transfer`, each scale starts where the smaller ones predict
-    (`sweeps.study.transferred`). `seed` seeds the first scale's sampler, the next scales' seed + 1, ..."""
-    from sweeps.study import transferred
+    (`sweeps.study.transferred`); with its `confirm`, the confirmation sweep at the target follows
+    (`StudySimulation.confirmed`). `seed` seeds the first scale's sampler, the next scales' seed + 1, ..."""
+    from sweeps.study import confirm_spec, transferred
 
     scales: list[tuple[SweepSpec, SimulationResult]] = []
     for i, spec in enumerate(study.sweep_specs()):
         if study.transfer:
             spec = transferred(spec, [(s, r.report) for s, r in scales])
         scales.append((spec, simulate(spec, objective, seed + i)))
-    return StudySimulation(scales)
+    rehearsed = StudySimulation(scales, target=study.target_spec())
+    if study.confirm:
+        confirm = confirm_spec(study, rehearsed.laws(confirm_against))
+        if not isinstance(confirm, str):
+            rehearsed.confirmation = (confirm, simulate(confirm, objective, seed + len(scales)))
+    return rehearsed

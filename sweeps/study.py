@@ -18,6 +18,11 @@ Transfer (`transfer: true`, the default): a scale whose sweep searches the batch
 reference, at the size the smaller scales predict for each optimizer (`batch_sizes.start`, `transferred`):
 with two or more scales behind it, the batch law fitted to their brackets (`sweeps.law`) at this scale; with
 one, that scale's largest size decided fine (the critical batch does not shrink with more tokens).
+
+Predict, then confirm (`confirm: true`): after the law, one more sweep at the target trains the reference and,
+per optimizer, the lattice's sizes on each side of the predicted B* (`confirm_spec`): a handful of cells where
+the target's sweep would list them all; its bracket then says whether the prediction held
+(`sweeps.law.confirm_laws`), and its best lrs stand beside the lr law's.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from sweeps.spec import SweepSpec
 from worker.config import DataConfig, ModelConfig
 
 if TYPE_CHECKING:
+    from sweeps.law import OptimizerLaw
     from sweeps.report import Report
 
 __all__ = [
@@ -42,6 +48,7 @@ __all__ = [
     "StudyScale",
     "StudySpec",
     "SweepPrice",
+    "confirm_spec",
     "is_study",
     "law_params",
     "price_study",
@@ -92,6 +99,9 @@ class StudySpec(BaseModel):
     target: StudyScale
     sweep: dict[str, Any]
     transfer: bool = True  # each scale's batch-axis search starts where the smaller scales predict
+    # after the law, one sweep at the target trains only the reference and the sizes on each side of each
+    # predicted B* (`confirm_spec`), and says whether the prediction held (`sweeps.law.confirm_laws`)
+    confirm: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -99,7 +109,7 @@ class StudySpec(BaseModel):
         """The file's flat form: the sweep fields beside `name`, `scales` and `target`."""
         if not isinstance(data, dict) or "sweep" in data:
             return data
-        own = {"name", "scales", "target", "transfer"}
+        own = {"name", "scales", "target", "transfer", "confirm"}
         out = {k: v for k, v in data.items() if k in own} | {"sweep": {k: v for k, v in data.items() if k not in own}}
         for key in ("model", "token_budget"):
             if key in out["sweep"]:
@@ -158,6 +168,28 @@ class StudySpec(BaseModel):
     def target_spec(self) -> SweepSpec:
         """The sweep at the target scale: what the study replaces."""
         return self._target_spec
+
+
+def confirm_spec(study: StudySpec, laws: Sequence[OptimizerLaw]) -> SweepSpec | str:
+    """The sweep that tests the laws' predictions at the target: the target's spec (its lr search, seeds and
+    tolerance as every scale's), trained only at the reference (the smallest size it could test) and, for
+    each law with a prediction, the sizes of its lattice on each side of the predicted B*, listed; or why
+    there is none (no prediction inside the lattice)."""
+    target = study.target_spec()
+    sizes = target.lattice
+    chosen = {sizes[0]}
+    for law in laws:
+        if law.predicted is None:
+            continue
+        b = law.predicted.value
+        chosen |= {max((s for s in sizes if s <= b), default=sizes[0]), min((s for s in sizes if s > b), default=0)}
+    chosen.discard(0)
+    if len(chosen) < 2:
+        return f"no law predicts a B* inside {sizes[0]}..{sizes[-1]}, the sizes the target's sweep could test"
+    data = target.model_dump(mode="json", exclude_unset=True)
+    data["name"] = f"{study.name}-confirm"
+    data["batch_sizes"] = sorted(chosen)
+    return SweepSpec.from_mapping(data)
 
 
 def _scale_in(d: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ the same runs are updated (a study run again after more scales, or refitted)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from mlflow.tracking import MlflowClient
@@ -15,7 +15,7 @@ from sweeps.layout import Role, Tag
 from sweeps.record import ensure_store
 
 if TYPE_CHECKING:
-    from sweeps.law import OptimizerLaw
+    from sweeps.law import Confirmation, OptimizerLaw
     from sweeps.report import Report
     from sweeps.study import StudySpec
 
@@ -23,11 +23,16 @@ __all__ = ["record_study"]
 
 
 def record_study(
-    tracking_uri: str, study: StudySpec, scales: Sequence[tuple[str, Report]], laws: Sequence[OptimizerLaw]
+    tracking_uri: str,
+    study: StudySpec,
+    scales: Sequence[tuple[str, Report]],
+    laws: Sequence[OptimizerLaw],
+    confirmations: Sequence[Confirmation] = (),
 ) -> str:
     """Record `study` (its scales' sweep ids and reports, smallest first; the laws fitted to them) and return
     the id of its run. The study's run keeps study.yaml and law.json (`sweeps.law.OptimizerLaw`, one per
-    optimizer) and, per optimizer, the law's exponent and its prediction at the target as metrics; each
+    optimizer; `confirmations`, where the study confirmed at its target) and, per optimizer, the law's exponent
+    and its prediction at the target (and whether the confirmation held it) as metrics; each
     scale's run names its sweep (`batchsweep.sweep_id`, whose experiment holds its trials) and keeps each
     optimizer's bracket as metrics."""
     ensure_store(tracking_uri)
@@ -42,7 +47,13 @@ def record_study(
     runs = layout.runs_of(client, experiment_id, Role.study)
     parent = runs[0].info.run_id if runs else _new_run(client, experiment_id, study.name, layout.study_tags(study.name))
     client.log_text(parent, yaml.safe_dump(study.model_dump(mode="json"), sort_keys=False), layout.STUDY_FILE)
-    client.log_dict(parent, {"laws": [law.model_dump(mode="json") for law in laws]}, layout.LAW_FILE)
+    recorded: dict[str, Any] = {"laws": [law.model_dump(mode="json") for law in laws]}
+    if confirmations:  # the confirmation sweep at the target (`confirm: true`): a scale's run like the others
+        recorded["confirmations"] = [c.model_dump(mode="json") for c in confirmations]
+    client.log_dict(parent, recorded, layout.LAW_FILE)
+    for c in confirmations:
+        if c.held is not None:
+            client.log_metric(parent, f"{c.optimizer}.{c.against}.confirmation_held", float(c.held))
     for law in laws:
         key = f"{law.optimizer}.{law.against}"
         if law.tokens_exponent is not None:

@@ -1,15 +1,17 @@
-"""Server-sent events of one sweep's progress, so clients watch instead of polling.
+"""Server-sent events of one sweep's or one study's progress, so clients watch instead of polling.
 
     retry: 2000              first: a client that reconnects waits 2 s
-    event: progress          whenever the sweep changed (its revision moved); data: the sweep JSON
-    event: end               once, when the sweep is final; data: the sweep JSON; then the stream closes
+    event: progress          whenever it changed; data: the sweep's (the study's) JSON
+    event: end               once, when it is final; data: its JSON; then the stream closes
     : heartbeat              a comment when nothing happened for `sse_heartbeat_s` (keeps proxies open)
 
-Each event carries `id: <revision>`. The stream re-reads the sweep's revision from the store every
-`sse_interval_s` (in a worker thread) and the whole row only when it moved. A stream opened with a
-session cookie ends within SESSION_RECHECK_S of that session's end (sign-out, expiry).
+A sweep's events carry `id: <revision>`: its stream re-reads the sweep's revision from the store every
+`sse_interval_s` (in a worker thread) and the whole row only when it moved. A study's carry
+`id: <revision>.<step>`: it moves when the study's row or one of its scales' statuses does (a scale's own
+progress is on its sweep's stream). A stream opened with a session cookie ends within SESSION_RECHECK_S
+of that session's end (sign-out, expiry); each open stream holds one of the owner's stream slots.
 
-The route (service/api/routes/sweeps.py) yields these `ServerSentEvent`s with
+The routes (service/api/routes/sweeps.py, studies.py) yield these `ServerSentEvent`s with
 `response_class=EventSourceResponse`: FastAPI writes the wire format and the no-cache/no-buffering
 headers. Its own `: ping` after 15 s of silence stays as a backstop (a slow store read).
 """
@@ -18,21 +20,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Hashable
 from typing import Annotated
 
 import anyio
 import anyio.to_thread
 from fastapi import Depends, Request
 from fastapi.sse import ServerSentEvent
+from pydantic import BaseModel
 
-from service import manager
+from service import manager, studies
 from service.api.auth import Owner, web_session
-from service.api.deps import LimitsDep, StoreDep, SweepId
+from service.api.deps import LimitsDep, StoreDep, StudyId, SweepId
 from service.api.sessions import COOKIE
 from service.models import SweepSummary
 from service.settings import Settings
-from service.store.database import Store
+from service.store.database import Store, SweepStatus
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +45,17 @@ HEARTBEAT = ServerSentEvent(comment="heartbeat")
 SESSION_RECHECK_S = 1.0
 
 
-async def sweep_events(
-    request: Request, store: Store, settings: Settings, sweep_id: str
+# (version, the event's data, its id, final) of what a stream watches, or None when it is gone (deleted)
+Reading = tuple[Hashable, BaseModel, str, bool]
+
+
+async def _events(
+    request: Request, settings: Settings, version: Callable[[], Hashable | None], read: Callable[[], Reading | None]
 ) -> AsyncIterator[ServerSentEvent]:
+    """The stream of one thing: `version()` (cheap, in a worker thread) every `sse_interval_s`, and `read()`
+    only when it moved; `progress` events, then one `end`."""
     yield ServerSentEvent(retry=RETRY_MS)
-    seen: int | None = None
+    seen: Hashable | None = None
     last_sent = time.monotonic()
     # a stream a browser opened with its session cookie ends when that session does (signed out,
     # expired): it is looked up again every SESSION_RECHECK_S
@@ -57,18 +66,16 @@ async def sweep_events(
             if await web_session(request, cookie) is None:
                 return
             checked = time.monotonic()
-        revision = await anyio.to_thread.run_sync(store.revision, sweep_id)
-        if revision is None:  # deleted under us
+        now = await anyio.to_thread.run_sync(version)
+        if now is None:  # deleted under us
             return
-        if revision != seen:
-            row = await anyio.to_thread.run_sync(store.get, sweep_id)
-            if row is None:
+        if now != seen:
+            reading = await anyio.to_thread.run_sync(read)
+            if reading is None:
                 return
-            seen = row.revision
-            summary = SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
-            event = "end" if row.final else "progress"
-            yield ServerSentEvent(event=event, data=summary, id=str(row.revision))
-            if row.final:
+            seen, data, event_id, final = reading
+            yield ServerSentEvent(event="end" if final else "progress", data=data, id=event_id)
+            if final:
                 return
             last_sent = time.monotonic()
         elif time.monotonic() - last_sent >= settings.sse_heartbeat_s:
@@ -77,6 +84,43 @@ async def sweep_events(
         if await request.is_disconnected():
             return
         await anyio.sleep(settings.sse_interval_s)
+
+
+def sweep_events(request: Request, store: Store, settings: Settings, sweep_id: str) -> AsyncIterator[ServerSentEvent]:
+    """The sweep's events: its revision read every interval, the whole row only when it moved."""
+
+    def read() -> Reading | None:
+        row = store.get(sweep_id)
+        if row is None:
+            return None
+        summary = SweepSummary.from_row(row, settings.mlflow_link(row.experiment_id))
+        return row.revision, summary, str(row.revision), row.final
+
+    return _events(request, settings, lambda: store.revision(sweep_id), read)
+
+
+def study_events(request: Request, store: Store, settings: Settings, study_id: str) -> AsyncIterator[ServerSentEvent]:
+    """The study's events: a `progress` event when the study or one of its scales' statuses moved (a scale's
+    own progress is its sweep's stream); `end` when the study is final. Its id, `<revision>.<step>`, grows
+    with both (`step`: each scale counted 0 pending, 1 queued, 2 running, 3 final)."""
+
+    def read() -> Reading | None:
+        row = store.get_study(study_id)
+        if row is None:
+            return None
+        summary = studies.summary(store, row)
+        step = sum(_STEP.get(scale.status, 3) for scale in summary.scales)
+        final = SweepStatus(summary.status).final
+        return (summary.revision, step), summary, f"{summary.revision}.{step}", final
+
+    def version() -> Hashable | None:
+        reading = read()
+        return None if reading is None else reading[0]
+
+    return _events(request, settings, version, read)
+
+
+_STEP = {"pending": 0, SweepStatus.queued.value: 1, SweepStatus.running.value: 2}
 
 
 async def stream_slot(sweep_id: SweepId, owner: Owner, store: StoreDep, limits: LimitsDep) -> AsyncIterator[str]:
@@ -96,4 +140,26 @@ async def stream_slot(sweep_id: SweepId, owner: Owner, store: StoreDep, limits: 
 
 StreamSlot = Annotated[str, Depends(stream_slot)]
 
-__all__ = ["HEARTBEAT", "RETRY_MS", "StreamSlot", "stream_slot", "sweep_events"]
+
+async def study_stream_slot(study_id: StudyId, owner: Owner, store: StoreDep, limits: LimitsDep) -> AsyncIterator[str]:
+    """The study's id, for as long as one of `owner`'s event-stream slots is held for it (as `stream_slot`)."""
+    await studies.get(store, study_id, owner)  # 404 before the stream starts
+    release = limits.open_stream(owner)
+    try:
+        yield study_id
+    finally:
+        release()
+
+
+StudyStreamSlot = Annotated[str, Depends(study_stream_slot)]
+
+__all__ = [
+    "HEARTBEAT",
+    "RETRY_MS",
+    "StreamSlot",
+    "StudyStreamSlot",
+    "stream_slot",
+    "study_events",
+    "study_stream_slot",
+    "sweep_events",
+]

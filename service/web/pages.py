@@ -78,6 +78,7 @@ STATIC_TYPES = {"app.js": "text/javascript", "app.css": "text/css"}
 
 
 PAGE_SIZE = 20
+HOME_STUDIES = 5  # studies the home page lists, newest first; GET /studies has them all
 
 
 MAX_LISTED_LINES = 1000  # the problems' listing beside the form; a spec has ~50 lines, the body limit allows 100,000s
@@ -474,8 +475,12 @@ async def home(
         lambda: store.list_sweeps(owner=session.owner, statuses=None, limit=PAGE_SIZE, offset=offset)
     )
     rows = [{"summary": summary_of(r, settings), "answer": answer_of(r.report)} for r in result.items]
+    # the newest studies above the first page of sweeps (their scales are among the sweeps below)
+    owned, studies_total = await studies.list_studies(store, session.owner, HOME_STUDIES, 0) if offset == 0 else ([], 0)
     context = {
         "nav": "sweeps",
+        "studies": owned,
+        "studies_total": studies_total,
         "rows": rows,
         "total": result.total,
         "offset": offset,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from harness import tiny_spec
-from svc_helpers import BOB, FakeLauncher, auth, wait_until
+from httpx_sse import ServerSentEvent, connect_sse
+from svc_helpers import ALICE, BOB, FakeLauncher, auth, wait_until
 
 from sweeps.simulate import Run, simulate
 from sweeps.spec import SweepSpec
@@ -60,6 +63,24 @@ def trained(client: TestClient, launcher: FakeLauncher, sweep_id: str) -> None:
     launcher.finish(sweep_id, report=simulate(spec, objective).report.model_dump(mode="json"))
 
 
+def watch_events(client: TestClient, study_id: str, events: list[ServerSentEvent]) -> None:
+    """The study's event stream to its end, as the CLI's parser reads it (named events only)."""
+    with connect_sse(client, "GET", f"/studies/{study_id}/events", headers=auth()) as source:
+        assert source.response.status_code == 200
+        events.extend(e for e in source.iter_sse() if e.event in ("progress", "end"))
+
+
+def home_row(client: TestClient, study_id: str) -> str:
+    """The study's row in the signed-in home page's list of studies (the client signed in as alice)."""
+    signed = client.post("/login", data={"token": ALICE}, follow_redirects=False)
+    assert signed.status_code == 303, signed.text
+    page = client.get("/", headers={"Accept": "text/html"})
+    assert page.status_code == 200 and 'id="studies"' in page.text, page.text[:500]
+    found = re.search(rf'<tr data-study="{re.escape(study_id)}".*?</tr>', page.text, re.S)
+    assert found is not None, page.text
+    return found.group(0)
+
+
 def status_of(client: TestClient, study_id: str) -> dict[str, Any]:
     resp = client.get(f"/studies/{study_id}", headers=auth())
     assert resp.status_code == 200, resp.text
@@ -81,6 +102,11 @@ def test_a_study_runs_its_scales_one_at_a_time_smallest_first_then_records_its_l
     assert [s["trained_tokens"] for s in body["scales"]] == list(BUDGETS)
     ids = [f"{study_id}-s{i}" for i in (1, 2, 3)]
     assert [s["sweep_id"] for s in body["scales"]] == ids
+    # its event stream, watched from the start to its end
+    assert client.get(f"/studies/{study_id}/events", headers=auth(BOB)).status_code == 404
+    events: list[ServerSentEvent] = []
+    watcher = threading.Thread(target=watch_events, args=(client, study_id, events), daemon=True)
+    watcher.start()
     for i, sweep_id in enumerate(ids):
         wait_until(lambda sweep_id=sweep_id: started(launcher, sweep_id), 10, what=f"{sweep_id} started")
         # one at a time: the next scale's sweep does not exist before this one succeeded
@@ -93,6 +119,20 @@ def test_a_study_runs_its_scales_one_at_a_time_smallest_first_then_records_its_l
     final = wait_until(lambda: (s := status_of(client, study_id))["status"] != "running" and s, 60, what="the law")
     assert final["status"] == "succeeded", final
     assert [s["status"] for s in final["scales"]] == ["succeeded"] * 3
+    watcher.join(timeout=30)
+    assert not watcher.is_alive(), "the study's stream did not end"
+    # a progress event each time a scale's status moved, then one end, with the law
+    assert [e.event for e in events[:-1]] == ["progress"] * (len(events) - 1) and events[-1].event == "end"
+    assert events[-1].json()["status"] == "succeeded" and events[-1].json()["laws"] == final["laws"]
+    steps = [tuple(int(part) for part in e.id.split(".")) for e in events]
+    assert steps == sorted(set(steps))  # each event's id grows: it speaks only when something moved
+    seen = [[scale["status"] for scale in e.json()["scales"]] for e in events]
+    assert ["running", "pending", "pending"] in seen or ["queued", "pending", "pending"] in seen
+    assert any(states[:2] == ["succeeded", "running"] for states in seen)
+    # the home page links each scale's sweep and the law
+    row = home_row(client, study_id)
+    assert all(f'href="/sweeps/{sweep_id}/dashboard"' in row for sweep_id in ids) and "pending" not in row
+    assert f'href="/studies/{study_id}/law"' in row
     # the law from the three brackets, against the baseline and against each optimizer itself
     laws = {(law["optimizer"], law["against"]): law for law in final["laws"]}
     assert sorted(laws) == [("adamw", "baseline"), ("adamw", "self")]
@@ -141,6 +181,10 @@ def test_a_cancel_stops_the_sweep_running_and_starts_no_other(client: TestClient
     assert not any(x.startswith(f"{study_id}-s2") for x in launcher.started)
     again = client.post(f"/studies/{study_id}/cancel", headers=auth())
     assert again.status_code == 409 and "already cancelled" in again.json()["error"]["message"]
+    # the home page lists it: its scales, the first linked to its sweep, the others pending, no law
+    row = home_row(client, study_id)
+    assert 'class="status cancelled"' in row and f'href="/sweeps/{first}/dashboard"' in row
+    assert row.count(": pending</span>") == 2 and "/law" not in row and "when every scale succeeded" in row
 
 
 def test_a_failed_scale_fails_the_study_naming_its_sweep(client: TestClient, launcher: FakeLauncher) -> None:
@@ -178,6 +222,10 @@ def test_what_is_not_a_study_or_not_its_owner_s_is_refused(app_client: Callable[
     # each scale's sweep is judged as its own submit would be: here over the cap per sweep
     resp = client.post("/studies", json=study(), headers=auth())
     assert resp.status_code == 422 and "lawful-s1" in resp.json()["error"]["message"]
+    # the confirmation at the target is the command line's (its sweep comes from the fitted law)
+    resp = client.post("/studies", json=study(confirm=True), headers=auth())
+    assert resp.status_code == 422 and "confirm" in [d["field"] for d in resp.json()["error"]["details"]]
+    assert "sweeps study" in resp.text
     assert client.get("/studies", headers=auth()).json()["total"] == 0  # nothing stored
     open_client = app_client()
     study_id = open_client.post("/studies", json=study("mine"), headers=auth()).json()["id"]
@@ -210,3 +258,18 @@ def test_the_cap_per_owner_counts_a_study_whole_and_the_sweeps_it_has_still_to_m
     assert second.status_code == 429, second.text
     assert second.json()["error"]["code"] == "gpu_hours_per_owner" and int(second.headers["Retry-After"]) >= 1
     assert [s["name"] for s in client.get("/studies", headers=auth()).json()["items"]] == ["first"]
+
+
+def test_a_study_at_the_owner_s_limit_of_active_sweeps_is_429_saying_when(
+    app_client: Callable[..., TestClient], launcher: FakeLauncher
+) -> None:
+    client = app_client(max_concurrent_per_owner=1)
+    running = client.post("/sweeps", json=tiny_spec(), headers=auth())
+    assert running.status_code == 201, running.text
+    resp = client.post("/studies", json=study(), headers=auth())
+    assert resp.status_code == 429 and int(resp.headers["Retry-After"]) >= 1, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "too_many_sweeps"
+    assert "1 sweeps queued or running; the limit is 1, and a study runs one at a time" in error["message"]
+    assert client.get("/studies", headers=auth()).json()["total"] == 0
+    assert client.post("/studies", json=study(), headers=auth(BOB)).status_code == 201  # per owner

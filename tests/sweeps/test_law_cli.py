@@ -118,6 +118,17 @@ def test_a_study_is_recorded_in_mlflow_with_its_sweeps_nested(reports: list[Path
     assert {r.data.tags[PARENT_TAG] for r in nested} == {run_id}
     by_sweep = {r.data.tags[Tag.sweep_id]: r for r in nested}
     assert [by_sweep[f"law-s{i}"].data.metrics["adamw.baseline.largest_fine"] for i in (1, 2, 3)] == [8, 16, 32]
+    # a confirmation at the target (here the largest scale's report stands in for its sweep's) is kept beside
+    from sweeps.law import confirm_laws
+
+    (confirmed,) = confirm_laws(laws, loaded[-1][0])
+    assert (confirmed.bracket.largest_fine, confirmed.bracket.smallest_degraded) == (32, 64)
+    assert confirmed.held is False and confirmed.says.startswith("missed: B* in [32, 64), the predicted")
+    assert record_study(uri, study, scales, laws, [confirmed]) == run_id
+    (tmp_path / "again").mkdir()
+    law = json.loads((Path(client.download_artifacts(run_id, LAW_FILE, str(tmp_path / "again")))).read_text())
+    assert law["confirmations"] == [confirmed.model_dump(mode="json")]
+    assert client.get_run(run_id).data.metrics["adamw.baseline.confirmation_held"] == 0.0
 
 
 def test_the_law_s_line_runs_through_the_scales_and_the_target_at_its_exponent(reports: list[Path]) -> None:

@@ -4,13 +4,14 @@ against one objective that sees the scale, and the law the objective holds fitte
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from harness import tiny_spec
 
-from sweeps.law import BatchLaw
+from sweeps.law import BatchLaw, bracket_holds
 from sweeps.simulate import Run, simulate_study
-from sweeps.study import StudySpec
+from sweeps.study import StudySpec, confirm_spec
 
 BUDGETS = (8192, 32768, 131072)  # 4x apart: the critical batch 4, 8, 16 under B* ~ tokens^0.5
 
@@ -19,9 +20,9 @@ def critical(tokens: int) -> float:
     return 4.0 * math.sqrt(tokens / BUDGETS[0]) * 1.4  # between the sizes: 5.6, 11.2, 22.4
 
 
-def test_a_study_is_rehearsed_scale_by_scale_and_its_law_comes_back() -> None:
+def law_study(**extra: object) -> StudySpec:
     sweep = {k: v for k, v in tiny_spec("rehearse").items() if k not in ("model", "token_budget")}
-    study = StudySpec.model_validate(
+    return StudySpec.model_validate(
         {
             **sweep,
             "batch_sizes": [4, 8, 16, 32, 64],
@@ -31,9 +32,13 @@ def test_a_study_is_rehearsed_scale_by_scale_and_its_law_comes_back() -> None:
             "degradation": {"tolerance": 0.01, "baseline": "adamw"},
             "scales": {"models": [{"preset": "gpt2-nano", "seq_len": 32}], "token_budgets": list(BUDGETS)},
             "target": {"model": {"preset": "gpt2-nano", "seq_len": 32}, "token_budget": 4 * BUDGETS[-1]},
+            **extra,
         }
     )
-    seen: set[tuple[int, int]] = set()
+
+
+def law_objective(seen: set[tuple[int, int]]) -> Callable[[Run], list[float]]:
+    """B* = critical(tokens) (the law tokens^0.5), the best lr 3e-3 at every size and scale."""
 
     def objective(run: Run) -> list[float]:
         budget = run.eval_tokens[-1]
@@ -43,6 +48,14 @@ def test_a_study_is_rehearsed_scale_by_scale_and_its_law_comes_back() -> None:
         noise = 1e-4 * np.random.default_rng([run.seed, run.batch_size, budget]).standard_normal()
         final = 3.0 * (1 + 0.05 * over) + 0.05 * u * u + noise
         return [final * (1 + 0.1 * (1 - t / budget)) for t in run.eval_tokens]
+
+    return objective
+
+
+def test_a_study_is_rehearsed_scale_by_scale_and_its_law_comes_back() -> None:
+    study = law_study()
+    seen: set[tuple[int, int]] = set()
+    objective = law_objective(seen)
 
     rehearsal = simulate_study(study, objective, seed=1)
     assert [spec.trained_tokens for spec, _ in rehearsal.scales] == list(BUDGETS)  # smallest first
@@ -56,6 +69,55 @@ def test_a_study_is_rehearsed_scale_by_scale_and_its_law_comes_back() -> None:
     assert isinstance(law, BatchLaw), law
     lo, hi = law.tokens_interval
     assert lo <= 0.5 <= hi and 0.3 < law.tokens_exponent < 0.7  # the objective's exponent, from 3 brackets
+    assert rehearsal.confirmation is None and rehearsal.confirmed() == []  # confirm is off by default
+
+
+def test_predict_then_confirm_trains_the_target_only_around_the_prediction_and_says_it_held() -> None:
+    rehearsal = simulate_study(law_study(confirm=True), law_objective(set()), seed=1)
+    assert rehearsal.confirmation is not None
+    spec, result = rehearsal.confirmation
+    (law,) = [law for law in rehearsal.laws() if law.optimizer == "adamw"]
+    assert law.predicted is not None and 32 <= law.predicted.value < 64  # critical(target) = 44.8
+    # the target's sweep, at the reference and the sizes on each side of the prediction: 3 of its 5 sizes
+    assert spec.name == "rehearse-confirm" and spec.trained_tokens == 4 * BUDGETS[-1]
+    assert spec.batch_sizes == [4, 32, 64] and result.trials < sum(r.trials for _, r in rehearsal.scales)
+    (confirmed,) = rehearsal.confirmed()
+    assert confirmed.optimizer == "adamw" and confirmed.tested == [4, 32, 64]
+    assert (confirmed.bracket.largest_fine, confirmed.bracket.smallest_degraded) == (32, 64)
+    assert confirmed.held is True and confirmed.miss == 1.0 and confirmed.says.startswith("held: B* in [32, 64)")
+    # the best lr found at the tested size nearest the prediction (45: 32 and 64 nearly as near), beside the
+    # lr law's: both the objective's 3e-3
+    assert confirmed.lr_at in (32, 64) and confirmed.lr_found is not None and confirmed.lr_predicted is not None
+    assert abs(math.log(confirmed.lr_found / 3e-3)) < math.log(2) and abs(math.log(confirmed.lr_predicted / 3e-3)) < 0.5
+
+
+def test_a_prediction_outside_the_bracket_misses_by_its_factor() -> None:
+    assert bracket_holds(32, 64, 44.8) == (True, 1.0)
+    assert bracket_holds(32, 64, 16.0) == (False, 2.0)  # too small: the fine end over the prediction
+    assert bracket_holds(32, 64, 128.0) == (False, 2.0)  # too large: the prediction over the degraded end
+    assert bracket_holds(32, 64, 64.0) == (False, 1.0)  # the degraded end is outside [32, 64)
+    assert bracket_holds(32, None, 44.8) == (None, 1.0)  # open above: not contradicted, not held
+    assert bracket_holds(None, 64, 80.0) == (False, 1.25)
+    assert bracket_holds(None, None, 10.0) == (None, 1.0)
+
+
+def test_the_confirmation_spec_needs_a_prediction_inside_the_lattice() -> None:
+    from sweeps.law import Band, OptimizerLaw
+
+    study = law_study(confirm=True)
+
+    def law(value: float | None) -> OptimizerLaw:
+        predicted = Band(value=value, low=value / 2, high=value * 2) if value is not None else None
+        return OptimizerLaw(
+            optimizer="adamw", against="baseline", reference="adamw", scales=[], target_tokens=4.0 * BUDGETS[-1],
+            predicted=predicted,
+        )  # fmt: skip
+
+    assert isinstance(confirm_spec(study, [law(None)]), str)  # no prediction: nothing to confirm
+    beyond = confirm_spec(study, [law(1000.0)])  # past the lattice: its largest size, beside the reference
+    assert not isinstance(beyond, str) and beyond.batch_sizes == [4, 64]
+    between = confirm_spec(study, [law(10.0), law(20.0)])
+    assert not isinstance(between, str) and between.batch_sizes == [4, 8, 16, 32]
 
 
 def test_a_study_searching_the_batch_axis_starts_each_scale_where_the_smaller_ones_predict() -> None:

@@ -3,14 +3,17 @@ work is in `service.studies` (a study's scales are sweeps, under /sweeps like an
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from service import manager, studies
 from service.api.auth import Owner
 from service.api.deps import LimitsDep, SettingsDep, StoreDep, StudyId, SupervisorDep
-from service.api.routes.sweeps import MAX_OFFSET, Gpu, Mfu, PeakTflops
+from service.api.events import StudyStreamSlot, study_events
+from service.api.routes.sweeps import MAX_OFFSET, Gpu, Mfu, PeakTflops, json_error_responses
 from service.api.schemas import error_responses
 from service.models import StudyDryRunResult, StudyPage, StudySummary
 
@@ -109,3 +112,17 @@ async def get_study(study_id: StudyId, owner: Owner, store: StoreDep) -> StudySu
 )
 async def cancel_study(study_id: StudyId, owner: Owner, store: StoreDep, supervisor: SupervisorDep) -> StudySummary:
     return await studies.cancel(store, supervisor, study_id, owner)
+
+
+@router.get(
+    "/{study_id}/events",
+    response_class=EventSourceResponse,
+    responses={200: {"description": "progress events as the study's scales move, then `end`"}}
+    | json_error_responses(401, 404, 422, 429),
+    summary="Server-sent events of the study: its scales' statuses, then the law (one of the owner's event streams)",
+)
+async def study_event_stream(
+    request: Request, study_id: StudyStreamSlot, settings: SettingsDep, store: StoreDep
+) -> AsyncIterator[ServerSentEvent]:
+    async for event in study_events(request, store, settings, study_id):
+        yield event
