@@ -36,8 +36,10 @@ from rich.table import Table
 
 from sweeps.status import FINAL_SWEEP_STATUSES, RESULT_STATUSES, SweepStatus
 
-if TYPE_CHECKING:  # the report models load scipy: each command imports them where it needs them
+if TYPE_CHECKING:  # each command imports these where it needs them (the report models load scipy)
     from sweeps.analysis import Report
+    from sweeps.progress import DriverProgress
+    from sweeps.progress import Progress as SweepProgress
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch-size sweeps: how large can the batch get?")
 console = Console()
@@ -130,10 +132,10 @@ def _run_one(spec: Any, sweep_id: str | None, runtime: Any, report: Path | None)
         cells = bars.add_task("cells", total=len(spec.cells()) if spec.batch_search is None else None)
         best = bars.add_task("", total=None, start=False)
 
-        def on_progress(p: dict[str, Any]) -> None:
+        def on_progress(p: DriverProgress) -> None:
             # a search of the batch axis adds cells as it decides: the totals grow with it
-            bars.update(trials, completed=p["trials_done"], total=max(p["trials_total"], p["trials_done"]))
-            bars.update(cells, completed=p["cells_done"], total=p["cells_total"])
+            bars.update(trials, completed=p.trials_done, total=max(p.trials_total, p.trials_done))
+            bars.update(cells, completed=p.cells_done, total=p.cells_total)
             bars.update(best, description=_leaders(p))
 
         outcome = run_sweep(spec, sweep_id=sweep_id, runtime=runtime, on_progress=on_progress)
@@ -505,15 +507,15 @@ def plots(
     )
 
 
-def _leaders(progress: dict[str, Any]) -> str:
+def _leaders(progress: SweepProgress) -> str:
     """The last cells' val loss so far: the confirmation runs' mean once there is one, else the
     search's minimum, marked as such (it is biased low)."""
     leaders = []
-    for c in progress["cells"]:
-        if c.get("confirmed_val_loss_mean") is not None:
-            leaders.append(f"{c['cell']} {c['confirmed_val_loss_mean']:.3f}")
-        elif c.get("search_best_val_loss") is not None:
-            leaders.append(f"{c['cell']} {c['search_best_val_loss']:.3f} (search)")
+    for c in progress.cells:
+        if c.confirmed_val_loss_mean is not None:
+            leaders.append(f"{c.cell} {c.confirmed_val_loss_mean:.3f}")
+        elif c.search_best_val_loss is not None:
+            leaders.append(f"{c.cell} {c.search_best_val_loss:.3f} (search)")
     return "val loss so far: " + (", ".join(leaders[-4:]) or "-")
 
 
@@ -637,9 +639,15 @@ def _call(client: Any, method: str, path: str, **kw: Any) -> Any:
     raise typer.Exit(2 if resp.status_code == 422 else 1)
 
 
-def _progress_line(s: dict[str, Any]) -> str:
-    p = s["progress"]
-    return f"{p['trials_done']}/{p['trials_total']} trials, {p['cells_done']}/{p['cells_total']} cells"
+def _progress_of(s: dict[str, Any]) -> SweepProgress:
+    """The progress of a sweep's JSON (`GET /sweeps/{id}`, its events), read through the driver's model."""
+    from sweeps.progress import Progress as SweepProgress
+
+    return SweepProgress.model_validate(s["progress"])
+
+
+def _progress_line(p: SweepProgress) -> str:
+    return f"{p.trials_done}/{p.trials_total} trials, {p.cells_done}/{p.cells_total} cells"
 
 
 @app.command()
@@ -713,7 +721,8 @@ def _progress_display() -> Iterator[Callable[[dict[str, Any]], None]]:
         last: list[str] = [""]
 
         def line(s: dict[str, Any]) -> None:
-            text = f"{s['status']}: {_progress_line(s)}; {_leaders(s['progress'])}"
+            p = _progress_of(s)
+            text = f"{s['status']}: {_progress_line(p)}; {_leaders(p)}"
             if text != last[0]:
                 print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
                 last[0] = text
@@ -733,11 +742,9 @@ def _progress_display() -> Iterator[Callable[[dict[str, Any]], None]]:
         best = bars.add_task("", total=None, start=False)
 
         def update(s: dict[str, Any]) -> None:
-            p = s["progress"]
-            bars.update(
-                trials, total=p["trials_total"], completed=p["trials_done"], description=f"trials ({s['status']})"
-            )
-            bars.update(cells, total=p["cells_total"], completed=p["cells_done"])
+            p = _progress_of(s)
+            bars.update(trials, total=p.trials_total, completed=p.trials_done, description=f"trials ({s['status']})")
+            bars.update(cells, total=p.cells_total, completed=p.cells_done)
             bars.update(best, description=_leaders(p))
 
         yield update
@@ -781,7 +788,7 @@ def _watch(client: Any, sweep_id: str) -> None:
 
 
 def _print_final(client: Any, s: dict[str, Any]) -> None:
-    console.print(f"[bold]{s['id']}[/]: {s['status']} ({_progress_line(s)})")
+    console.print(f"[bold]{s['id']}[/]: {s['status']} ({_progress_line(_progress_of(s))})")
     if s.get("error"):
         console.print(f"[red]error:[/] {s['error']}")
     if s["status"] in (SweepStatus.succeeded, SweepStatus.cancelled):
@@ -809,12 +816,12 @@ def list_sweeps(
     for col in ("id", "status", "trials", "cells", "created"):
         t.add_column(col)
     for s in page["items"]:
-        p = s["progress"]
+        p = _progress_of(s)
         t.add_row(
             s["id"],
             s["status"],
-            f"{p['trials_done']}/{p['trials_total']}",
-            f"{p['cells_done']}/{p['cells_total']}",
+            f"{p.trials_done}/{p.trials_total}",
+            f"{p.cells_done}/{p.cells_total}",
             s["created_at"][:19],
         )
     console.print(t)
@@ -834,20 +841,21 @@ def status(
         console.print_json(data=s)
         return
     cancelling = " (cancel requested)" if s["cancel_requested"] and s["status"] not in _FINAL else ""
-    console.print(f"[bold]{s['id']}[/]: {s['status']}{cancelling}, {_progress_line(s)}")
+    progress = _progress_of(s)
+    console.print(f"[bold]{s['id']}[/]: {s['status']}{cancelling}, {_progress_line(progress)}")
     console.print(f"created {s['created_at']}, started {s['started_at'] or '-'}, finished {s['finished_at'] or '-'}")
     t = Table()
     for col in ("cell", "search", "seeds", "best lr", "search best (biased low)", "confirmed mean", "done"):
         t.add_column(col)
-    for c in s["progress"]["cells"]:
+    for c in progress.cells:
         t.add_row(
-            c["cell"],
-            f"{c['search_done']}/{c['search_total']}",
-            f"{c['seeds_done']}/{c['seeds_total']}",
-            f"{c['best_lr']:.2e}" if c.get("best_lr") else "-",
-            f"{c['search_best_val_loss']:.4f}" if c.get("search_best_val_loss") is not None else "-",
-            f"{c['confirmed_val_loss_mean']:.4f}" if c.get("confirmed_val_loss_mean") is not None else "-",
-            "yes" if c["finished"] else "",
+            c.cell,
+            f"{c.search_done}/{c.search_total}",
+            f"{c.seeds_done}/{c.seeds_total}",
+            f"{c.best_lr:.2e}" if c.best_lr else "-",
+            f"{c.search_best_val_loss:.4f}" if c.search_best_val_loss is not None else "-",
+            f"{c.confirmed_val_loss_mean:.4f}" if c.confirmed_val_loss_mean is not None else "-",
+            "yes" if c.finished else "",
         )
     console.print(t)
     if s.get("error"):

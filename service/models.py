@@ -1,21 +1,26 @@
 """What the service tells about sweeps: the domain models its routes answer and its pages render.
 
 `service.manager` and `service.views` build them from the stored row (`service.store.database.SweepRow`);
-the JSON API (`service.api`) answers them as they are and the browser pages render them.
+the JSON API (`service.api`) answers them as they are and the browser pages render them. A sweep's live
+progress and curves are the driver's models (`sweeps.progress`: `Progress`, `CellProgress`, `TrialCurve`),
+stored as the driver sent them and read back here.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.store.database import SweepRow
 from service.verdicts import ClusterFit, GpuHoursCaps
 from sweeps.cost import FloatRange, SweepCost
-from sweeps.plan import cell_key
-from sweeps.spec import cell_search_trials, total_trials
+from sweeps.progress import CellProgress as CellProgress  # the progress's models: importable from here too
+from sweeps.progress import Progress, TrialCurve
+from sweeps.spec import SweepSpec
 from sweeps.status import SweepStatus
 from sweeps.study import SweepPrice
 
@@ -23,85 +28,8 @@ Status = SweepStatus
 
 
 class _Out(BaseModel):
-    # The driver's progress may grow fields; the API names the ones it promises and drops the rest.
+    # What the service reads back may hold fields it does not know; the API names the ones it promises.
     model_config = ConfigDict(extra="ignore")
-
-
-class CellProgress(_Out):
-    cell: str
-    optimizer: str | None = None
-    batch_size: int | None = None
-    search_done: int = 0
-    search_total: int | None = None
-    seeds_done: int = Field(default=0, description="confirmation runs finished at the best lr")
-    seeds_total: int | None = Field(default=None, description="confirmation runs planned")
-    best_lr: float | None = Field(default=None, description="the lr of the best search trial so far")
-    search_best_val_loss: float | None = Field(
-        default=None,
-        description="the best search trial's own val loss: the minimum of noisy trials, biased low; it only picks the lr",
-    )
-    confirmed_val_loss_mean: float | None = Field(
-        default=None,
-        description="mean val loss of the confirmation runs finished so far: what the report's cell mean will be",
-    )
-    finished: bool = False
-    running: int = 0
-    chosen: str | None = Field(
-        default=None,
-        description="why the batch size is tested: listed, or a search's reference, step up, bisect, speculative",
-    )
-    why: str | None = Field(default=None, description="a search of the batch axis: its decision in words")
-
-
-class Progress(_Out):
-    cells_done: int = 0
-    cells_total: int = 0
-    trials_done: int = 0
-    trials_total: int = 0
-    cells: list[CellProgress] = Field(default_factory=list)
-
-    @classmethod
-    def initial(cls, spec: dict[str, Any]) -> Progress:
-        """Before the driver reports: every cell at zero, totals from the spec."""
-        optimizers = [o["name"] for o in spec.get("optimizers", [])]
-        given = spec.get("batch_sizes", [])
-        # a search of the batch axis starts with its reference cells; it adds the rest as it decides
-        batch_sizes = [given["min"]] if isinstance(given, dict) else list(given)
-        lr = spec.get("lr", {})
-        seeds_spec = spec.get("seeds", 2)  # a number, or adaptive {min, max, step}: the minimum is planned
-        # the lr search's trials and one per other warm-up to try (sweeps.spec.SweepSpec.search_trials)
-        search = int(lr.get("trials_per_batch_size", 0)) + len(spec.get("schedule", {}).get("warmup_search", []))
-        seeds = int(seeds_spec["min"] if isinstance(seeds_spec, dict) else seeds_spec)
-        cells = [
-            CellProgress(
-                cell=cell_key(o, b),
-                optimizer=o,
-                batch_size=b,
-                search_total=cell_search_trials(search, reference=b == min(batch_sizes)),
-                seeds_total=seeds,
-            )
-            for o in optimizers
-            for b in batch_sizes
-        ]
-        return cls(
-            cells_total=len(cells),
-            trials_total=total_trials(len(optimizers), len(batch_sizes), search, seeds),
-            cells=cells,
-        )
-
-
-class TrialCurve(_Out):
-    cell: str
-    lr: float
-    seed: int = Field(description="0: a search trial; 1, 2, ...: confirmation runs")
-    role: str = Field(description="search, seed or warmup (another warm-up at the best lr)")
-    status: str = Field(description="running, completed, pruned, diverged, failed, ...")
-    best: bool = Field(
-        default=False, description="the cell's best search trial so far (its lr gets the confirmation runs)"
-    )
-    points: list[tuple[int, float]] = Field(
-        description="(tokens, val loss) at each evaluation, at most 40, evenly spread"
-    )
 
 
 class SweepCurves(_Out):
@@ -155,7 +83,7 @@ def public_error(error: str | None) -> str | None:
 
 
 def _fields(row: SweepRow, mlflow_url: str | None) -> dict[str, Any]:
-    progress = Progress.model_validate(row.progress) if row.progress else Progress.initial(row.spec)
+    progress = Progress.model_validate(row.progress) if row.progress else planned(row.spec)
     return {
         "id": row.id,
         "name": row.name,
@@ -172,6 +100,22 @@ def _fields(row: SweepRow, mlflow_url: str | None) -> dict[str, Any]:
         "revision": row.revision,
         "driver_starts": row.driver_starts,
     }
+
+
+@functools.lru_cache(maxsize=1024)
+def _planned(spec_json: str) -> Progress:
+    try:
+        spec = SweepSpec.from_stored(json.loads(spec_json))
+    except ValidationError:  # stored by another version, and not a spec this one reads: no plan to show
+        return Progress()
+    return Progress.planned(spec)
+
+
+def planned(spec: dict[str, Any]) -> Progress:
+    """The progress of a stored spec before its driver reports (`Progress.planned`). Kept per spec: a
+    list page reads every queued sweep's, and validating a spec takes up to ~10 ms (every cell's
+    TrainConfig); a stored spec never changes."""
+    return _planned(json.dumps(spec, sort_keys=True))
 
 
 class SweepPage(_Out):

@@ -18,6 +18,7 @@ from ray.tune.logger import JsonLoggerCallback
 from sweeps.admission import admission_problems, capacity_from_ray
 from sweeps.analysis import Report, lr_edge_warnings
 from sweeps.detached import DriverOnly
+from sweeps.progress import DriverProgress
 from sweeps.runtime import SweepRuntime, alive_nodes, check_storage
 from sweeps.scheduler import METRIC, MODE, make_scheduler
 from sweeps.search import TRIAL_RETRIES, CellSearcher, collect_results
@@ -29,7 +30,6 @@ from sweeps.trial import run_trial
 
 log = logging.getLogger(__name__)
 
-Progress = dict[str, Any]
 # a running trial's new evaluation reports progress (its curve) at most this often
 RESULT_PROGRESS_S = 5.0
 
@@ -57,7 +57,7 @@ def run_sweep(
     *,
     sweep_id: str | None = None,
     runtime: SweepRuntime | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: Callable[[DriverProgress], None] | None = None,
     on_experiment: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     trial_fn: Callable[[dict[str, Any]], None] | None = None,
@@ -198,7 +198,7 @@ class _Progress(DriverOnly, tune.Callback):
     """The searcher's progress to `on_progress` at each trial's start and end, and with the curves of
     running trials at most every RESULT_PROGRESS_S."""
 
-    def __init__(self, searcher: CellSearcher, on_progress: Callable[[Progress], None] | None) -> None:
+    def __init__(self, searcher: CellSearcher, on_progress: Callable[[DriverProgress], None] | None) -> None:
         self.searcher, self.on_progress = searcher, on_progress
         self.last_result = 0.0
 

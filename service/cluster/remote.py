@@ -90,7 +90,8 @@ class SweepActor:
                 spec,
                 sweep_id=self.sweep_id,
                 runtime=self.runtime,
-                on_progress=lambda p: self._update(progress=p),
+                # as JSON: the service stores it as it is and reads it back through sweeps.progress's models
+                on_progress=lambda p: self._update(progress=p.model_dump(mode="json")),
                 on_experiment=lambda experiment_id: self._update(experiment_id=experiment_id),
                 should_stop=self._cancel.is_set,
             )

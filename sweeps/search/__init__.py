@@ -40,7 +40,6 @@ from sweeps.search.adapter import (
     sampler_seed,
     spec_fingerprint,
 )
-from sweeps.search.readout import CURVE_POINTS
 from sweeps.search.state import (
     CELL_LOST_TRIALS,
     CELL_MEMORY_FAILURES,
@@ -55,7 +54,6 @@ from sweeps.search.state import (
 __all__ = [
     "CELL_LOST_TRIALS",
     "CELL_MEMORY_FAILURES",
-    "CURVE_POINTS",
     "FINISHED_STATES",
     "GROWTH_PASSES",
     "LOST_WITH_PROCESS",

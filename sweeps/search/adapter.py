@@ -28,6 +28,7 @@ from sweeps.analysis import Report, TrialResult
 from sweeps.detached import DriverOnly
 from sweeps.logs import log_context
 from sweeps.plan import cell_key, cell_order, study_name
+from sweeps.progress import DriverProgress
 from sweeps.scheduler import METRIC, MODE, TIME_ATTR
 from sweeps.search.policy import Abandon, Ask, Change, Check, MoreSeeds, Open, grow, next_run
 from sweeps.search.readout import progress_of, report_of, search_steps, search_warnings, stopped_cells, trial_results
@@ -465,7 +466,7 @@ class CellSearcher(DriverOnly, Searcher):
     def restore(self, checkpoint_path: str) -> None:  # pragma: no cover - resume reloads from Optuna
         pass
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> DriverProgress:
         """The live progress (`readout.progress_of`), the running trials' curves as reported so far."""
         with self._lock:
             running = [

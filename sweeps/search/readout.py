@@ -1,6 +1,6 @@
 """What the searcher shows of its cells, from their snapshots (`sweeps.search.state`); pure: the finished
 trials as the analysis reads them (`trial_results`), the report (`report_of`), the batch search's steps
-and warnings, and the live progress and curves (`progress_of`)."""
+and warnings, and the live progress and curves (`progress_of`, models of `sweeps.progress`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sweeps.analysis import ROLES, AnalysisInput, Report, TrialResult, build_report
+from sweeps.progress import CURVE_POINTS, CellProgress, DriverProgress, TrialCurve
 from sweeps.search.state import CellState, Run, lr_of
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialStatus
-
-CURVE_POINTS = 40  # per trial on the live page: a few KB a sweep, at any number of evaluations
 
 
 def trial_results(
@@ -92,80 +91,77 @@ def report_of(
     return report
 
 
-def progress_of(cells: Sequence[CellState], running: Iterable[tuple[str, Run, list[Any]]]) -> dict[str, Any]:
+def progress_of(cells: Sequence[CellState], running: Iterable[tuple[str, Run, list[Any]]]) -> DriverProgress:
     """The sweep's live progress: per cell its trials done and planned, its best lr and losses so far;
     and the curves (`running`: (cell key, run, curve so far) of each running trial, in the order started)."""
     rows = [_progress_row(c) for c in cells]
     # confirmation runs at an lr the cell retreated from count as done and as planned
-    retired = [len(cell.trials("seed")) - row["seeds_done"] for cell, row in zip(cells, rows, strict=True)]
-    return {
-        "cells_done": sum(row["finished"] for row in rows),
-        "cells_total": len(rows),
-        "trials_done": sum(row["search_done"] + row["seeds_done"] for row in rows) + sum(retired),
-        # the current plan: adaptive confirmation may add runs at boundary cells (at most spec.total_trials)
-        "trials_total": sum(row["search_total"] + row["seeds_total"] for row in rows) + sum(retired),
-        "cells": rows,
-        "curves": _curves(cells, running),
-    }
+    retired = sum(len(cell.trials("seed")) - row.seeds_done for cell, row in zip(cells, rows, strict=True))
+    return DriverProgress(
+        cells_done=sum(row.finished for row in rows),
+        cells_total=len(rows),
+        trials_done=sum(row.search_done + row.seeds_done for row in rows) + retired,
+        # at most spec.total_trials: adaptive confirmation may add runs at boundary cells
+        trials_total=sum((row.search_total or 0) + (row.seeds_total or 0) for row in rows) + retired,
+        cells=rows,
+        curves=_curves(cells, running),
+    )
 
 
-def _progress_row(c: CellState) -> dict[str, Any]:
+def _progress_row(c: CellState) -> CellProgress:
     best, warmed = c.best, len(c.trials("warmup"))
-    return {
-        "cell": c.key,
-        "optimizer": c.optimizer,
-        "batch_size": c.batch_size,
-        # the lr search's trials and the other warm-ups' runs at the best lr
-        "search_done": c.search_finished + warmed,
-        # at most n_search: a search that converged early ends with what it ran
-        "search_total": (c.search_finished if c.search_done else c.n_search) + max(warmed, len(c.warmups) - 1),
-        "seeds_done": len(c.seeds_recorded(lr_of(best), c.best_warmup)) if best else 0,
-        "seeds_total": c.n_seeds,
-        "best_lr": lr_of(best) if best else None,
-        # the search's minimum (biased low: it picked the lr), and what the report will use: the mean of
-        # the confirmation runs completed so far
-        "search_best_val_loss": float(best.value) if best else None,  # type: ignore[arg-type]
-        "confirmed_val_loss_mean": statistics.fmean(c.confirmed) if c.confirmed else None,
-        "finished": c.finished,
-        "stopped": c.stop_reason,  # why it stopped without a result; None: it did not
-        "running": len(c.running),
-        "chosen": c.chosen,
-        "why": c.why,
-    }
+    return CellProgress(
+        cell=c.key,
+        optimizer=c.optimizer,
+        batch_size=c.batch_size,
+        search_done=c.search_finished + warmed,
+        # at most n_search: a search that converged early ends with what it ran; then one run per other warm-up
+        search_total=(c.search_finished if c.search_done else c.n_search) + max(warmed, len(c.warmups) - 1),
+        seeds_done=len(c.seeds_recorded(lr_of(best), c.best_warmup)) if best else 0,
+        seeds_total=c.n_seeds,
+        best_lr=lr_of(best) if best else None,
+        search_best_val_loss=float(best.value) if best else None,  # type: ignore[arg-type]
+        confirmed_val_loss_mean=statistics.fmean(c.confirmed) if c.confirmed else None,
+        finished=c.finished,
+        stopped=c.stop_reason,
+        running=len(c.running),
+        chosen=c.chosen,
+        why=c.why,
+    )
 
 
-def _curves(cells: Iterable[CellState], running: Iterable[tuple[str, Run, list[Any]]]) -> list[dict[str, Any]]:
+def _curves(cells: Iterable[CellState], running: Iterable[tuple[str, Run, list[Any]]]) -> list[TrialCurve]:
     """Val loss against tokens of every trial so far, finished (from the storage) and running (as
     reported), for the sweep's live page; each curve cut to CURVE_POINTS points, evenly by index."""
-    out: list[dict[str, Any]] = []
+    out: list[TrialCurve] = []
     for c in cells:
         best = c.best
         for role in ROLES:
             for t in c.trials(role):
                 out.append(
-                    {
-                        "cell": c.key,
-                        "lr": lr_of(t),
-                        "seed": int(t.user_attrs.get("seed", 0)),
-                        "role": role,
-                        "warmup": c.warmup_of(t),
-                        "status": str(t.user_attrs.get("status", "failed")),
-                        "best": best is not None and role == "search" and t.number == best.number,
-                        "points": _thin(json.loads(t.user_attrs.get("curve", "[]"))),
-                    }
+                    TrialCurve(
+                        cell=c.key,
+                        lr=lr_of(t),
+                        seed=int(t.user_attrs.get("seed", 0)),
+                        role=role,
+                        warmup=c.warmup_of(t),
+                        status=str(t.user_attrs.get("status", "failed")),
+                        best=best is not None and role == "search" and t.number == best.number,
+                        points=_thin(json.loads(t.user_attrs.get("curve", "[]"))),
+                    )
                 )
     for key, run, curve in running:
         out.append(
-            {
-                "cell": key,
-                "lr": run.lr,
-                "seed": run.seed,
-                "role": run.role,
-                "warmup": run.warmup,
-                "status": "running",
-                "best": False,
-                "points": _thin([list(p) for p in curve]),
-            }
+            TrialCurve(
+                cell=key,
+                lr=run.lr,
+                seed=run.seed,
+                role=run.role,
+                warmup=run.warmup,
+                status="running",
+                best=False,
+                points=_thin([list(p) for p in curve]),
+            )
         )
     return out
 

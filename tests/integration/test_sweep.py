@@ -136,7 +136,7 @@ def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, t
     first = run_sweep(
         spec,
         runtime=runtime,
-        on_progress=lambda p: done.append(p["trials_done"]),
+        on_progress=lambda p: done.append(p.trials_done),
         should_stop=lambda: bool(done) and done[-1] >= 2,
     )
     assert first.status == "cancelled"

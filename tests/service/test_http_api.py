@@ -272,7 +272,7 @@ def test_curves_are_the_drivers_and_stay_out_of_the_sweep_json(client: TestClien
     assert empty.status_code == 200 and empty.json()["trials"] == []
     wait_until(lambda: sweep_id in launcher.drivers, 10)
     curve = {"cell": "adamw/bs4", "lr": 3e-3, "seed": 0, "role": "search", "status": "running", "best": False,
-             "points": [[512, 5.1], [1024, 4.7]]}  # fmt: skip
+             "points": [[512, 5.1], [1024, 4.7]], "warmup": 0.05}  # fmt: skip
     launcher.set(sweep_id, progress={"trials_done": 0, "cells": [], "curves": [curve]})
     got = wait_until(lambda: (r := client.get(f"/sweeps/{sweep_id}/curves", headers=auth()).json())["trials"] and r, 10)
     assert got["trials"] == [curve] and got["status"] == "running" and got["revision"] >= 2

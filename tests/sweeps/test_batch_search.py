@@ -142,10 +142,10 @@ def test_a_resumed_search_rebuilds_its_cells_from_the_storage(monkeypatch: pytes
     assert again.grow() is False  # nothing left to decide: a resumed, finished search runs nothing
     assert again.report().optimizers == result.report.optimizers
     # the live page's curves: every recorded trial, its val loss against tokens, each cell's best marked
-    curves = again.progress()["curves"]
+    curves = again.progress().curves
     assert len(curves) == len(result.results)
-    assert all(0 < len(c["points"]) <= 40 and c["points"][-1][0] <= spec.trained_tokens for c in curves)
-    best = {c["cell"] for c in curves if c["best"]}
+    assert all(0 < len(c.points) <= 40 and c.points[-1][0] <= spec.trained_tokens for c in curves)
+    best = {c.cell for c in curves if c.best}
     assert best == {
         f"{opt}/bs{cell.batch_size}" for opt, r in result.report.optimizers.items() for cell in r.cells if cell.best_lr
     }

@@ -83,10 +83,10 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     s.on_trial_complete("t4", done(3.6))
     s.on_trial_complete("t5", done(3.62))
     assert s.states()["adamw/bs4"].finished
-    progress = s.progress()["cells"][0]
+    progress = s.progress().cells[0]
     # what users see live says which number it is: the search's minimum, or the confirmations' mean
-    assert progress["search_best_val_loss"] == 3.5
-    assert progress["confirmed_val_loss_mean"] == pytest.approx(3.61) and progress["seeds_done"] == 2
+    assert progress.search_best_val_loss == 3.5
+    assert progress.confirmed_val_loss_mean == pytest.approx(3.61) and progress.seeds_done == 2
 
     s.on_trial_complete("t6", done(3.8, status="running", tokens=2048))  # stopped by ASHA: pruned
     t6 = s.cells[1].study.trials[0]
@@ -101,8 +101,8 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     assert s.suggest("t11") == Searcher.FINISHED
     progress = s.progress()
     # 2 cells x (3 search + 2 confirmations), and the reference's one more search trial
-    assert progress["trials_done"] == progress["trials_total"] == 11
-    assert progress["cells_done"] == 2
+    assert progress.trials_done == progress.trials_total == 11
+    assert progress.cells_done == 2
 
 
 def test_a_suggest_reads_each_cells_trials_from_the_storage_once(
@@ -230,8 +230,8 @@ def test_a_line_search_step_follows_its_bracket_and_converges_early(storage: opt
     # converged after 5 of its 7 trials (6 + the reference's one more), confirmation runs follow
     confirm = s.suggest("t6")
     assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(optimum)
-    cell = s.progress()["cells"][0]
-    assert cell["search_done"] == cell["search_total"] == 5
+    cell = s.progress().cells[0]
+    assert cell.search_done == cell.search_total == 5
 
 
 def test_resume_counts_finished_trials_and_replaces_interrupted_ones(storage: optuna.storages.BaseStorage) -> None:
@@ -328,7 +328,7 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
     # interval is about [-3.6, 3.4]: undecided, so bs16 and its reference get 2 more runs (seeds 3, 4)
     seeds = [(c, seed) for c, role, seed in asked if role == "seed"]
     assert sorted(seeds) == [(c, k) for c in ("adamw/bs16", "adamw/bs4") for k in (1, 2, 3, 4)]
-    assert s.progress()["trials_total"] == 15 == len(asked)
+    assert s.progress().trials_total == 15 == len(asked)
 
 
 def test_adaptive_confirmation_stops_where_the_pairing_already_decides(storage: optuna.storages.BaseStorage) -> None:
@@ -426,7 +426,7 @@ def test_a_cell_whose_trials_run_out_of_memory_stops_after_two_and_says_why(
     assert s.states()["adamw/bs4"].finished
     third = s.suggest("t3")
     assert third is None or third["cell"] != "adamw/bs4"  # nothing more of the stopped cell
-    assert s.progress()["cells"][0]["stopped"] == why
+    assert s.progress().cells[0].stopped == why
     assert "adamw/bs4: stopped with no result: 2 of its trials ran out of memory" in " ".join(s.search_warnings())
     # read again from the storage (a resumed driver): still stopped
     again = CellSearcher(SweepSpec.from_yaml(SPEC), "unit", storage)

@@ -217,7 +217,7 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
     cell = resumed.states()["adamw/bs4"]
     assert cell.finished and cell.confirmed == [2.95, 2.96]
     progress = resumed.progress()
-    assert progress["trials_done"] == progress["trials_total"] == (3 + 1) + 2 + 2  # search, warm-ups, seeds
+    assert progress.trials_done == progress.trials_total == (3 + 1) + 2 + 2  # search, warm-ups, seeds
     report = resumed.report()
     cell = report.optimizers["adamw"].cells[0]
     assert (cell.warmup, cell.val_losses) == (0.2, [2.95, 2.96])
