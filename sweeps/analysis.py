@@ -340,8 +340,9 @@ def _verdict_rule(looks: int) -> str:
         "monotone in batch size and that each batch size is judged at the lr it confirmed. A size decided "
         "degraded at the edge of the answer is confirmed on the same seeds at a second lr (the nearest lr "
         "the search trained above its own, where that run read within seed noise and within the excess of "
-        "the search's own and seeds.max allows: lr_check) and judged at the better of the two lrs (the lower mean on the seeds both ran, "
-        "every run there completed), its fine claim at 1 - 0.05 / (2 x looks); its loss stays the one at its "
+        "the search's own and seeds.max allows: lr_check; a size whose best lr sits at a stability cliff, at "
+        "the other of the search's best two lrs, unasked) and judged at the better of the two lrs (the lower "
+        "mean on the seeds both ran, every run there completed), its fine claim at 1 - 0.05 / (2 x looks); its loss stays the one at its "
         "chosen lr. Where none ran, the bracket says its smallest degraded size holds at its chosen lr"
     )
 

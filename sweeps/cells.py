@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from sweeps.plan import PARABOLA_WINDOW, check_lr, neighbourhood, parabola_vertex
+from sweeps.plan import PARABOLA_WINDOW, check_lr, cliff_pair, neighbourhood, parabola_vertex
 from sweeps.results import TrialResult
 
 LR_REL_TOL = 1e-9  # seed runs match the best lr up to float round-off (it travels through JSON/MLflow)
@@ -83,6 +83,17 @@ def search_score(t: TrialResult) -> tuple[float, float, int] | None:
     return (t.val_loss, t.lr, t.number if t.number is not None else t.seed)
 
 
+def search_pair(trials: list[TrialResult]) -> tuple[float, float] | None:
+    """The search's best two lrs where its best sits at a cliff (`sweeps.plan.cliff_pair`), or None: the
+    confirmation seeds run at both, and the better judges the cell."""
+    best = pick_best(trials, search_score)
+    if best is None:
+        return None
+    done = [(t.lr, t.val_loss) for t in trials if (key := search_score(t)) is not None and math.isfinite(key[0])]
+    diverged = [t.lr for t in trials if t.role == "search" and t.status == "diverged"]
+    return cliff_pair(best.lr, done, diverged)  # type: ignore[arg-type]
+
+
 @dataclass
 class Cell:
     """One (optimizer, batch size) of a report, built whole by `make_cell` and not changed after: what it
@@ -97,8 +108,9 @@ class Cell:
     retreated_from: float | None = None  # the lowest lr above the best at which a confirmation run diverged
     warmup: int | float | None = None  # of the confirmation runs (None: the spec's own, not searched)
     warmups_tried: list[tuple[int | float | None, float | None]] = field(default_factory=list)  # at the best lr
-    # its second lr (`sweeps.plan.check_lr`) and the confirmation seeds run there: where better, they judge
-    # the cell (`sweeps.analysis`), never its loss (picking the lower of two means would bias it low)
+    # its second lr (`sweeps.plan.check_lr`: the other of the search's best two at a cliff, or a degraded
+    # verdict's check) and the confirmation seeds run there: where better, they judge the cell
+    # (`sweeps.analysis`), never its loss (picking the lower of two means would bias it low)
     check_lr: float | None = None
     check_runs: list[TrialResult] = field(default_factory=list)
 
@@ -205,8 +217,9 @@ def make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planne
             )
 
         cell.confirmations = runs_at(lr)
-        completed = [t.lr for t in trials if search_score(t) is not None]
-        cell.check_lr = check_lr(lr, completed, diverged)
+        cell.check_lr = check_lr(
+            lr, [t.lr for t in trials if search_score(t) is not None], diverged, search_pair(trials)
+        )
         cell.check_runs = runs_at(cell.check_lr) if cell.check_lr is not None else []
         # adaptive confirmation may have given this cell more runs than the minimum: all of them count
         cell.planned = max(planned, len(cell.confirmations))

@@ -258,15 +258,56 @@ def run_name(
     return name
 
 
-def check_lr(best_lr: float, completed: list[float], confirmations_diverged: list[float]) -> float | None:
-    """The second lr at which a cell decided degraded at `best_lr` is confirmed, or None.
+# A cell's best search lr sits at a cliff where a search trial above it diverged within this distance (in
+# ln lr), or at the next lr the search tried above it: the stability edge varies by seed, and one confirmation
+# run diverging there would move the cell to a lower lr with the seeds' budget partly spent
+CLIFF_GAP = 2 * PROBE_STEP
+
+
+def cliff_pair(best_lr: float, done: list[tuple[float, float]], diverged: list[float]) -> tuple[float, float] | None:
+    """The best two lrs of a search whose best lr sits at a cliff, or None.
+
+    `best_lr`: the search's best (`sweeps.cells.pick_best` of its completed trials); `done`: (lr, final val
+    loss) of its search trials trained to the end; `diverged`: the lrs of those that diverged. At a cliff
+    (the lowest diverged lr above `best_lr` is within CLIFF_GAP of it in ln lr, or no completed lr lies
+    between them), (`best_lr`, the completed lr other than it with the lowest loss: ties to the smaller lr);
+    None where no search trial diverged above it, or no other lr completed."""
+    cliff = min((d for d in diverged if d > best_lr * (1.0 + _TIE)), default=None)
+    if cliff is None:
+        return None
+    between = any(best_lr * (1.0 + _TIE) < lr < cliff * (1.0 - _TIE) for lr, _ in done)
+    if between and math.log(cliff / best_lr) > CLIFF_GAP + _TIE:
+        return None
+    others = [(loss, lr) for lr, loss in done if not math.isclose(lr, best_lr, rel_tol=_TIE)]
+    return (best_lr, min(others)[1]) if others else None
+
+
+def check_lr(
+    best_lr: float,
+    completed: list[float],
+    confirmations_diverged: list[float],
+    pair: tuple[float, float] | None = None,
+) -> float | None:
+    """The second lr at which a cell's confirmation seeds run again, or None.
 
     A verdict tests the loss at one lr; one that is too low (a stability edge the search stayed shy of)
-    makes a batch size read degraded when it is not. The check runs the cell's confirmation seeds again at
-    the nearest completed search lr above `best_lr` within 2 x PROBE_STEP (the reach in which the probe
-    counts a lower lr as near), below any lr at which a confirmation run diverged (that lr is known
-    unstable for some seed); `completed`: the lrs of the cell's search trials trained to the end."""
+    makes a batch size read degraded when it is not. Where the cell's lr `best_lr` is one of the search's
+    best two at a cliff (`pair`, `cliff_pair`), the other of them, below any lr at which a confirmation run
+    diverged (that lr is known unstable for some seed). Else, for a cell decided degraded at `best_lr`, the
+    nearest completed search lr above `best_lr` within 2 x PROBE_STEP (the reach in which the probe counts a
+    lower lr as near), below any lr at which a confirmation run diverged; `completed`: the lrs of the cell's
+    search trials trained to the end."""
     ceiling = min(confirmations_diverged, default=math.inf) * (1.0 - _TIE)
+    if pair is not None and (other := cliff_other(best_lr, pair)) is not None and other < ceiling:
+        return other
     reach = best_lr * math.exp(2 * PROBE_STEP) * (1.0 + _TIE)
     above = [lr for lr in completed if best_lr * (1.0 + _TIE) < lr < ceiling and lr <= reach]
     return min(above, default=None)
+
+
+def cliff_other(best_lr: float, pair: tuple[float, float]) -> float | None:
+    """The lr of `pair` (`cliff_pair`) other than `best_lr`; None where `best_lr` is neither of them."""
+    first, second = pair
+    if math.isclose(best_lr, first, rel_tol=_TIE):
+        return second
+    return first if math.isclose(best_lr, second, rel_tol=_TIE) else None

@@ -70,9 +70,9 @@ del _value, _parametrized
 
 class LrCheck(_Schema):
     """A cell's second lr (`sweeps.plan.check_lr`) and the confirmation seeds run there: a degraded verdict
-    at the bracket's edge is not left to one lr. Where every run there completed with a lower mean than at
-    best_lr on the seeds both ran, the cell's verdicts are judged there (`verdict_rule`); its loss stays the
-    one at best_lr."""
+    at the bracket's edge, or a best lr at a stability cliff (the other of the search's best two), is not
+    left to one lr. Where every run there completed with a lower mean than at best_lr on the seeds both ran,
+    the cell's verdicts are judged there (`verdict_rule`); its loss stays the one at best_lr."""
 
     lr: float
     search_val_loss: float  # the search's own run there (seed 0)

@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeps import plan
-from sweeps.analysis import ROLES, pick_stable, pick_warmup
+from sweeps.analysis import ROLES, pick_best, pick_stable, pick_warmup
 from sweeps.status import OUT_OF_MEMORY, RERUN_STATUSES, TrialStatus
 
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -317,13 +317,33 @@ class CellState:
         return lr
 
     @cached_property
+    def cliff_pair(self) -> tuple[float, float] | None:
+        """The search's best two lrs where its best sits at a cliff (`plan.cliff_pair`), once the search is
+        done; else None."""
+        if not self.search_done or self.searching:
+            return None
+        done = [(lr_of(t), float(t.value)) for t in self.read.completed("search") if t.value is not None]
+        best = pick_best(self.read.completed("search"), score)
+        if best is None:
+            return None
+        done = [(lr, loss) for lr, loss in done if math.isfinite(loss)]
+        diverged = [lr_of(t) for t in self.trials("search") if t.user_attrs.get("status") == TrialStatus.diverged]
+        return plan.cliff_pair(lr_of(best), done, diverged)
+
+    @cached_property
     def check_lr(self) -> float | None:
         """The cell's second lr (`plan.check_lr`, the analysis's own rule), or None."""
         lr = self.best_lr
         if lr is None:
             return None
         completed = [lr_of(t) for t in self.read.completed("search") if score(t)]
-        return plan.check_lr(lr, completed, self.read.confirmations_diverged)
+        return plan.check_lr(lr, completed, self.read.confirmations_diverged, self.cliff_pair)
+
+    @property
+    def at_cliff(self) -> bool:
+        """The second lr is the other of the search's best two at a cliff: its seeds run unasked."""
+        pair, lr, second = self.cliff_pair, self.best_lr, self.check_lr
+        return pair is not None and lr is not None and second is not None and plan.cliff_other(lr, pair) == second
 
     # ---- the runs wanted at the best lr ------------------------------------------------------------
 
@@ -366,9 +386,9 @@ class CellState:
 
     @cached_property
     def checks_wanted(self) -> tuple[int, ...]:
-        """Confirmation seeds wanted at the second lr once a check was asked for (`check`, or runs there
-        already: a resumed sweep): the seeds recorded or running at the best lr and not yet there, once
-        those at the best lr are all asked, as far as `headroom` allows."""
+        """Confirmation seeds wanted at the second lr at a cliff (`at_cliff`) or once a check was asked for
+        (`check`, or runs there already: a resumed sweep): the seeds recorded or running at the best lr and
+        not yet there, once those at the best lr are all asked, as far as `headroom` allows."""
         lr, second = self.best_lr, self.check_lr
         if lr is None or second is None or self.seeds_wanted or self.warmups_wanted:
             return ()
@@ -377,7 +397,7 @@ class CellState:
         warmup = self.best_warmup
         runs = [r for r in self.reruns("seed") if r.warmup == warmup]
         there = self.seeds_recorded(second, warmup) | {r.seed for r in runs if same_lr(r.lr, second)}
-        if not self.check and not there:
+        if not self.check and not self.at_cliff and not there:
             return ()
         first = self.seeds_recorded(lr, warmup) | {r.seed for r in runs if same_lr(r.lr, lr)}
         return tuple(sorted(first - there)[: self.headroom])

@@ -590,7 +590,8 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
     `verdict_rule` with them; the search case's `batch_search.start`, new (null: the search stepped up from
     its min); every cell's `lr_check` (its second lr and the search's run there, no runs: null where no
     completed lr lies within reach above), every bracket's `lr_checked`, new, and `verdict_rule` saying how
-    a check judges (no verdict moved). The data is of schema 2: the model's report is compared with it as
+    a check judges (no verdict moved); `verdict_rule` naming the second lr of a best lr at a cliff (no other
+    value moved). The data is of schema 2: the model's report is compared with it as
     `upgrade_report` makes it schema 3 (`token_budget` gone into `trained_tokens`, each optimizer's
     `target_loss` added), every other value as stored."""
     data = json.loads((Path(__file__).parent / "data" / "report_baseline.json").read_text())[case]

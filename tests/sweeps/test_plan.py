@@ -4,12 +4,14 @@ import pytest
 
 from sweeps.plan import (
     BRACKET_STEP,
+    CLIFF_GAP,
     PROBE_STEP,
     REFERENCE_NARROW,
     VERTEX_MIN_GAP,
     cell_key,
     cell_order,
     check_lr,
+    cliff_pair,
     coarse_lrs,
     neighbourhood,
     next_search_lr,
@@ -178,6 +180,36 @@ def test_a_degraded_verdict_is_checked_at_the_nearest_completed_lr_above_within_
     assert check_lr(1e-3, [1e-3, 1.2e-3, 1.4e-3], [1.4e-3]) == pytest.approx(1.2e-3)
     # nothing completed above: no check
     assert check_lr(1e-3, [5e-4, 1e-3], []) is None
+
+
+def test_a_best_lr_at_a_cliff_pairs_with_the_next_best_completed_lr() -> None:
+    assert CLIFF_GAP == 0.5
+    done = [(1e-3, 3.2), (2e-3, 3.1), (4e-3, 3.05)]
+    # the next lr tried above the best diverged: the best and the completed lr with the next lowest loss
+    assert cliff_pair(4e-3, done, [8e-3]) == (4e-3, 2e-3)
+    assert cliff_pair(4e-3, done, [8e-3, 1.6e-2, 5e-4]) == (4e-3, 2e-3)
+    # a completed lr between the best and the divergence: a cliff only within CLIFF_GAP of the best
+    near, step = 4e-3 * math.exp(0.2), [*done, (4e-3 * math.exp(0.2), 3.07)]
+    assert cliff_pair(4e-3, step, [4e-3 * math.exp(0.49)]) == (4e-3, near)  # 3.07 < 3.1: the nearer one
+    assert cliff_pair(4e-3, step, [4e-3 * math.exp(0.51)]) is None
+    # nothing diverged above the best, or nothing else completed: no pair
+    assert cliff_pair(4e-3, done, []) is None
+    assert cliff_pair(4e-3, done, [5e-4]) is None
+    assert cliff_pair(4e-3, [(4e-3, 3.05)], [8e-3]) is None
+    # a tie in loss goes to the smaller lr
+    assert cliff_pair(4e-3, [(1e-3, 3.1), (2e-3, 3.1), (4e-3, 3.0)], [8e-3]) == (4e-3, 1e-3)
+
+
+def test_a_cell_at_a_cliff_checks_the_other_of_its_pair_below_any_diverged_confirmation() -> None:
+    completed, pair = [1e-3, 2e-3, 4e-3], (4e-3, 2e-3)
+    # at the search's best: the other of the pair, whatever a degraded check would take (nothing above)
+    assert check_lr(4e-3, completed, [], pair) == 2e-3
+    # a confirmation run diverged at the best and the cell retreated to the other: the best is known
+    # unstable, and the rule for a degraded verdict applies (nothing completed above within reach below it)
+    assert check_lr(2e-3, completed, [4e-3], pair) is None
+    assert check_lr(2e-3, completed, [], pair) == 4e-3  # no divergence: the pair's other, above
+    # a cell whose lr is neither of the pair (retreated past both): the degraded verdict's rule
+    assert check_lr(1e-3, [1e-3, 1.4e-3, 2e-3], [2e-3], pair) == pytest.approx(1.4e-3)
 
 
 def test_warm_start_refuses_nonsense() -> None:

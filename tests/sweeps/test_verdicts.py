@@ -570,6 +570,98 @@ def test_a_sweep_confirms_a_degraded_boundary_at_the_lr_above_where_its_seeds_al
         assert cell.trials <= cell_search_trials(6, reference=False) + spec.seeds_max  # within what the dry run priced
 
 
+def test_a_cell_at_a_cliff_is_judged_at_the_better_of_the_search_s_best_two_lrs() -> None:
+    """32's search trained 7e-4 (3.07) and 1e-3 (3.06) and diverged at 2e-3, the next lr it tried above:
+    its best lr sits at a cliff, and the same seeds run at both lrs. The cell is judged at the lower mean
+    (fine at 7e-4 where 1e-3 reads degraded), its fine claim at the level of two lrs, its loss the one at
+    1e-3. Where a seed diverges at 1e-3, the cell retreats to 7e-4, whose seeds all ran: stable, judged there."""
+    seed_effect = [0.03, -0.02, 0.01, -0.01]
+    results = rows({b: [3.0 + e for e in seed_effect] for b in (8, 16)})
+    results += [
+        TrialResult("adamw", 32, lr, 0, "search", status, loss, 1, 1, number=i)
+        for i, (lr, status, loss) in enumerate(
+            [(7e-4, "completed", 3.07), (1e-3, "completed", 3.06), (2e-3, "diverged", None)]
+        )
+    ]
+
+    def seeds(lr: float, mean: float, diverged: int | None = None) -> list[TrialResult]:
+        return [
+            TrialResult("adamw", 32, lr, s, "seed", "diverged", None, 1, 1)
+            if s == diverged
+            else TrialResult("adamw", 32, lr, s, "seed", "completed", mean + e, 1, 1)
+            for s, e in enumerate(seed_effect, start=1)
+        ]
+
+    report = build_report(results + seeds(1e-3, 3.075), inputs=inputs(seeds=4, batches=(8, 16, 32)))
+    cell = report.optimizers["adamw"].cells[2]
+    assert cell.lr_check is not None and cell.lr_check.lr == 7e-4 and cell.lr_check.runs == 0
+    assert cells(report) == {8: "fine", 16: "fine", 32: "degraded"}
+    report = build_report(results + seeds(1e-3, 3.075) + seeds(7e-4, 3.0), inputs=inputs(seeds=4, batches=(8, 16, 32)))
+    cell = report.optimizers["adamw"].cells[2]
+    assert cells(report) == {8: "fine", 16: "fine", 32: "fine"}
+    assert cell.best_lr == 1e-3 and cell.val_loss_mean == pytest.approx(3.0775) and cell.lr_check.runs == 4  # type: ignore[union-attr]
+    ref = {s: 3.0 + e for s, e in enumerate(seed_effect, start=1)}
+    upper = paired_diff_ci(ref, ref, 1.01, verdict_level(1, 2))  # 7e-4 reads as the reference, by seed
+    assert cell.verdict_diff_ci.self[1] == pytest.approx(upper[2])  # type: ignore[index]
+    assert cells_to_check(report) == []
+    # seed 2 diverged at 1e-3: the cell retreats to 7e-4, where its 4 seeds ran; no second lr is left
+    report = build_report(
+        results + seeds(1e-3, 3.0, diverged=2) + seeds(7e-4, 3.0), inputs=inputs(seeds=4, batches=(8, 16, 32))
+    )
+    cell = report.optimizers["adamw"].cells[2]
+    assert cell.best_lr == 7e-4 and cell.retreated_from_lr == 1e-3 and cell.stable and cell.seeds == 4
+    assert cell.lr_check is None and cells(report) == {8: "fine", 16: "fine", 32: "fine"}
+
+
+@pytest.mark.parametrize("edge", [6e-3, 5e-3], ids=["stable", "seed-2-diverges"])
+def test_a_sweep_whose_best_lr_sits_at_a_cliff_runs_its_seeds_at_the_search_s_best_two(edge: float) -> None:
+    """The loss falls with the lr up to a stability edge at 6e-3 (seed 2's at `edge`): the search's best,
+    5.68e-3, has the next lr it tried above, 7.21e-3, diverged, and the same seeds run at it and at the
+    search's second best, 4.48e-3, within `seeds.max`. Where every seed completes at 5.68e-3 the cell stays
+    there with 4.48e-3 as its second lr; where seed 2 diverges there, the cell retreats to 4.48e-3, whose
+    seeds all ran: stable, with no run beyond the ones the cliff asked for."""
+    spec = SweepSpec.from_mapping(
+        tiny_spec(
+            "cliff",
+            optimizers=[{"name": "adamw"}],
+            batch_sizes=[4],
+            token_budget=8 * 32 * 8,
+            eval_every_tokens=None,
+            lr={"min": 1e-4, "max": 3e-2, "trials_per_batch_size": 6},
+            seeds={"min": 2, "max": 4, "step": 2},
+            degradation={"tolerance": 0.01, "baseline": "adamw"},
+        )
+    )
+
+    def objective(run: Run) -> list[float]:
+        final = 3.0 - 0.02 * math.log(run.lr / 1e-4)
+        if run.lr > (edge if run.seed == 2 else 6e-3):
+            return [final] + [math.inf] * (len(run.eval_tokens) - 1)
+        return [final * (1 + 0.2 * (1 - t / run.eval_tokens[-1])) for t in run.eval_tokens]
+
+    result = simulate(spec, objective)
+    cell = result.report.optimizers["adamw"].cells[0]
+    best, second = 5.68365e-3, 4.4814e-3
+    diverged = sorted(t.lr for t in result.results if t.role == "search" and t.status == "diverged")
+    assert diverged == [pytest.approx(7.20843e-3, rel=1e-5), pytest.approx(1.15949e-2, rel=1e-5)]
+    seeds = sorted((round(t.lr, 8), t.seed, t.status) for t in result.results if t.role == "seed")
+    stable = edge == 6e-3
+    assert seeds == [
+        (round(second, 8), 1, "completed"),
+        (round(second, 8), 2, "completed"),
+        (round(best, 8), 1, "completed"),
+        (round(best, 8), 2, "completed" if stable else "diverged"),
+    ]
+    assert cell.stable and cell.seeds == 2 and cell.trials == 11  # 7 search + 2 seeds at each of the two
+    if stable:
+        assert cell.best_lr == pytest.approx(best, rel=1e-5) and cell.retreated_from_lr is None
+        assert cell.lr_check is not None and cell.lr_check.lr == pytest.approx(second, rel=1e-5)
+        assert cell.lr_check.runs == 2 and cell.lr_check.diverged == 0
+    else:
+        assert cell.best_lr == pytest.approx(second, rel=1e-5) and cell.lr_check is None
+        assert cell.retreated_from_lr == pytest.approx(best, rel=1e-5)
+
+
 def test_the_bracket_in_words() -> None:
     assert describe_bracket({"largest_fine": 32, "smallest_degraded": 64}) == "fine up to 32, degraded from 64"
     assert describe_bracket({"largest_fine": 8}) == "fine up to 8; nothing larger decided degraded"
