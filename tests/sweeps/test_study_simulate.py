@@ -52,14 +52,14 @@ def law_objective(seen: set[tuple[int, int]]) -> Callable[[Run], list[float]]:
     return objective
 
 
-def test_a_study_is_rehearsed_scale_by_scale_and_its_law_comes_back() -> None:
-    study = law_study()
+def test_a_study_is_rehearsed_scale_by_scale_its_law_comes_back_and_the_target_confirms_it() -> None:
+    """One rehearsal, with the confirmation at the target (`confirm: true`; off by default)."""
+    assert law_study().confirm is False
+    study = law_study(confirm=True)
     seen: set[tuple[int, int]] = set()
-    objective = law_objective(seen)
-
-    rehearsal = simulate_study(study, objective, seed=1)
+    rehearsal = simulate_study(study, law_objective(seen), seed=1)
     assert [spec.trained_tokens for spec, _ in rehearsal.scales] == list(BUDGETS)  # smallest first
-    assert {b for _, b in seen} == set(BUDGETS) and all(p > 0 for p, _ in seen)  # each run saw its scale
+    assert {b for _, b in seen} == {*BUDGETS, 4 * BUDGETS[-1]} and all(p > 0 for p, _ in seen)  # each its scale
     for spec, result in rehearsal.scales:
         bracket = result.report.optimizers["adamw"].bracket.self
         want = max(b for b in spec.batch_sizes if b <= critical(spec.trained_tokens))
@@ -69,16 +69,12 @@ def test_a_study_is_rehearsed_scale_by_scale_and_its_law_comes_back() -> None:
     assert isinstance(law, BatchLaw), law
     lo, hi = law.tokens_interval
     assert lo <= 0.5 <= hi and 0.3 < law.tokens_exponent < 0.7  # the objective's exponent, from 3 brackets
-    assert rehearsal.confirmation is None and rehearsal.confirmed() == []  # confirm is off by default
 
-
-def test_predict_then_confirm_trains_the_target_only_around_the_prediction_and_says_it_held() -> None:
-    rehearsal = simulate_study(law_study(confirm=True), law_objective(set()), seed=1)
+    # predict, then confirm: the target's sweep at the reference and the sizes on each side of the prediction
     assert rehearsal.confirmation is not None
     spec, result = rehearsal.confirmation
-    (law,) = [law for law in rehearsal.laws() if law.optimizer == "adamw"]
-    assert law.predicted is not None and 32 <= law.predicted.value < 64  # critical(target) = 44.8
-    # the target's sweep, at the reference and the sizes on each side of the prediction: 3 of its 5 sizes
+    (predicted,) = [law for law in rehearsal.laws() if law.optimizer == "adamw"]
+    assert predicted.predicted is not None and 32 <= predicted.predicted.value < 64  # critical(target) = 44.8
     assert spec.name == "rehearse-confirm" and spec.trained_tokens == 4 * BUDGETS[-1]
     assert spec.batch_sizes == [4, 32, 64] and result.trials < sum(r.trials for _, r in rehearsal.scales)
     (confirmed,) = rehearsal.confirmed()
