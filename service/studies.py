@@ -100,9 +100,10 @@ async def submit(
     return row
 
 
-def summary(store: Store, row: StudyRow) -> StudySummary:
-    """The study with each scale's sweep and its status ("pending": not created yet). Blocking."""
-    study = StudySpec.model_validate(row.spec)
+def summary(store: Store, row: StudyRow, study: StudySpec | None = None) -> StudySummary:
+    """The study with each scale's sweep and its status ("pending": not created yet). Blocking. `study`: its
+    spec validated already (a stream reads the study often; its spec never changes)."""
+    study = study or StudySpec.model_validate(row.spec)
     specs = study.sweep_specs()
     ids = [row.sweep_id(i) for i in range(1, len(specs) + 1)]
     statuses = store.statuses(ids)
@@ -256,16 +257,10 @@ class StudyRunner:
         """Fit, record and store the study's laws; on a failure (MLflow away) the next pass tries again."""
         try:
             from dashboards.study import publish_study
-            from sweeps.law import study_laws
-            from sweeps.study import law_params
+            from sweeps.study import fit_laws
             from sweeps.study_record import record_study
 
-            specs = [spec for spec, _ in done]
-            params = law_params(specs)
-            target = study.target_spec()
-            at = None if params[0] is None else float(target.model.parameters(target.data.vocab_size))
-            loaded = [(report, p) for (_, report), p in zip(done, params, strict=True)]
-            laws = [law for ref in REFERENCES for law in study_laws(loaded, float(target.trained_tokens), at, ref)]
+            laws = [law for ref in REFERENCES for law in fit_laws(study.target_spec(), done, ref)]
             named = study.model_copy(update={"name": row.id})  # its MLflow experiment: one per study submitted
             scales = [(row.sweep_id(i), report) for i, (_, report) in enumerate(done, 1)]
             run_id = record_study(self.settings.tracking_uri, named, scales, laws)

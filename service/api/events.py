@@ -36,6 +36,7 @@ from service.api.sessions import COOKIE
 from service.models import SweepSummary
 from service.settings import Settings
 from service.store.database import Store, SweepStatus
+from sweeps.study import StudySpec
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,14 @@ Reading = tuple[Hashable, BaseModel, str, bool]
 
 
 async def _events(
-    request: Request, settings: Settings, version: Callable[[], Hashable | None], read: Callable[[], Reading | None]
+    request: Request,
+    settings: Settings,
+    version: Callable[[], Hashable | None] | None,
+    read: Callable[[], Reading | None],
 ) -> AsyncIterator[ServerSentEvent]:
     """The stream of one thing: `version()` (cheap, in a worker thread) every `sse_interval_s`, and `read()`
-    only when it moved; `progress` events, then one `end`."""
+    only when it moved; without a `version`, `read()` every interval, its own version deciding. `progress`
+    events, then one `end`."""
     yield ServerSentEvent(retry=RETRY_MS)
     seen: Hashable | None = None
     last_sent = time.monotonic()
@@ -66,11 +71,16 @@ async def _events(
             if await web_session(request, cookie) is None:
                 return
             checked = time.monotonic()
-        now = await anyio.to_thread.run_sync(version)
+        if version is None:
+            reading = await anyio.to_thread.run_sync(read)
+            now = reading[0] if reading is not None else None
+        else:
+            reading, now = None, await anyio.to_thread.run_sync(version)
         if now is None:  # deleted under us
             return
         if now != seen:
-            reading = await anyio.to_thread.run_sync(read)
+            if reading is None:
+                reading = await anyio.to_thread.run_sync(read)
             if reading is None:
                 return
             seen, data, event_id, final = reading
@@ -104,20 +114,21 @@ def study_events(request: Request, store: Store, settings: Settings, study_id: s
     own progress is its sweep's stream); `end` when the study is final. Its id, `<revision>.<step>`, grows
     with both (`step`: each scale counted 0 pending, 1 queued, 2 running, 3 final)."""
 
+    spec: list[StudySpec] = []  # validated once a stream: a study's spec never changes
+
     def read() -> Reading | None:
         row = store.get_study(study_id)
         if row is None:
             return None
-        summary = studies.summary(store, row)
+        if not spec:
+            spec.append(StudySpec.model_validate(row.spec))
+        summary = studies.summary(store, row, spec[0])
         step = sum(_STEP.get(scale.status, 3) for scale in summary.scales)
         final = SweepStatus(summary.status).final
         return (summary.revision, step), summary, f"{summary.revision}.{step}", final
 
-    def version() -> Hashable | None:
-        reading = read()
-        return None if reading is None else reading[0]
-
-    return _events(request, settings, version, read)
+    # no cheaper version than the reading itself: the scales' statuses are in other rows
+    return _events(request, settings, None, read)
 
 
 _STEP = {"pending": 0, SweepStatus.queued.value: 1, SweepStatus.running.value: 2}
