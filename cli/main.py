@@ -209,10 +209,9 @@ def study(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from dashboards.study import publish_study
     from sweeps.analysis import read_report
-    from sweeps.law import study_laws
     from sweeps.layout import study_experiment
     from sweeps.settings import runtime_from_env
-    from sweeps.study import law_params, transferred
+    from sweeps.study import fit_laws, transferred
     from sweeps.study_record import record_study
 
     _check_against(against)
@@ -223,9 +222,8 @@ def study(
     folder = out or Path(f"{plan.name}-reports")
     specs = plan.sweep_specs()
     target = plan.target_spec()
-    params = law_params(specs)
     runtime = runtime_from_env(data_dir)
-    loaded, done = [], []
+    done: list[tuple[Any, Any]] = []
     for i, spec in enumerate(specs, 1):
         if plan.transfer:  # the batch-axis search starts where the smaller scales predict (sweeps.study)
             spec = transferred(spec, done)
@@ -235,13 +233,9 @@ def study(
         else:
             console.rule(f"scale {i} of {len(specs)}: {spec.model.preset or 'custom'}, {spec.trained_tokens:,} tokens")
             _run_one(spec, spec.name, runtime, path)
-        report = read_report(json.loads(path.read_text()))
-        loaded.append((report, params[i - 1]))
-        done.append((spec, report))
-    # the target's model size where the law has one (the scales' sizes decide: law_params)
-    target_params = None if params[0] is None else float(target.model.parameters(target.data.vocab_size))
+        done.append((spec, read_report(json.loads(path.read_text()))))
     console.rule(f"the law, predicted at {target.trained_tokens:,} tokens ({target.model.preset or 'custom'})")
-    laws = study_laws(loaded, float(target.trained_tokens), target_params, against)
+    laws = fit_laws(target, done, against)  # in the model size too where the scales have two or more
     _print_law(laws)
     confirmations = _confirm(plan, laws, runtime, folder) if plan.confirm else []
     scales = [(s.name, report) for s, report in done]

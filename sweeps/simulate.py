@@ -248,15 +248,11 @@ class StudySimulation:
 
     def laws(self, against: str = "baseline") -> list[Any]:
         """The study's laws (`sweeps.law.study_laws`) at its target, as `sweeps study` fits them."""
-        from sweeps.law import study_laws
-        from sweeps.study import law_params
+        from sweeps.study import fit_laws
 
-        if (target := self.target) is None:
+        if self.target is None:
             raise ValueError("a StudySimulation without its target has no laws: simulate_study sets it")
-        params = law_params([spec for spec, _ in self.scales])
-        target_params = None if params[0] is None else float(target.model.parameters(target.data.vocab_size))
-        loaded = [(r.report, p) for (_, r), p in zip(self.scales, params, strict=True)]
-        return study_laws(loaded, float(target.trained_tokens), target_params, against)
+        return fit_laws(self.target, [(spec, r.report) for spec, r in self.scales], against)
 
     def confirmed(self, against: str = "baseline") -> list[Any]:
         """The laws judged against the confirmation sweep (`sweeps.law.confirm_laws`); [] without one."""

@@ -49,6 +49,7 @@ __all__ = [
     "StudySpec",
     "SweepPrice",
     "confirm_spec",
+    "fit_laws",
     "is_study",
     "law_params",
     "price_study",
@@ -260,6 +261,18 @@ def law_params(specs: Sequence[SweepSpec]) -> list[float | None]:
     law is then in tokens alone)."""
     sizes = [float(s.model.parameters(s.data.vocab_size)) for s in specs]
     return sizes if len(set(sizes)) > 1 else [None] * len(sizes)
+
+
+def fit_laws(target: SweepSpec, done: Sequence[tuple[SweepSpec, Report]], against: str) -> list[OptimizerLaw]:
+    """The laws of a study's finished scales (`done`: each sweep's spec and report, smallest first) against
+    `against`, predicted at `target` (its model size too where the scales have two or more: `law_params`):
+    `sweeps.law.study_laws`, as `sweeps study`, the service and `simulate_study` fit them."""
+    from sweeps.law import study_laws
+
+    params = law_params([spec for spec, _ in done])
+    at = None if params[0] is None else float(target.model.parameters(target.data.vocab_size))
+    loaded = [(report, p) for (_, report), p in zip(done, params, strict=True)]
+    return study_laws(loaded, float(target.trained_tokens), at, against)
 
 
 def transferred(spec: SweepSpec, earlier: Sequence[tuple[SweepSpec, Report]]) -> SweepSpec:
