@@ -821,6 +821,11 @@ def list_sweeps(
     console.print(t)
 
 
+def _done_of(done: int, total: int | None) -> str:
+    """Runs done against those planned ("3/6"), or done alone ("3") where none are planned yet."""
+    return str(done) if total is None else f"{done}/{total}"
+
+
 @app.command()
 def status(
     sweep_id: str = typer.Argument(...),
@@ -844,12 +849,12 @@ def status(
     for c in progress.cells:
         t.add_row(
             c.cell,
-            f"{c.search_done}/{c.search_total}",
-            f"{c.seeds_done}/{c.seeds_total}",
+            _done_of(c.search_done, c.search_total),
+            _done_of(c.seeds_done, c.seeds_total),
             f"{c.best_lr:.2e}" if c.best_lr else "-",
             f"{c.search_best_val_loss:.4f}" if c.search_best_val_loss is not None else "-",
             f"{c.confirmed_val_loss_mean:.4f}" if c.confirmed_val_loss_mean is not None else "-",
-            "yes" if c.finished else "",
+            f"stopped: {c.stopped}" if c.stopped else "yes" if c.finished else "",
         )
     console.print(t)
     if s.get("error"):

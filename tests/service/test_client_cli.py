@@ -149,3 +149,12 @@ def test_without_a_token_the_client_says_so(
     assert out.exit_code == 2 and "no token" in out.output
     out = CliRunner().invoke(app, ["list", "--url", fake_server.url, "--token", "wrong"])
     assert out.exit_code == 1 and "401 unauthorized" in out.output
+
+
+def test_status_counts_runs_done_against_those_planned_and_only_those() -> None:
+    from cli.main import _done_of
+
+    assert _done_of(3, 6) == "3/6"
+    assert _done_of(0, 0) == "0/0"
+    # a cell nothing is planned for yet (a search of the batch axis has not sized it) reads its count alone
+    assert _done_of(2, None) == "2"
