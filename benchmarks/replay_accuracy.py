@@ -16,8 +16,10 @@ analysis's rule), whose own uncertainty is stated: the share of bootstrap resamp
   95 % interval;
 - bracket: the report's bracket [largest_fine, smallest_degraded) holds the truth;
 - tokens: the sweep's tokens against a 12-lr x 2-seed grid of the same cells trained to their budget;
-- the peers on the same problem and the same replayed seeds: the grid itself (`grid_report`) and per-cell
-  TPE with the search's trials and the first confirmation runs (`tpe_report`).
+- the peers on the same problem and the same replayed seeds: the grid itself (`grid_report`), per-cell
+  TPE with the search's trials and the first confirmation runs (`tpe_report`), and the noise ceiling: 8
+  recorded runs at each cell's true best lr (`ceiling_report`), what seed noise alone leaves of the answer;
+- the target per configuration and for all together: right >= max(the grid's + 0.03, the ceiling's - 0.02).
 
 Only batch sizes the recording holds whole (every lr at `seeds` seeds and phase 2 done, for every optimizer
 swept) are drawn from: a partial recording gives smaller problems, said in the output. The last line gives the figures for
@@ -47,8 +49,9 @@ from sweeps.spec import SweepSpec  # noqa: E402
 GRID = HERE / "real_runs" / "grid.yaml"
 TOLERANCES = (0.005, 0.01, 0.02)
 REFERENCES = ("self", "baseline")
-# per answer (right, covered, tight, grid, tpe) or per problem (tokens, truth): what each configuration reports
-FIGURES = ("right", "covered", "tight", "tokens", "truth", "grid", "tpe")
+# per answer (right, covered, tight, grid, tpe, ceiling) or per problem (tokens, truth): what each configuration
+# reports
+FIGURES = ("right", "covered", "tight", "tokens", "truth", "grid", "tpe", "ceiling")
 
 
 def wilson(hits: int, n: int) -> tuple[float, float]:
@@ -188,6 +191,52 @@ def tpe_report(rec: Recording, spec: SweepSpec, seed_offset: int, sampler_seed: 
     return build_report(results, inputs=AnalysisInput.from_spec(spec))
 
 
+ORACLE_SEEDS = 8  # the noise ceiling's runs a cell, at the truth's lr
+
+
+def ceiling_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> tuple[Any, int]:
+    """The noise ceiling on the same problem and replayed seeds: every cell trains at the truth's lr
+    (`Recording.best`: its best stable lr at its most seeds, wherever the user's range lies) the sweep's seeds
+    1..ORACLE_SEEDS, each played as the sweep's seeds are (seed s: the lr's recorded seed (s + offset) mod n, n
+    the seeds recorded there), so ORACLE_SEEDS distinct recorded runs, or all n where the lr has fewer; one
+    search entry at that lr (their mean) and the runs as its samples, judged by the same report builder. No
+    run there diverged (the truth's lr is one where none did). A cell with no stable lr gets no runs. The
+    runs are among those the truth averages, so the ceiling shares part of the truth's own noise. Returns the
+    report and the number of cells given fewer than ORACLE_SEEDS runs."""
+    from sweeps.analysis import AnalysisInput, TrialResult, build_report
+
+    tokens = spec.trained_tokens
+    results: list[TrialResult] = []
+    short = 0
+    for number, (opt, b) in enumerate(spec.cells()):
+        lr, _ = rec.best(opt, b)
+        if math.isnan(lr):
+            short += 1
+            continue
+        seeds = range(1, min(ORACLE_SEEDS, len(rec.cells[(opt, b)][lr])) + 1)
+        short += len(seeds) < ORACLE_SEEDS
+        runs = [
+            TrialResult(opt, b, lr, s, "seed", "completed", rec.run(opt, b, lr, s + seed_offset)(tokens), tokens, 1)
+            for s in seeds
+        ]
+        mean = statistics.fmean(r.val_loss for r in runs)  # type: ignore[misc]
+        results += [TrialResult(opt, b, lr, 0, "search", "completed", mean, 0, 0, number=number), *runs]
+    return build_report(results, inputs=AnalysisInput.from_spec(spec)), short
+
+
+def judged(hits: list[float]) -> str:
+    """A share of answers and its Wilson 95 % interval."""
+    lo, hi = wilson(int(sum(hits)), len(hits))
+    return f"{statistics.fmean(hits):.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def target_line(out: dict[str, list[float]]) -> str:
+    """The issue's target, right >= max(grid + 0.03, ceiling - 0.02), and whether the searcher meets it."""
+    right, grid, ceiling = (statistics.fmean(out[k]) for k in ("right", "grid", "ceiling"))
+    target = max(grid + 0.03, ceiling - 0.02)
+    return f"right >= max(grid + 0.03, ceiling - 0.02) = {target:.3f}: {'met' if right >= target else 'MISSED'}"
+
+
 def truth_agreement(rec: Recording, d: Drawn, optimizers: list[str], resamples: int = 100) -> float:
     """Share of bootstrap resamples of the recorded seeds (within each lr) whose truth equals the full data's."""
     rng = random.Random(1000 + d.seed)
@@ -217,6 +266,7 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
     lo = min(grid["lrs"][o]["min"] for o in optimizers)
     hi = max(grid["lrs"][o]["max"] for o in optimizers)
     out: dict[str, list[float]] = {k: [] for k in FIGURES}
+    short = 0
     for k in range(problems):
         d = draw(k, whole, lo, hi)
         spec = spec_of(name, grid["configs"][name], optimizers, d)
@@ -224,7 +274,13 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
         truth = sub.truth(d.tolerance, optimizers[0], optimizers)
         out["truth"].append(truth_agreement(sub, d, optimizers))
         result = simulate(spec, replay_objective(sub, seed_offset=d.seed), seed=d.seed)
-        peers = {"grid": grid_report(sub, spec, d.seed), "tpe": tpe_report(sub, spec, d.seed, d.seed)}
+        ceiling, missing = ceiling_report(sub, spec, d.seed)
+        short += missing
+        peers = {
+            "grid": grid_report(sub, spec, d.seed),
+            "tpe": tpe_report(sub, spec, d.seed, d.seed),
+            "ceiling": ceiling,
+        }
         out["tokens"].append(result.tokens_trained / (len(optimizers) * len(d.sizes) * 12 * 2 * spec.trained_tokens))
         for opt in optimizers:
             report = result.report.optimizers[opt]
@@ -251,6 +307,11 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
         f"12x2 grid {statistics.fmean(out['tokens']):.2f}; the truth itself stable in "
         f"{statistics.fmean(out['truth']):.2f} of seed resamples"
     )
+    print(
+        f"  {name}: right {judged(right)}, the 12 x 2 grid {judged(out['grid'])}, TPE per cell {judged(out['tpe'])}, "
+        f"the {ORACLE_SEEDS}-seed noise ceiling {judged(out['ceiling'])}; {target_line(out)}"
+        + (f"; {short} cells had fewer than {ORACLE_SEEDS} recorded seeds at the truth's lr" if short else "")
+    )
     return out
 
 
@@ -275,7 +336,8 @@ def main() -> None:
         f"{statistics.fmean(totals['tpe']):.3f}), bracket {statistics.fmean(totals['covered']):.3f} (target >= 0.95), tight "
         f"{statistics.fmean(totals['tight']):.3f}, tokens vs the 12x2 "
         f"grid {statistics.fmean(totals['tokens']):.2f} (target <= 0.5), truth stable "
-        f"{statistics.fmean(totals['truth']):.2f}"
+        f"{statistics.fmean(totals['truth']):.2f}; noise ceiling {judged(totals['ceiling'])}, grid "
+        f"{judged(totals['grid'])}, TPE {judged(totals['tpe'])}; {target_line(totals)}"
     )
 
 

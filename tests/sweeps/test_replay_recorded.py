@@ -80,3 +80,24 @@ def test_the_recording_is_swept_end_to_end() -> None:
         for cell in tpe.optimizers[opt].cells:
             assert spec.lr.min <= cell.best_lr <= spec.lr.max and cell.seeds == spec.seeds_min
             assert cell.trials == spec.lr.trials_per_batch_size + spec.seeds_min
+
+
+def test_the_noise_ceiling_trains_the_truths_lr_at_the_sweeps_replayed_seeds() -> None:
+    replay = benchmark_module("replay_accuracy")
+    config, optimizers = "nano-t64", ["adamw", "merit"]
+    drawn = replay.Drawn((4, 8), 1e-4, 0.3, 0.01, seed=5)
+    spec = replay.spec_of(config, GRID["configs"][config], optimizers, drawn)
+    rec = replay.subset(Recording.load(RUNS / f"{config}.jsonl"), optimizers, drawn.sizes)
+    # adamw at 4 keeps 3 recorded seeds at every lr, so 3 at the truth's lr
+    rec.cells[("adamw", 4)] = {lr: dict(sorted(by_seed.items())[:3]) for lr, by_seed in rec.cells[("adamw", 4)].items()}
+    report, short = replay.ceiling_report(rec, spec, seed_offset=drawn.seed)
+    assert short == 1
+    for opt in optimizers:
+        for cell in report.optimizers[opt].cells:
+            lr = rec.best(opt, cell.batch_size)[0]
+            recorded = rec.cells[(opt, cell.batch_size)][lr]
+            seeds = sorted(recorded)
+            # seed s plays recorded seed (s + 5) mod n, as in the sweep: 8 distinct runs, or all 3 kept
+            want = [recorded[seeds[(s + 5) % len(seeds)]].final for s in range(1, min(8, len(seeds)) + 1)]
+            assert cell.best_lr == lr and cell.val_losses == want and len(set(want)) == len(want)
+    assert len(report.optimizers["adamw"].cells[0].val_losses) == 3
