@@ -1,18 +1,24 @@
-"""Does a study's transfer save tokens without losing accuracy? Each scale's batch-axis search starting where
-the smaller scales predict (`sweeps.study.transferred`) against the same scales swept from scratch.
+"""Does a study's transfer save tokens without losing accuracy, and how good is the law a study fits? Each
+scale's batch-axis search starting where the smaller scales predict (`sweeps.study.transferred`) against the
+same scales swept from scratch.
 
-    python benchmarks/study_transfer.py [--problems 30] [--seed 0] [--growth-min 0.3] [--growth-max 0.7]
+    python benchmarks/study_transfer.py [--problems 30] [--seed 0] [--family noise-scale|cliffs|bowls]
+        [--scales 3] [--growth 4] [--growth-min 0.3] [--growth-max 0.7]
 
-Problems: the noise-scale family of benchmarks/search_efficiency.py on the batch-search lattice of
-benchmarks/batch_search.py (8..256 at 1.25, adamw and merit), at three token budgets 4x apart; the
-critical batch grows with the budget as B_noise x (T / T0)^alpha, alpha drawn per problem in [growth-min,
-growth-max] (Power Lines, Zhang et al.: the critical batch is a power law in the data). The truth of each
-scale is that scale's noise-free answer (search_efficiency.true_answers) against the baseline. Both arms are
-`sweeps.simulate.simulate_study` on the same problems and noise: `transfer: false` and `transfer: true`.
+Problems: a family of benchmarks/search_efficiency.py on the batch-search lattice of
+benchmarks/batch_search.py (8..256 at 1.25, adamw and merit), at `--scales` token budgets `--growth` x apart;
+the critical batch grows with the budget: B_noise (the noise-scale family) or b_crit (cliffs, bowls) x
+(T / T0)^alpha, alpha drawn per problem in [growth-min, growth-max] (Power Lines, Zhang et al.: the critical
+batch is a power law in the data). The truth of each scale is that scale's noise-free answer
+(search_efficiency.true_answers) against the baseline; the target, 4x past the largest budget, has its own,
+on the lattice continued to 8192. Both arms are `sweeps.simulate.simulate_study` on the same problems and
+noise: `transfer: false` and `transfer: true`.
 
 Figures: each arm's answers within resolution of the truth and brackets holding it (per scale and
-optimizer, with Wilson intervals), and its tokens; the last line gives the tokens of transfer over
-scratch, all scales and the scales after the first.
+optimizer, with Wilson intervals), and its tokens; per arm, how often a batch law was fitted, its exponent's
+interval holds the exponent of the true B* over the budgets, its prediction at the target lies within one
+resolution step (1.25x) of the truth and its prediction interval holds it; the last line gives the tokens
+of transfer over scratch, all scales and the scales after the first.
 """
 
 from __future__ import annotations
@@ -33,14 +39,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import batch_search as bs  # noqa: E402  (the lattice, the problems on it)
 import search_efficiency as se  # noqa: E402  (the family and its objective)
 
-SCALES = 3
-GROWTH = 4  # the token budgets' ratio
+SCALES = 3  # default token budgets: SCALES of them, GROWTH x apart from one unit
+GROWTH = 4
+TARGET_PAST = 4  # the target's budget over the largest scale's
+TRUTH_MAX = 8192  # the truth's lattice: wide enough for any target's B* (32x the searched top)
 
 
-def study_of(transfer: bool, tolerance: float) -> Any:
+def budgets_of(scales: int, growth: float) -> list[int]:
+    """The scales' token budgets: `scales` of them, `growth` x apart, each a whole number of lattice units."""
+    return [bs.TOKEN_BUDGET * round(growth**k) for k in range(scales)]
+
+
+def study_of(transfer: bool, tolerance: float, budgets: list[int] | None = None) -> Any:
     from sweeps.study import StudySpec
 
-    unit = bs.TOKEN_BUDGET
+    budgets = budgets or budgets_of(SCALES, GROWTH)
     return StudySpec.model_validate(
         {
             "name": "transfer",
@@ -52,17 +65,38 @@ def study_of(transfer: bool, tolerance: float) -> Any:
             "resources": {"max_concurrent_trials": 4},
             "scales": {
                 "models": [{"preset": "gpt2-nano", "seq_len": se.SEQ_LEN}],
-                "token_budgets": [unit * GROWTH**k for k in range(SCALES)],
+                "token_budgets": budgets,
             },
-            "target": {"model": {"preset": "gpt2-nano", "seq_len": se.SEQ_LEN}, "token_budget": unit * GROWTH**SCALES},
+            "target": {
+                "model": {"preset": "gpt2-nano", "seq_len": se.SEQ_LEN},
+                "token_budget": budgets[-1] * TARGET_PAST,
+            },
         }
     )
 
 
 def scaled(problem: se.Problem, factor: float) -> se.Problem:
-    """The same problem with every optimizer's B_noise (and so its critical batch) `factor` x larger."""
-    truths = {o: dataclasses.replace(t, noise_scale=t.noise_scale * factor) for o, t in problem.truths.items()}
+    """The same problem with every optimizer's critical batch `factor` x larger: B_noise in the noise-scale
+    family, b_crit (where the loss starts to grow) in the others."""
+    truths = {
+        o: dataclasses.replace(t, noise_scale=t.noise_scale * factor, b_crit=t.b_crit * factor)
+        for o, t in problem.truths.items()
+    }
     return dataclasses.replace(problem, truths=truths)
+
+
+def truth_at(problem: se.Problem) -> dict[str, int | None]:
+    """Each optimizer's true answer (against the baseline) on the lattice continued to TRUTH_MAX, so a truth
+    past the searched lattice's top is a number, not its top."""
+    wide = tuple(bs_ for bs_ in lattice_to(TRUTH_MAX))
+    answers = se.true_answers(dataclasses.replace(problem, batch_sizes=wide))
+    return {o: a["baseline"] for o, a in answers.items()}
+
+
+def lattice_to(top: int) -> list[int]:
+    from sweeps.batch_axis import lattice
+
+    return lattice(bs.MIN, top, 1.25)
 
 
 def objective_of(problems: dict[int, se.Problem]) -> Any:
@@ -79,17 +113,28 @@ def objective_of(problems: dict[int, se.Problem]) -> Any:
     return objective
 
 
-def run_problem(index: int, base_seed: int, growth: tuple[float, float], tolerance: float) -> dict[str, Any]:
+def run_problem(
+    index: int, base_seed: int, growth: tuple[float, float], tolerance: float, family: str, budgets: list[int]
+) -> dict[str, Any]:
     from sweeps.simulate import simulate_study
 
     lattice = study_of(False, tolerance).sweep_specs()[0].lattice
-    base = bs.make_problem("noise-scale", index, lattice, base_seed=base_seed, tolerance=tolerance)
+    base = bs.make_problem(family, index, lattice, base_seed=base_seed, tolerance=tolerance)
     alpha = float(np.random.default_rng([base_seed, index, 37]).uniform(*growth))
-    budgets = [bs.TOKEN_BUDGET * GROWTH**k for k in range(SCALES)]
-    problems = {t: scaled(base, (GROWTH**k) ** alpha) for k, t in enumerate(budgets)}
+    target = budgets[-1] * TARGET_PAST
+    problems = {t: scaled(base, (t / budgets[0]) ** alpha) for t in budgets}
+    target_truth = truth_at(scaled(base, (target / budgets[0]) ** alpha))
+    # the truth's own exponent: the slope of ln B* over ln tokens through every scale's true B* and the
+    # target's (the family's alpha scales B_noise or b_crit; the stability edge can hold B* back from it)
+    truths = [truth_at(problems[t]) for t in budgets] + [target_truth]
+    slopes = {
+        o: float(np.polyfit(np.log([*budgets, target]), np.log([t[o] for t in truths]), 1)[0])
+        for o in se.OPTIMIZERS
+        if all(t[o] for t in truths)
+    }
     out: dict[str, Any] = {}
     for arm, transfer in (("scratch", False), ("transfer", True)):
-        result = simulate_study(study_of(transfer, tolerance), objective_of(problems), seed=base.seed)
+        result = simulate_study(study_of(transfer, tolerance, budgets), objective_of(problems), seed=base.seed)
         right, covered, tokens, sizes = [], [], [], []
         for spec, r in result.scales:
             truth = se.true_answers(problems[spec.trained_tokens])
@@ -100,8 +145,47 @@ def run_problem(index: int, base_seed: int, growth: tuple[float, float], toleran
                 got = r.report.optimizers[opt].largest_degradation_free_batch_size.baseline
                 right.append(bs.within(got, want, lattice, 1.25))
                 covered.append(bs.covers(r.report.optimizers[opt].bracket.baseline, want))
-        out[arm] = {"right": right, "covered": covered, "tokens": tokens, "sizes": sizes}
+        law = law_outcomes(result.laws(), slopes, target_truth)
+        out[arm] = {"right": right, "covered": covered, "tokens": tokens, "sizes": sizes, "law": law}
     return out
+
+
+def law_outcomes(laws: list[Any], slopes: dict[str, float], truth: dict[str, int | None]) -> list[dict[str, Any]]:
+    """Per optimizer, the law fitted to an arm's scales against the truth: whether it was fitted,
+    whether its exponent's interval holds the truth's exponent (`slopes`), whether its prediction at the target lies within
+    one resolution step (1.25x) of the target's true B* (the lattice's size, so within a step of it)."""
+    out = []
+    for law in laws:
+        want = truth.get(law.optimizer)
+        row: dict[str, Any] = {"fitted": law.tokens_interval is not None, "predicted": law.predicted is not None}
+        if law.tokens_interval is not None and law.optimizer in slopes:
+            lo, hi = law.tokens_interval
+            row["exponent_held"] = lo <= slopes[law.optimizer] <= hi
+            row["exponent_width"] = hi - lo
+        if law.predicted is not None and want is not None:
+            row["within_step"] = abs(math.log(law.predicted.value / want)) <= math.log(1.25) + 1e-9
+            row["band_held"] = law.predicted.low <= want <= law.predicted.high
+        out.append(row)
+    return out
+
+
+def share(hits: list[bool]) -> str:
+    return bs.share(hits) if hits else "(none)"
+
+
+def print_laws(arm: str, laws: list[dict[str, Any]]) -> None:
+    from sweeps.law import LEVEL
+
+    fitted = [r for r in laws if r["fitted"]]
+    held = [r["exponent_held"] for r in fitted if "exponent_held" in r]
+    width = statistics.fmean(r["exponent_width"] for r in fitted if "exponent_width" in r) if held else math.nan
+    print(
+        f"{arm:>9} law, at a target {TARGET_PAST}x past the largest scale: fitted {share([r['fitted'] for r in laws])}; "
+        f"the exponent's {LEVEL:.0%} interval holds the truth's {share(held)} "
+        f"(width {width:.2f}); the prediction within one step of the target's truth "
+        f"{share([r['within_step'] for r in laws if 'within_step' in r])}, its band holds it "
+        f"{share([r['band_held'] for r in laws if 'band_held' in r])}"
+    )
 
 
 def main() -> None:
@@ -111,9 +195,14 @@ def main() -> None:
     ap.add_argument("--growth-min", type=float, default=0.3)
     ap.add_argument("--growth-max", type=float, default=0.7)
     ap.add_argument("--tolerance", type=float, default=0.01)
+    ap.add_argument("--family", choices=sorted(se.FAMILIES), default="noise-scale")
+    ap.add_argument("--scales", type=int, default=SCALES, help="token budgets swept")
+    ap.add_argument("--growth", type=float, default=GROWTH, help="ratio of consecutive token budgets")
     args = ap.parse_args()
     started = time.perf_counter()
-    outs = [run_problem(i, args.seed, (args.growth_min, args.growth_max), args.tolerance) for i in range(args.problems)]
+    growth = (args.growth_min, args.growth_max)
+    budgets = budgets_of(args.scales, args.growth)
+    outs = [run_problem(i, args.seed, growth, args.tolerance, args.family, budgets) for i in range(args.problems)]
     for arm in ("scratch", "transfer"):
         right = [x for o in outs for x in o[arm]["right"]]
         covered = [x for o in outs for x in o[arm]["covered"]]
@@ -122,6 +211,8 @@ def main() -> None:
             f"sizes tested {statistics.fmean(x for o in outs for x in o[arm]['sizes']):.1f} per optimizer and scale, "
             f"tokens {sum(sum(o[arm]['tokens']) for o in outs):,}"
         )
+    for arm in ("scratch", "transfer"):
+        print_laws(arm, [row for o in outs for row in o[arm]["law"]])
     total = [sum(sum(o[a]["tokens"]) for o in outs) for a in ("scratch", "transfer")]
     later = [sum(sum(o[a]["tokens"][1:]) for o in outs) for a in ("scratch", "transfer")]
     paired = [int(a) - int(b) for o in outs for a, b in zip(o["transfer"]["right"], o["scratch"]["right"], strict=True)]
@@ -131,7 +222,7 @@ def main() -> None:
     )
     print(
         f"tokens transfer/scratch = {total[1] / total[0]:.2f} (the scales after the first {later[1] / later[0]:.2f}), "
-        f"{args.problems} problems x {SCALES} scales"
+        f"{args.problems} {args.family} problems x {args.scales} scales {args.growth:g}x apart"
     )
 
 
