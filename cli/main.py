@@ -419,7 +419,7 @@ def _price_study(study: Any, config: Any, as_json: bool) -> None:
     if as_json:
         console.print_json(cost.model_dump_json())
         return
-    scales, target = sweep_prices(study, cost)
+    scales, target, confirmation = sweep_prices(study, cost)
     _print_study(
         study.name,
         {
@@ -427,28 +427,34 @@ def _price_study(study: Any, config: Any, as_json: bool) -> None:
             "target": target.model_dump(mode="json"),
             "gpu_hours": cost.gpu_hours.model_dump(),
             "ratio": cost.ratio.model_dump(),
+            "confirmation": confirmation.model_dump(mode="json") if confirmation is not None else None,
         },
     )
 
 
 def _print_study(name: str, priced: dict[str, Any]) -> None:
     """A study's price (`POST /studies/dry-run`'s answer, or the same built here) as a table."""
-    table = Table(
-        title=f"{name}: a study of {len(priced['sweeps'])} sweeps, priced before it runs", title_justify="left"
-    )
+    confirmation = priced.get("confirmation")  # its sweep comes from the fitted law: priced at the most it can train
+    sweeps = f"{len(priced['sweeps'])} sweeps{' and its confirmation' if confirmation else ''}"
+    table = Table(title=f"{name}: a study of {sweeps}, priced before it runs", title_justify="left")
     for column in ("sweep", "model", "tokens a trial", "trials", "GPU-hours"):
         table.add_column(column, justify="right" if column != "sweep" else "left")
-    for s in [*priced["sweeps"], priced["target"]]:
+    rows = [(s, "") for s in priced["sweeps"]] + ([(confirmation, " (confirmation, at most)")] if confirmation else [])
+    for s, label in [*rows, (priced["target"], " (what the study replaces)")]:
         hours = _span(s["cost"]["gpu_hours"], _hours)
         trials = _span(s["cost"]["trials"], lambda n: f"{n:,}")
-        label = s["name"] + (" (what the study replaces)" if s is priced["target"] else "")
-        table.add_row(label, s["model"], f"{s['trained_tokens']:.3g}", trials, hours)
+        table.add_row(s["name"] + label, s["model"], f"{s['trained_tokens']:.3g}", trials, hours)
     console.print(table)
     ratio = priced["ratio"]
     console.print(
-        f"the study: {_span(priced['gpu_hours'], _hours)} GPU-hours, "
+        f"the scales: {_span(priced['gpu_hours'], _hours)} GPU-hours, "
         f"{ratio['max']:.2f} of the sweep at the target ({ratio['min']:.2f} at the fewest trials of each)"
     )
+    if confirmation:
+        console.print(
+            f"confirmation (at most): {_hours(confirmation['cost']['gpu_hours']['max'])} GPU-hours more, the target's "
+            "spec at the reference and the sizes its predictions can pick"
+        )
 
 
 def _print_cost(name: str, c: dict[str, Any]) -> None:

@@ -35,6 +35,7 @@ from service.policy import (
     owner_budget,
     parse_body,
     study_caps_verdict,
+    study_hours,
     too_many_active,
     validate_spec,
     validate_study,
@@ -166,14 +167,16 @@ async def _priced_in_window(settings: Settings, store: Store | None, owner: str)
 def _study_priced(
     body: bytes, content_type: str | None, settings: Settings, pricing: PriceConfig
 ) -> tuple[StudyDryRunResult, list[tuple[str, float]]]:
-    """The study validated and priced (`sweeps.study.price_study`), and each scale's sweep at the caps' pricing."""
+    """The study validated and priced (`sweeps.study.price_study`), and each sweep it may make at the caps'
+    pricing (`study_hours`: the scales' and its confirmation at most)."""
     study = validate_study(parse_body(body, content_type), settings)
     cost = price_study(study, pricing)
-    scales, target = sweep_prices(study, cost)
+    scales, target, confirmation = sweep_prices(study, cost)
     result = StudyDryRunResult(
-        study=study.model_dump(mode="json"), sweeps=scales, gpu_hours=cost.gpu_hours, target=target, ratio=cost.ratio
-    )
-    return result, [(spec.name, capped_price(spec)) for spec in study.sweep_specs()]
+        study=study.model_dump(mode="json"), sweeps=scales, gpu_hours=cost.gpu_hours, target=target, ratio=cost.ratio,
+        confirmation=confirmation,
+    )  # fmt: skip
+    return result, study_hours(study)
 
 
 async def dry_run_study(

@@ -131,11 +131,17 @@ class StudyDryRunResult(_Out):
     sweeps: list[SweepPrice] = Field(description="each scale's sweep, in the order the study runs them")
     gpu_hours: FloatRange = Field(description="the scales' sweeps together, on the GPU and MFU asked for")
     target: SweepPrice = Field(description="the sweep at the target scale, which the study replaces")
-    ratio: FloatRange = Field(description="the study's GPU-hours against the target sweep's, min to min, max to max")
+    ratio: FloatRange = Field(description="the scales' GPU-hours against the target sweep's, min to min, max to max")
+    confirmation: SweepPrice | None = Field(
+        default=None,
+        description="with confirm: true, the confirmation sweep at the target at most (its sweep comes from the "
+        "fitted law: the target's spec at the reference and the 2 x optimizers largest sizes of its lattice, "
+        "sweeps.study.confirm_bound_spec); null: the study does not confirm",
+    )
     caps: GpuHoursCaps | None = Field(
         default=None,
-        description="whether its sweeps would pass the GPU-hours caps: each against the cap per sweep, all of them "
-        "together against the cap per owner",
+        description="whether its sweeps (the confirmation at most among them) would pass the GPU-hours caps: each "
+        "against the cap per sweep, all of them together against the cap per owner",
     )
 
 
@@ -147,10 +153,62 @@ class StudyScaleState(_Out):
     status: Status | Literal["pending"] = Field(description="the sweep's status; pending: not created yet")
 
 
+class LawConfirmation(_Out):
+    """One law's prediction judged by the confirmation sweep at the target (`sweeps.law.Confirmation`)."""
+
+    optimizer: str
+    against: str = Field(description="the law's reference: baseline or self")
+    outcome: Literal["held", "missed", "undecided"] = Field(
+        description="held: the sweep's bracket holds the predicted B*; missed: it does not (by `miss`); "
+        "undecided: an open end neither holds nor contradicts it"
+    )
+    predicted: dict[str, float] = Field(description="the law's B* at the target: value, low, high")
+    tested: list[int] = Field(description="the batch sizes the confirmation sweep trained, the reference's first")
+    largest_fine: int | None = Field(description="the sweep's bracket of B*: the largest size decided fine")
+    smallest_degraded: int | None = Field(description="the smallest size decided degraded above it")
+    miss: float = Field(description="the factor the prediction lies outside the bracket by; 1: inside or undecided")
+    lr_predicted: float | None = Field(default=None, description="the lr law's lr at the predicted B*")
+    lr_found: float | None = Field(default=None, description="the best lr the sweep found at lr_at")
+    lr_at: int | None = Field(default=None, description="the tested size nearest the predicted B*")
+    says: str = Field(description="the outcome in words")
+
+    @classmethod
+    def from_stored(cls, c: dict[str, Any]) -> LawConfirmation:
+        """From a `sweeps.law.Confirmation` as JSON (what the study's row keeps)."""
+        held = c.get("held")
+        bracket = c.get("bracket") or {}
+        return cls.model_validate(
+            c
+            | {
+                "outcome": "undecided" if held is None else "held" if held else "missed",
+                "largest_fine": bracket.get("largest_fine"),
+                "smallest_degraded": bracket.get("smallest_degraded"),
+            }
+        )
+
+
+class StudyConfirmation(_Out):
+    """The confirmation at the target of a study with confirm: true: one more sweep after the law, at the
+    reference and the sizes on each side of each prediction (`sweeps.study.confirm_spec`)."""
+
+    sweep_id: str = Field(description="its sweep (GET /sweeps/{id}), the study's after its scales, once created")
+    status: Status | Literal["pending", "not_run"] = Field(
+        description="the sweep's status; pending: not created yet (it comes once the laws are fitted); not_run: "
+        "no law predicted a B* it could test (note says why)"
+    )
+    note: str | None = Field(default=None, description="why no confirmation sweep ran")
+    laws: list[LawConfirmation] | None = Field(
+        default=None, description="each law with a prediction judged by the sweep; once it succeeded"
+    )
+
+
 class StudySummary(_Out):
     id: str
     name: str
-    status: Status = Field(description="running until every scale's sweep succeeded and the law is recorded")
+    status: Status = Field(
+        description="running until every scale's sweep succeeded (and with confirm: true, its confirmation) and the "
+        "law is recorded"
+    )
     cancel_requested: bool
     error: str | None = Field(default=None, description="why it failed or was cancelled (the scale's sweep)")
     scales: list[StudyScaleState]
@@ -160,8 +218,13 @@ class StudySummary(_Out):
         "prediction at the target, the leave-largest-out check and the lr there (sweeps.law.OptimizerLaw); "
         "once every scale succeeded",
     )
+    confirmation: StudyConfirmation | None = Field(
+        default=None, description="the confirmation at the target (confirm: true); null: the study does not confirm"
+    )
     run_id: str | None = Field(default=None, description="the study's MLflow run: law.json and figures/law.html")
-    gpu_hours: float | None = Field(default=None, description="its sweeps' prices together when submitted")
+    gpu_hours: float | None = Field(
+        default=None, description="its sweeps' prices together when submitted (its confirmation at most among them)"
+    )
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None = None

@@ -42,7 +42,7 @@ from sweeps.cost import PriceConfig, price
 from sweeps.documents import SpecLoadError, parse_document
 from sweeps.spec import SweepSpec, format_validation_error
 from sweeps.spec import problem as _problem
-from sweeps.study import StudySpec, is_study
+from sweeps.study import StudySpec, confirm_bound_spec, is_study
 from worker.config import corpus_shortfall, split_batch
 from worker.messages import excerpt
 from worker.sources import OutsideRoots, TooManyEntries, all_files, candidate_files, is_inside, outside
@@ -93,10 +93,22 @@ def validate_spec(data: dict[str, Any], settings: Settings) -> SweepSpec:
     return spec
 
 
+def study_sweeps(study: StudySpec) -> list[SweepSpec]:
+    """The sweeps `study` may make, as its submit judges and prices them: each scale's, then where it confirms
+    its confirmation at most (`sweeps.study.confirm_bound_spec`: the sweep itself comes from the fitted law)."""
+    bound = confirm_bound_spec(study)
+    return [*study.sweep_specs(), *([bound] if bound is not None else [])]
+
+
+def study_hours(study: StudySpec) -> list[tuple[str, float]]:
+    """Each of `study_sweeps` by name, at the caps' price (`capped_price`)."""
+    return [(spec.name, capped_price(spec)) for spec in study_sweeps(study)]
+
+
 def validate_study(data: Any, settings: Settings) -> StudySpec:
     """The study (`sweeps.study`), or `Invalid` naming what is refused: the study's own fields, then each
-    scale's sweep as a submit of it would be judged (its problems' fields prefixed with the sweep's name).
-    The target's sweep is priced, never run: only the study's own rules apply to it."""
+    sweep it may make (`study_sweeps`) as a submit of it would be judged (its problems' fields prefixed with
+    the sweep's name). The target's sweep is priced, never run: only the study's own rules apply to it."""
     if not is_study(data):
         raise invalid(
             "not a study: a study has scales and a target (sweeps/study.py); POST /sweeps/dry-run prices a sweep",
@@ -107,15 +119,7 @@ def validate_study(data: Any, settings: Settings) -> StudySpec:
     except ValidationError as exc:
         raise invalid("invalid study", format_validation_error(exc)[:MAX_DETAILS]) from None
     problems: list[dict[str, Any]] = []
-    if study.confirm:  # its sweep is made from the fitted law: not priced or capped here yet
-        problems.append(
-            _problem(
-                "confirm",
-                "the confirmation at the target runs with `sweeps study`; the service runs a study without it",
-                True,
-            )
-        )
-    for spec in study.sweep_specs():
+    for spec in study_sweeps(study):
         try:
             validate_spec(spec.model_dump(mode="json"), settings)
         except Invalid as exc:

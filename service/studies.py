@@ -11,8 +11,15 @@ the baseline and against each optimizer itself), records the study in MLflow (`s
 figure (`dashboards.study`), and stores the laws. Everything it needs is in the store, so a restarted service
 goes on where the last one stopped: a scale's sweep id is fixed, and one that exists is never made twice.
 
-A scale's sweep that fails or is cancelled ends the study (failed or cancelled, naming it); a cancel of the
-study cancels the sweep running and creates no other.
+Predict, then confirm (`confirm: true`): once every scale has its report the laws are fitted and stored first;
+then the confirmation sweep at the target (`sweeps.study.confirm_spec` from the laws against the baseline, one
+per optimizer, so within the bound its submit was priced at: `service.policy.study_hours`) is created as the
+study's next sweep, `<study id>-s<scales + 1>`, and waited for as a scale is; its report judges every law
+(`sweeps.law.confirm_laws`), and the study is recorded with the laws and their confirmations. Where no law
+predicts a size the target could test, the study ends with its laws and a note saying so.
+
+A sweep of the study that fails or is cancelled ends the study (failed or cancelled, naming it); a cancel of
+the study cancels the sweep running and creates no other.
 """
 
 from __future__ import annotations
@@ -21,20 +28,22 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from sqlalchemy.exc import IntegrityError
 
 from service.errors import Conflict, Invalid, not_found
-from service.models import StudyScaleState, StudySummary, public_error
+from service.models import LawConfirmation, StudyConfirmation, StudyScaleState, StudySummary, public_error
 from service.policy import (
     capped_price,
     over_owner_cap,
     owner_budget,
     owner_cap_problem,
     parse_body,
+    study_hours,
     sweep_cap_problem,
     too_many_active,
     validate_study,
@@ -53,27 +62,34 @@ from service.store.database import (
     utcnow,
 )
 from sweeps.spec import SweepSpec
-from sweeps.study import StudySpec, transferred
+from sweeps.study import StudySpec, confirm_spec, transferred
+
+if TYPE_CHECKING:
+    from sweeps.law import OptimizerLaw
+    from sweeps.report import Report
 
 log = logging.getLogger(__name__)
 
 REFERENCES = ("baseline", "self")  # the laws a study over HTTP fits: its brackets against both references
+CONFIRMING = REFERENCES[0]  # the laws whose predictions choose the confirmation sweep's sizes: one per optimizer
 RETRY_S = 30  # seconds before a study's law is tried again after it could not be fitted or recorded
 
 
 def _validated(body: bytes, content_type: str | None, settings: Settings) -> tuple[StudySpec, list[tuple[str, float]]]:
-    """The study (`service.policy.validate_study`) and each scale's sweep priced at the caps' pricing."""
+    """The study (`service.policy.validate_study`) and each sweep it may make priced at the caps' pricing
+    (`service.policy.study_hours`: its confirmation at most among them)."""
     study = validate_study(parse_body(body, content_type), settings)
-    return study, [(spec.name, capped_price(spec)) for spec in study.sweep_specs()]
+    return study, study_hours(study)
 
 
 async def submit(
     *, body: bytes, content_type: str | None, owner: str, settings: Settings, store: Store, work: SpecWork
 ) -> StudyRow:
-    """Store a valid study, refused whole (422) where one of its sweeps passes the cap per sweep, (429) where
-    together they pass the owner's within the window or the owner has no room for another active sweep."""
+    """Store a valid study, refused whole (422) where one of its sweeps (its confirmation at most among them)
+    passes the cap per sweep, (429) where together they pass the owner's within the window or the owner has no
+    room for another active sweep."""
     study, hours = await work.run(owner, _validated, body, content_type, settings)
-    for name, h in hours:  # each scale's sweep as its own submit would be judged
+    for name, h in hours:  # each sweep as its own submit would be judged
         if (problem := sweep_cap_problem(h, settings)) is not None:
             raise Invalid("gpu_hours_per_sweep", f"{name}: {problem}")
     total = math.fsum(h for _, h in hours)
@@ -96,17 +112,19 @@ async def submit(
     row = await anyio.to_thread.run_sync(
         lambda: store.create_study(study_id=new_sweep_id(study.name), owner=owner, spec=spec, gpu_hours=total)
     )
-    log.info("study %s submitted by %s: %d scales", row.id, owner, len(hours))
+    log.info("study %s submitted by %s: %d sweeps", row.id, owner, len(hours))
     return row
 
 
 def summary(store: Store, row: StudyRow, study: StudySpec | None = None) -> StudySummary:
-    """The study with each scale's sweep and its status ("pending": not created yet). Blocking. `study`: its
-    spec validated already (a stream reads the study often; its spec never changes)."""
+    """The study with each scale's sweep and its status ("pending": not created yet), and its confirmation
+    where it confirms. Blocking. `study`: its spec validated already (a stream reads the study often; its spec
+    never changes)."""
     study = study or StudySpec.model_validate(row.spec)
     specs = study.sweep_specs()
     ids = [row.sweep_id(i) for i in range(1, len(specs) + 1)]
-    statuses = store.statuses(ids)
+    confirm_id = row.sweep_id(len(specs) + 1)
+    statuses = store.statuses([*ids, confirm_id] if study.confirm else ids)
     scales = [
         StudyScaleState(
             scale=i,
@@ -117,10 +135,19 @@ def summary(store: Store, row: StudyRow, study: StudySpec | None = None) -> Stud
         )
         for i, (sweep_id, spec) in enumerate(zip(ids, specs, strict=True), 1)
     ]
+    confirmation = None
+    if study.confirm:
+        confirmation = StudyConfirmation(
+            sweep_id=confirm_id,
+            status=statuses.get(confirm_id, "not_run" if row.confirm_note is not None else "pending"),  # type: ignore[arg-type]
+            note=row.confirm_note,
+            laws=[LawConfirmation.from_stored(c) for c in row.confirmations] if row.confirmations is not None else None,
+        )
     return StudySummary(
         id=row.id, name=row.name, status=row.status, cancel_requested=row.cancel_requested,  # type: ignore[arg-type]
-        error=public_error(row.error), scales=scales, laws=row.laws, run_id=row.run_id, gpu_hours=row.gpu_hours,
-        created_at=row.created_at, updated_at=row.updated_at, finished_at=row.finished_at, revision=row.revision,
+        error=public_error(row.error), scales=scales, laws=row.laws, confirmation=confirmation, run_id=row.run_id,
+        gpu_hours=row.gpu_hours, created_at=row.created_at, updated_at=row.updated_at, finished_at=row.finished_at,
+        revision=row.revision,
     )  # fmt: skip
 
 
@@ -158,25 +185,28 @@ async def law_page(store: Store, cache: PageCache, study_id: str, owner: str, *,
 
 
 async def cancel(store: Store, supervisor: Any, study_id: str, owner: str) -> StudySummary:
-    """Flag the cancel and cancel the sweep running (the runner creates no other and ends the study once it
-    has ended); 409 when the study already ended."""
+    """Flag the cancel and cancel the sweep running, a scale's or the confirmation's (the runner creates no
+    other and ends the study once it has ended); 409 when the study already ended."""
     row = await anyio.to_thread.run_sync(lambda: store.get_study(study_id, owner=owner))
     if row is None:
         raise not_found(study_id, "study")
     if row.final:
         raise Conflict("already_finished", f"study {study_id!r} is already {row.status}; nothing to cancel")
     await anyio.to_thread.run_sync(lambda: store.update_study(study_id, cancel_requested=True))
-    scales = (await anyio.to_thread.run_sync(summary, store, row)).scales  # one read of the scales' statuses
-    for scale in scales:
-        if scale.status != "pending" and not SweepStatus(scale.status).final:
-            await supervisor.cancel(scale.sweep_id)
+    now = await anyio.to_thread.run_sync(summary, store, row)  # one read of its sweeps' statuses
+    sweeps = [(s.sweep_id, s.status) for s in now.scales]
+    if now.confirmation is not None:
+        sweeps.append((now.confirmation.sweep_id, now.confirmation.status))
+    for sweep_id, state in sweeps:
+        if state not in ("pending", "not_run") and not SweepStatus(state).final:
+            await supervisor.cancel(sweep_id)
     return await get(store, study_id, owner)
 
 
 class StudyRunner:
-    """Moves the running studies along, on the supervisor's pass (blocking; its thread). The law of a study
-    whose scales all succeeded is fitted and recorded on a thread of its own (MLflow writes may wait out an
-    outage), one study at a time, never twice at once."""
+    """Moves the running studies along, on the supervisor's pass (blocking; its thread). The laws of a study
+    whose scales all succeeded are fitted, and the study recorded, on a thread of its own (MLflow writes may
+    wait out an outage), one study at a time, never twice at once."""
 
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store, self.settings = store, settings
@@ -205,22 +235,52 @@ class StudyRunner:
                 if row.cancel_requested:
                     self._end(row, SweepStatus.cancelled, None)
                     return None
-                return self._create(row, i, transferred(spec, done) if study.transfer else spec)
-            if not sweep.final:
+                return self._create(row, i, transferred(spec, done) if study.transfer else spec, f"scale {i}'s")
+            report = self._report(row, sweep, f"scale {i}'s")
+            if report is None:
                 return None
-            if sweep.status != SweepStatus.succeeded.value or sweep.report is None:
-                status = SweepStatus.cancelled if sweep.status == SweepStatus.cancelled.value else SweepStatus.failed
-                why = public_error(sweep.error) or "no error recorded"
-                self._end(row, status, f"scale {i}'s sweep {sweep.id} ended {sweep.status}: {why}")
-                return None
-            from sweeps.analysis import read_report
+            done.append((SweepSpec.from_stored(sweep.spec), report))
+        if not study.confirm:
+            self._later(row, self._finish, study, done, None, None)
+            return None
+        return self._confirm(row, study, done)
 
-            done.append((SweepSpec.from_stored(sweep.spec), read_report(sweep.report)))
-        self._finish_later(row, study, done)
-        return None
+    def _report(self, row: StudyRow, sweep: Any, what: str) -> Report | None:
+        """The report of the study's sweep `sweep` once it succeeded; None while it runs, or once it ended
+        otherwise (the study then ends too, failed or cancelled, naming it)."""
+        if not sweep.final:
+            return None
+        if sweep.status != SweepStatus.succeeded.value or sweep.report is None:
+            status = SweepStatus.cancelled if sweep.status == SweepStatus.cancelled.value else SweepStatus.failed
+            why = public_error(sweep.error) or "no error recorded"
+            self._end(row, status, f"{what} sweep {sweep.id} ended {sweep.status}: {why}")
+            return None
+        from sweeps.analysis import read_report
 
-    def _create(self, row: StudyRow, scale: int, spec: SweepSpec) -> str | None:
-        sweep_id = row.sweep_id(scale)
+        return read_report(sweep.report)
+
+    def _confirm(self, row: StudyRow, study: StudySpec, done: list[tuple[SweepSpec, Any]]) -> str | None:
+        """A confirming study whose scales all succeeded: its laws fitted and stored (on a thread), then its
+        confirmation sweep made from them and waited for, then the study recorded with both."""
+        sweep = self.store.get(row.sweep_id(len(done) + 1))
+        if sweep is not None:
+            if (report := self._report(row, sweep, "the confirmation's")) is not None:
+                self._later(row, self._finish, study, done, report, None)
+            return None
+        if row.cancel_requested:
+            self._end(row, SweepStatus.cancelled, None)
+            return None
+        if row.laws is None:
+            self._later(row, self._fit, study, done)
+            return None
+        spec = confirm_spec(study, [law for law in _laws(row.laws) if law.against == CONFIRMING])
+        if isinstance(spec, str):  # no prediction it could test: the laws alone, and why
+            self._later(row, self._finish, study, done, None, spec)
+            return None
+        return self._create(row, len(done) + 1, spec, "the confirmation's")
+
+    def _create(self, row: StudyRow, number: int, spec: SweepSpec, what: str) -> str | None:
+        sweep_id = row.sweep_id(number)
         try:
             self.store.create(
                 sweep_id=sweep_id,
@@ -233,49 +293,31 @@ class StudyRunner:
         except TooManyActive:
             return None  # the owner's other sweeps hold every slot: the next pass tries again
         except OverBudget as exc:
-            self._end(row, SweepStatus.failed, f"scale {scale}'s sweep {sweep_id} was refused: {exc}")
+            self._end(row, SweepStatus.failed, f"{what} sweep {sweep_id} was refused: {exc}")
             return None
         except IntegrityError:
             return None  # made by a pass before this one (another service process): nothing to do
-        log.info("study %s: scale %d's sweep %s queued", row.id, scale, sweep_id)
+        log.info("study %s: %s sweep %s queued", row.id, what, sweep_id)
         return sweep_id
 
     def _end(self, row: StudyRow, status: SweepStatus, error: str | None) -> None:
         log.info("study %s: %s%s", row.id, status.value, f" ({error})" if error else "")
         self.store.update_study(row.id, status=status.value, error=error, finished_at=utcnow())
 
-    def _finish_later(self, row: StudyRow, study: StudySpec, done: list[tuple[SweepSpec, Any]]) -> None:
+    def _later(self, row: StudyRow, work: Callable[..., None], *args: Any) -> None:
+        """`work(row, *args)` on a thread of its own, unless the study has one running or failed too recently;
+        a failure (MLflow away) is tried again RETRY_S later, on a pass."""
         with self._lock:
             if row.id in self._finishing or time.monotonic() < self._retry_at.get(row.id, 0.0):
                 return
             self._finishing.add(row.id)
-        thread = threading.Thread(target=self._finish, args=(row, study, done), name=f"study-{row.id}", daemon=True)
+        thread = threading.Thread(target=self._run, args=(work, row, *args), name=f"study-{row.id}", daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
-    def _finish(self, row: StudyRow, study: StudySpec, done: list[tuple[SweepSpec, Any]]) -> None:
-        """Fit, record and store the study's laws; on a failure (MLflow away) the next pass tries again."""
+    def _run(self, work: Callable[..., None], row: StudyRow, *args: Any) -> None:
         try:
-            from dashboards.study import publish_study
-            from sweeps.study import fit_laws
-            from sweeps.study_record import record_study
-
-            laws = [law for ref in REFERENCES for law in fit_laws(study.target_spec(), done, ref)]
-            named = study.model_copy(update={"name": row.id})  # its MLflow experiment: one per study submitted
-            scales = [(row.sweep_id(i), report) for i, (_, report) in enumerate(done, 1)]
-            run_id = record_study(self.settings.tracking_uri, named, scales, laws)
-            try:
-                publish_study(self.settings.tracking_uri, run_id, laws, row.id)
-            except Exception:  # a figure is a view, never a reason to hold the study's answer back
-                log.exception("study %s: its figure could not be drawn or logged", row.id)
-            self.store.update_study(
-                row.id,
-                status=SweepStatus.succeeded.value,
-                laws=[law.model_dump(mode="json") for law in laws],
-                run_id=run_id,
-                finished_at=utcnow(),
-            )
-            log.info("study %s: succeeded; its law in MLflow run %s", row.id, run_id)
+            work(row, *args)
         except Exception:
             log.exception("study %s: the law could not be fitted or recorded; trying again in %d s", row.id, RETRY_S)
             with self._lock:
@@ -284,7 +326,61 @@ class StudyRunner:
             with self._lock:
                 self._finishing.discard(row.id)
 
+    def _fit(self, row: StudyRow, study: StudySpec, done: list[tuple[SweepSpec, Any]]) -> None:
+        """A confirming study's laws, stored: the next pass makes its confirmation sweep from them."""
+        laws = self._laws_of(row, study, done)
+        self.store.update_study(row.id, laws=[law.model_dump(mode="json") for law in laws])
+        log.info("study %s: its laws fitted; its confirmation at the target comes next", row.id)
+
+    def _laws_of(self, row: StudyRow, study: StudySpec, done: list[tuple[SweepSpec, Any]]) -> list[OptimizerLaw]:
+        """The laws the study stored, or fitted to its scales against each of REFERENCES."""
+        if row.laws is not None:
+            return _laws(row.laws)
+        from sweeps.study import fit_laws
+
+        return [law for ref in REFERENCES for law in fit_laws(study.target_spec(), done, ref)]
+
+    def _finish(
+        self,
+        row: StudyRow,
+        study: StudySpec,
+        done: list[tuple[SweepSpec, Any]],
+        confirmed: Report | None,
+        note: str | None,
+    ) -> None:
+        """Record and store the study's laws, judged by its confirmation sweep's report `confirmed` where it
+        has one (`note`: why it has none), and end it succeeded."""
+        from dashboards.study import publish_study
+        from sweeps.law import confirm_laws
+        from sweeps.study_record import record_study
+
+        laws = self._laws_of(row, study, done)
+        confirmations = confirm_laws(laws, confirmed) if confirmed is not None else []
+        named = study.model_copy(update={"name": row.id})  # its MLflow experiment: one per study submitted
+        scales = [(row.sweep_id(i), report) for i, (_, report) in enumerate(done, 1)]
+        run_id = record_study(self.settings.tracking_uri, named, scales, laws, confirmations)
+        try:
+            publish_study(self.settings.tracking_uri, run_id, laws, row.id)
+        except Exception:  # a figure is a view, never a reason to hold the study's answer back
+            log.exception("study %s: its figure could not be drawn or logged", row.id)
+        self.store.update_study(
+            row.id,
+            status=SweepStatus.succeeded.value,
+            laws=[law.model_dump(mode="json") for law in laws],
+            confirmations=[c.model_dump(mode="json") for c in confirmations] if confirmed is not None else None,
+            confirm_note=note,
+            run_id=run_id,
+            finished_at=utcnow(),
+        )
+        log.info("study %s: succeeded; its law in MLflow run %s", row.id, run_id)
+
     def join(self, timeout_s: float = 30.0) -> None:
         """Wait for the laws being recorded (a stopping service)."""
         for thread in list(self._threads):
             thread.join(timeout_s)
+
+
+def _laws(stored: list[dict[str, Any]]) -> list[OptimizerLaw]:
+    from sweeps.law import OptimizerLaw
+
+    return [OptimizerLaw.model_validate(law) for law in stored]

@@ -22,7 +22,9 @@ one, that scale's largest size decided fine (the critical batch does not shrink 
 Predict, then confirm (`confirm: true`): after the law, one more sweep at the target trains the reference and,
 per optimizer, the lattice's sizes on each side of the predicted B* (`confirm_spec`): a handful of cells where
 the target's sweep would list them all; its bracket then says whether the prediction held
-(`sweeps.law.confirm_laws`), and its best lrs stand beside the lr law's.
+(`sweeps.law.confirm_laws`), and its best lrs stand beside the lr law's. That sweep comes from the fitted law,
+so before anything runs it is priced at its bound (`confirm_bound_spec`: what a confirmation from one law per
+optimizer can cost at most), the `confirmation` of `price_study`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sweeps.cost import FloatRange, PriceConfig, SweepCost, price
+from sweeps.cost import FloatRange, PriceConfig, SweepCost, evaluations_per_trial, price
 from sweeps.spec import SweepSpec
 from worker.config import DataConfig, ModelConfig
 
@@ -48,6 +50,7 @@ __all__ = [
     "StudyScale",
     "StudySpec",
     "SweepPrice",
+    "confirm_bound_spec",
     "confirm_spec",
     "fit_laws",
     "is_study",
@@ -173,9 +176,9 @@ class StudySpec(BaseModel):
 
 def confirm_spec(study: StudySpec, laws: Sequence[OptimizerLaw]) -> SweepSpec | str:
     """The sweep that tests the laws' predictions at the target: the target's spec (its lr search, seeds and
-    tolerance as every scale's), trained only at the reference (the smallest size it could test) and, for
-    each law with a prediction, the sizes of its lattice on each side of the predicted B*, listed; or why
-    there is none (no prediction inside the lattice)."""
+    tolerance as every scale's, its trained tokens), trained only at the reference (the smallest size it
+    could test) and, for each law with a prediction, the sizes of its lattice on each side of the predicted
+    B*, listed; or why there is none (no prediction inside the lattice)."""
     target = study.target_spec()
     sizes = target.lattice
     chosen = {sizes[0]}
@@ -187,9 +190,33 @@ def confirm_spec(study: StudySpec, laws: Sequence[OptimizerLaw]) -> SweepSpec | 
     chosen.discard(0)
     if len(chosen) < 2:
         return f"no law predicts a B* inside {sizes[0]}..{sizes[-1]}, the sizes the target's sweep could test"
+    return _target_at(study, chosen)
+
+
+def confirm_bound_spec(study: StudySpec) -> SweepSpec | None:
+    """What the confirmation of `study` can cost at most, priced before its laws exist: the target's spec
+    trained at the reference and at 2 x (optimizers) other sizes of its lattice, the most `confirm_spec` lists
+    from one law per optimizer (two sizes a prediction), at the costliest: a cell's trials train the same tokens
+    at every size, and evaluate more often at a smaller one where eval_every_tokens is less than a step of a
+    larger (the largest among equals); None where the study does not confirm."""
+    if not study.confirm:
+        return None
+    target = study.target_spec()  # its trials train the tokens a confirmation's do (`_target_at`)
+    reference, *others = target.lattice
+    opt = target.optimizer_names[0]  # evaluations do not depend on the optimizer (`sweeps.cost.price`)
+    evals = {b: evaluations_per_trial(target.train_config(opt, b, target.lr.min, seed=0)) for b in others}
+    costliest = sorted(others, key=lambda b: (evals[b], b))[max(0, len(others) - 2 * len(target.optimizers)) :]
+    return _target_at(study, {reference, *costliest})
+
+
+def _target_at(study: StudySpec, sizes: set[int]) -> SweepSpec:
+    """The target's spec trained at `sizes` (listed) on the target's own trained tokens (the tokens its laws
+    predict at: a multiple of every size of its lattice), named as the study's confirmation sweep."""
+    target = study.target_spec()
     data = target.model_dump(mode="json", exclude_unset=True)
     data["name"] = f"{study.name}-confirm"
-    data["batch_sizes"] = sorted(chosen)
+    data["batch_sizes"] = sorted(sizes)
+    data["token_budget"] = target.trained_tokens
     return SweepSpec.from_mapping(data)
 
 
@@ -208,14 +235,16 @@ def is_study(data: Any) -> bool:
 
 
 class StudyCost(BaseModel):
-    """What a study costs: each scale's sweep, their sum, and the sweep at the target it replaces."""
+    """What a study costs: each scale's sweep, their sum, the sweep at the target it replaces, and where the
+    study confirms, its confirmation at most (`confirm_bound_spec`)."""
 
     model_config = ConfigDict(frozen=True)
 
     scales: list[tuple[str, SweepCost]]
     gpu_hours: FloatRange  # the scales' sweeps together
     target: SweepCost
-    ratio: FloatRange  # the study's GPU-hours against the target sweep's, min to min and max to max
+    ratio: FloatRange  # the scales' GPU-hours against the target sweep's, min to min and max to max
+    confirmation: SweepCost | None = None  # the confirmation sweep at most; None: the study does not confirm
 
 
 class SweepPrice(BaseModel):
@@ -229,9 +258,9 @@ class SweepPrice(BaseModel):
     cost: SweepCost
 
 
-def sweep_prices(study: StudySpec, cost: StudyCost) -> tuple[list[SweepPrice], SweepPrice]:
-    """The rows of `cost` (`price_study(study)`): each scale's sweep, in the order the study runs them, and
-    the sweep at the target."""
+def sweep_prices(study: StudySpec, cost: StudyCost) -> tuple[list[SweepPrice], SweepPrice, SweepPrice | None]:
+    """The rows of `cost` (`price_study(study)`): each scale's sweep, in the order the study runs them, the
+    sweep at the target, and the confirmation at most (None: the study does not confirm)."""
 
     def row(spec: SweepSpec, c: SweepCost) -> SweepPrice:
         return SweepPrice(
@@ -239,12 +268,15 @@ def sweep_prices(study: StudySpec, cost: StudyCost) -> tuple[list[SweepPrice], S
         )
 
     scales = [row(spec, c) for spec, (_, c) in zip(study.sweep_specs(), cost.scales, strict=True)]
-    return scales, row(study.target_spec(), cost.target)
+    bound = confirm_bound_spec(study)
+    confirmation = row(bound, cost.confirmation) if bound is not None and cost.confirmation is not None else None
+    return scales, row(study.target_spec(), cost.target), confirmation
 
 
 def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCost:
     costs = [(s.name, price(s, config)) for s in study.sweep_specs()]
     target = price(study.target_spec(), config)
+    bound = confirm_bound_spec(study)
     lo = sum(c.gpu_hours.min for _, c in costs)
     hi = sum(c.gpu_hours.max for _, c in costs)
     return StudyCost(
@@ -252,6 +284,7 @@ def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCos
         gpu_hours=FloatRange(min=lo, max=hi),
         target=target,
         ratio=FloatRange(min=lo / target.gpu_hours.min, max=hi / target.gpu_hours.max),
+        confirmation=price(bound, config) if bound is not None else None,
     )
 
 

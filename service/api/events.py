@@ -7,8 +7,8 @@
 
 A sweep's events carry `id: <revision>`: its stream re-reads the sweep's revision from the store every
 `sse_interval_s` (in a worker thread) and the whole row only when it moved. A study's carry
-`id: <revision>.<step>`: it moves when the study's row or one of its scales' statuses does (a scale's own
-progress is on its sweep's stream). A stream opened with a session cookie ends within SESSION_RECHECK_S
+`id: <revision>.<step>`: it moves when the study's row or the status of one of its sweeps (its scales', its
+confirmation's) does (a sweep's own progress is on its own stream). A stream opened with a session cookie ends within SESSION_RECHECK_S
 of that session's end (sign-out, expiry); each open stream holds one of the owner's stream slots.
 
 The routes (service/api/routes/sweeps.py, studies.py) yield these `ServerSentEvent`s with
@@ -110,9 +110,10 @@ def sweep_events(request: Request, store: Store, settings: Settings, sweep_id: s
 
 
 def study_events(request: Request, store: Store, settings: Settings, study_id: str) -> AsyncIterator[ServerSentEvent]:
-    """The study's events: a `progress` event when the study or one of its scales' statuses moved (a scale's
-    own progress is its sweep's stream); `end` when the study is final. Its id, `<revision>.<step>`, grows
-    with both (`step`: each scale counted 0 pending, 1 queued, 2 running, 3 final)."""
+    """The study's events: a `progress` event when the study or the status of one of its sweeps (its scales',
+    its confirmation's) moved (a sweep's own progress is its sweep's stream); `end` when the study is final. Its
+    id, `<revision>.<step>`, grows with both (`step`: each sweep counted 0 pending, 1 queued, 2 running, 3
+    final or not run)."""
 
     spec: list[StudySpec] = []  # validated once a stream: a study's spec never changes
 
@@ -123,7 +124,10 @@ def study_events(request: Request, store: Store, settings: Settings, study_id: s
         if not spec:
             spec.append(StudySpec.model_validate(row.spec))
         summary = studies.summary(store, row, spec[0])
-        step = sum(_STEP.get(scale.status, 3) for scale in summary.scales)
+        moving = [scale.status for scale in summary.scales]
+        if summary.confirmation is not None:
+            moving.append(summary.confirmation.status)
+        step = sum(_STEP.get(status, 3) for status in moving)
         final = SweepStatus(summary.status).final
         return (summary.revision, step), summary, f"{summary.revision}.{step}", final
 

@@ -120,7 +120,10 @@ class SweepRow(Base):
 class StudyRow(Base):
     """A study (sweeps/study.py) submitted over HTTP: its scales' sweeps are rows of `sweeps` with the ids
     `<study id>-s<i>` (smallest scale first), created one at a time as the one before succeeds
-    (`service.studies`); `laws` is `sweeps.law.OptimizerLaw` per optimizer as JSON once all have."""
+    (`service.studies`); `laws` is `sweeps.law.OptimizerLaw` per optimizer as JSON once all have. A study with
+    `confirm: true` has one more sweep after its scales, `<study id>-s<scales + 1>`, made from the laws;
+    `confirmations` is `sweeps.law.Confirmation` per law as JSON once it succeeded, `confirm_note` why none
+    ran where no law predicted a size it could test."""
 
     __tablename__ = "studies"
 
@@ -131,9 +134,12 @@ class StudyRow(Base):
     status: Mapped[str] = mapped_column(String(16), default=SweepStatus.running.value)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     laws: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    confirmations: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    confirm_note: Mapped[str | None] = mapped_column(Text, nullable=True)
     run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the study's MLflow run
     cancel_requested: Mapped[bool] = mapped_column(default=False)
-    gpu_hours: Mapped[float | None] = mapped_column(Float, nullable=True)  # its sweeps' prices together
+    # its sweeps' prices together (its confirmation at most among them: service.policy.study_hours)
+    gpu_hours: Mapped[float | None] = mapped_column(Float, nullable=True)
     revision: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -146,7 +152,7 @@ class StudyRow(Base):
         return SweepStatus(self.status).final
 
     def sweep_id(self, scale: int) -> str:
-        """The id of the sweep of scale `scale` (1: the smallest)."""
+        """The id of the sweep of scale `scale` (1: the smallest; the number of scales + 1: the confirmation)."""
         return f"{self.id}-s{scale}"
 
 
@@ -472,8 +478,10 @@ class Store:
         return list(rows)
 
     def update_study(self, study_id: str, **fields: Any) -> StudyRow | None:
-        """Set `fields` (status, error, laws, run_id, cancel_requested, finished_at); None if no such study."""
-        unknown = set(fields) - {"status", "error", "laws", "run_id", "cancel_requested", "finished_at"}
+        """Set `fields` (status, error, laws, confirmations, confirm_note, run_id, cancel_requested,
+        finished_at); None if no such study."""
+        allowed = {"status", "error", "laws", "confirmations", "confirm_note", "run_id", "cancel_requested"}
+        unknown = set(fields) - allowed - {"finished_at"}
         if unknown:
             raise ValueError(f"cannot update a study's {sorted(unknown)}")
         with self.transaction() as s:

@@ -80,7 +80,11 @@ def test_a_study_is_priced_by_the_service_and_never_submitted(cli: Any, tmp_path
     assert out.exit_code == 0, out.output
     assert "a study of 2 sweeps" in out.output and "law-s1" in out.output and "law-s2" in out.output
     assert "law-target" in out.output and "replaces" in out.output and "of the sweep at the target" in out.output
-    assert "GPU-hours: no GPU-hours cap is set" in out.output
+    assert "GPU-hours: no GPU-hours cap is set" in out.output and "confirmation" not in out.output
+    path.write_text(yaml.safe_dump(study | {"confirm": True}))
+    out = cli("submit", "--dry-run", str(path))
+    assert out.exit_code == 0, out.output
+    assert "law-confirm" in out.output and "confirmation (at most):" in " ".join(out.output.split())
     out = cli("submit", str(path))
     assert out.exit_code == 2 and "study: the service prices one" in out.output and "sweeps study" in out.output
 

@@ -38,14 +38,14 @@ def spec(name: str = "s", budget: int = 1000) -> dict[str, object]:
 
 
 def test_migrations_reach_head_and_match_the_models(store: Store) -> None:
-    assert current(store.engine) == "0006"
+    assert current(store.engine) == "0007"
     assert "sweeps" in inspect(store.engine).get_table_names()
     # the Alembic migration creates exactly what the SQLAlchemy models declare
     with store.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
     store.migrate()  # a second start migrates nothing and fails nothing
-    assert current(store.engine) == "0006"
+    assert current(store.engine) == "0007"
 
 
 def test_create_then_get_round_trips_spec_and_utc_times(store: Store) -> None:

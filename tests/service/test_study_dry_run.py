@@ -1,8 +1,8 @@
 """A study priced over HTTP (in-process app, drivers faked, no Ray): `POST /studies/dry-run` answers each
 scale's sweep with its cost, their sum and the sweep at the target it replaces, the same figures as
-`sweeps.study.price_study` by hand; whether its sweeps pass the GPU-hours caps; and refuses, naming the
-field, a body that is not a study, a scale the service would not run, a bad pricing parameter. Nothing is
-recorded or started."""
+`sweeps.study.price_study` by hand, and with `confirm: true` its confirmation at most; whether its sweeps
+pass the GPU-hours caps; and refuses, naming the field, a body that is not a study, a scale the service would
+not run, a bad pricing parameter. Nothing is recorded or started."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from harness import tiny_spec
 from svc_helpers import FakeLauncher, auth
 
 from service.policy import capped_price
-from sweeps.cost import PriceConfig
-from sweeps.study import StudySpec, price_study
+from sweeps.cost import PriceConfig, price
+from sweeps.study import StudySpec, confirm_bound_spec, price_study
 
 
 def tiny_study(name: str = "law", budgets: tuple[int, ...] = (3000, 6000), **overrides: Any) -> dict[str, Any]:
@@ -65,8 +65,44 @@ def test_a_study_is_priced_scale_by_scale_beside_the_sweep_it_replaces(
     )
     assert resp.status_code == 200, resp.text
     assert resp.json() == got
+    assert got["confirmation"] is None  # the study does not confirm
     # nothing recorded, nothing started
     assert client.get("/sweeps", headers=auth()).json()["total"] == 0 and launcher.started == []
+
+
+def test_a_confirming_study_is_priced_with_its_confirmation_at_most(
+    app_client: Callable[..., TestClient], launcher: FakeLauncher
+) -> None:
+    study = tiny_study(batch_sizes=[4, 8, 16, 32], confirm=True)
+    resp = app_client().post("/studies/dry-run", params={"gpu": "A100", "mfu": 0.3}, json=study, headers=auth())
+    assert resp.status_code == 200, resp.text
+    got = resp.json()
+    plan = StudySpec.model_validate(study)
+    bound = confirm_bound_spec(plan)
+    # a line of its own: the target's spec at its reference and the two costliest sizes one prediction can pick
+    assert bound is not None and len(bound.batch_sizes) == 3 and bound.batch_sizes[0] == 4
+    confirmation = got["confirmation"]
+    assert confirmation["name"] == "law-confirm" and confirmation["model"] == "gpt2-nano"
+    assert confirmation["cost"] == price(bound, PriceConfig(gpu="A100", mfu=0.3)).model_dump(mode="json")
+    assert confirmation["trained_tokens"] == plan.target_spec().trained_tokens
+    assert confirmation["cost"]["trials"]["max"] < got["target"]["cost"]["trials"]["max"]  # fewer sizes
+    # the scales' sum and ratio stay the scales'; the caps judge the confirmation with them
+    assert got["gpu_hours"] == price_study(plan, PriceConfig(gpu="A100", mfu=0.3)).gpu_hours.model_dump()
+    hours = [capped_price(s) for s in plan.sweep_specs()]
+    assert got["caps"]["gpu_hours"] == pytest.approx(sum(hours) + capped_price(bound))
+    # caps per owner the scales pass together: the confirmation alone over one (at 8x the larger's tokens),
+    # with them over the other
+    most = capped_price(bound)
+    for cap, problem in (
+        (sum(hours) * 1.01, "law-confirm: "),
+        (most + sum(hours) / 2, "the study's 3 sweeps together: "),
+    ):
+        client = app_client(max_gpu_hours_per_owner=cap)
+        caps = client.post("/studies/dry-run", json=study, headers=auth()).json()["caps"]
+        assert caps["passes"] is False and caps["problems"][0].startswith(problem), caps
+        plain = client.post("/studies/dry-run", json=tiny_study(batch_sizes=[4, 8, 16, 32]), headers=auth()).json()
+        assert plain["caps"]["passes"] is True and plain["confirmation"] is None
+    assert launcher.started == []
 
 
 def test_the_caps_judge_each_sweep_and_the_study_together(app_client: Callable[..., TestClient]) -> None:

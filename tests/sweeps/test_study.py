@@ -10,9 +10,9 @@ from harness import tiny_spec
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from cli.main import app
+from cli.main import _hours, app
 from sweeps.cost import price
-from sweeps.study import StudySpec, is_study, price_study
+from sweeps.study import StudySpec, confirm_bound_spec, confirm_spec, is_study, price_study
 
 NANO, MICRO = {"preset": "gpt2-nano", "seq_len": 32}, {"preset": "gpt2-micro", "seq_len": 32}
 
@@ -79,6 +79,42 @@ def test_the_price_is_each_scale_s_sweep_beside_the_target_s() -> None:
     assert 0 < cost.ratio.max < 1  # four small sweeps against one at 8x the largest budget
 
 
+def test_a_confirming_study_is_priced_at_the_most_its_confirmation_can_cost() -> None:
+    from sweeps.law import Band, OptimizerLaw
+
+    two = [{"name": "adamw"}, {"name": "lion"}]
+    sizes = [4, 8, 16, 32, 64, 128]
+    s = StudySpec.model_validate(study(confirm=True, optimizers=two, batch_sizes=sizes))
+    assert confirm_bound_spec(StudySpec.model_validate(study())) is None and price_study(s).confirmation is not None
+    bound = confirm_bound_spec(s)
+    assert bound is not None and bound.name == "law-confirm"
+    # the reference and the 2 x 2 costliest others, on the target's own tokens: a trial evaluates every 1,536
+    # tokens and at most once a step, 43 times at 4, 8 and 16, 32 at 32 and 64, 16 at 128 (its 16 steps)
+    assert bound.batch_sizes == [4, 8, 16, 32, 64] and bound.trained_tokens == s.target_spec().trained_tokens
+    assert price_study(s).confirmation == price(bound)
+    assert price_study(s).gpu_hours == price_study(s.model_copy(update={"confirm": False})).gpu_hours  # apart
+
+    def law(optimizer: str, value: float) -> OptimizerLaw:
+        return OptimizerLaw(
+            optimizer=optimizer, against="baseline", reference="adamw", scales=[], target_tokens=65536.0,
+            predicted=Band(value=value, low=value / 2, high=value * 2),
+        )  # fmt: skip
+
+    # every confirmation one law per optimizer can make costs at most the bound, on the same tokens
+    predictions = [3.0, 5.0, 6.0, 12.0, 24.0, 48.0, 96.0, 100.0, 1000.0]
+    most = price(bound).gpu_hours.max
+    for a in predictions:
+        for b in predictions:
+            spec = confirm_spec(s, [law("adamw", a), law("lion", b)])
+            if isinstance(spec, str):  # both below the reference: no sweep
+                assert max(a, b) < sizes[0]
+                continue
+            assert spec.trained_tokens == bound.trained_tokens
+            assert price(spec).gpu_hours.max <= most * (1 + 1e-12), (a, b, spec.batch_sizes)
+    widest = confirm_spec(s, [law("adamw", 12.0), law("lion", 48.0)])  # and one reaches it
+    assert not isinstance(widest, str) and price(widest).gpu_hours == price(bound).gpu_hours
+
+
 def test_sweeps_price_prices_a_study_file(tmp_path: Any) -> None:
     import json
 
@@ -94,6 +130,14 @@ def test_sweeps_price_prices_a_study_file(tmp_path: Any) -> None:
     text = " ".join(out.output.split())
     assert "a study of 4 sweeps" in text and "law-target" in text and "replaces" in text
     assert f"{price_study(StudySpec.model_validate(study())).ratio.max:.2f} of the sweep at the target" in text
+    assert "confirmation" not in text
+    path.write_text(written(study(confirm=True)))
+    out = CliRunner().invoke(app, ["price", str(path)], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    bound = price_study(StudySpec.model_validate(study(confirm=True))).confirmation
+    assert bound is not None and "law-confirm" in text and "(confirmation, at most)" in text
+    assert f"confirmation (at most): {_hours(bound.gpu_hours.max)} GPU-hours more" in text
     path.write_text(written(study(model=NANO)))
     out = CliRunner().invoke(app, ["price", str(path)], catch_exceptions=False)
     assert out.exit_code == 2 and "a study sets model per scale" in " ".join(out.output.split())
