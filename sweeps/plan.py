@@ -189,13 +189,32 @@ def next_search_lr(
     # Converged only where the step lands on the best lr itself. A step onto another tried lr (a worse
     # one: the fit's minimum is not there) halves the gap between the best and it instead.
     if abs(math.log(lr / best_lr)) < VERTEX_MIN_GAP:
-        return _narrowed(best_lr, tried, narrow, lr_min=lr_min, lr_max=lr_max)
+        return _below_cliff(best_lr, diverged, tried, lr_min) or _narrowed(
+            best_lr, tried, narrow, lr_min=lr_min, lr_max=lr_max
+        )
     near = min(tried, key=lambda t: abs(math.log(lr / t)))
     if abs(math.log(lr / near)) < VERTEX_MIN_GAP:
         lr = math.sqrt(best_lr * near)
         if min(abs(math.log(lr / t)) for t in [*tried, best_lr]) < VERTEX_MIN_GAP:
-            return _narrowed(best_lr, tried, narrow, lr_min=lr_min, lr_max=lr_max)
+            return _below_cliff(best_lr, diverged, tried, lr_min) or _narrowed(
+                best_lr, tried, narrow, lr_min=lr_min, lr_max=lr_max
+            )
     return (kind, lr)
+
+
+def _below_cliff(best_lr: float, diverged: list[float], tried: list[float], lr_min: float) -> tuple[str, float] | None:
+    """("step", lr) PROBE_STEP under `best_lr` where a run diverged above it and no lr was tried below it; None
+    where either is not so, or that step falls below `lr_min`.
+
+    A search that would end there has one completed lr, at a stability edge that varies by seed: one step down
+    gives the cell the best two lrs a cliff's confirmation seeds run at (`cliff_pair`), and a lower lr to
+    retreat to where a seed diverges at the best, near the edge where the best loss is."""
+    if not any(d > best_lr * (1.0 + _TIE) for d in diverged):
+        return None
+    if any(t < best_lr * (1.0 - _TIE) for t in tried):
+        return None
+    lr = best_lr * math.exp(-PROBE_STEP)
+    return ("step", lr) if lr >= lr_min * (1.0 - _TIE) else None
 
 
 # A probe below a diverged confirmation run: this far below (in ln lr) the lowest lr at which a run of the

@@ -153,6 +153,33 @@ def test_the_line_search_steps_out_or_halves_the_gap_below_a_divergence() -> Non
     assert next_search_lr([], [], [1e-2], lr_min=lo, lr_max=hi) == ("explore", None)
 
 
+def test_a_search_with_one_completed_lr_under_a_cliff_steps_just_below_it_before_it_ends() -> None:
+    lo, hi = 1e-4, 3e-2
+    # the only completed lr, 1.8e-2, under divergences at 2.33e-2 and 3e-2: the step towards the cliff
+    # (their geometric mean, 0.13 ln-units up) lands on the best lr, so the search would end with nothing
+    # below it; it steps PROBE_STEP (0.25) down instead
+    best, diverged = 1.8e-2, [2.33e-2, 3e-2]
+    tried = [best, *diverged]
+    assert next_search_lr([(best, 3.38)], diverged, tried, lr_min=lo, lr_max=hi) == (
+        "step",
+        pytest.approx(best * math.exp(-0.25)),
+    )
+    # once an lr below it was tried (completed or not), it ends as before
+    below = best * math.exp(-0.25)
+    assert next_search_lr([(best, 3.38), (below, 3.39)], diverged, [*tried, below], lr_min=lo, lr_max=hi) == (
+        "converged",
+        None,
+    )
+    assert next_search_lr([(best, 3.38)], [*diverged, below], [*tried, below], lr_min=lo, lr_max=hi) == (
+        "converged",
+        None,
+    )
+    # nothing diverged above it (a search at the top of its range): it ends there
+    assert next_search_lr([(hi, 3.38)], [], [hi], lr_min=lo, lr_max=hi) == ("converged", None)
+    # that step would fall below lr.min: it ends there
+    assert next_search_lr([(1.1e-4, 3.38)], [1.3e-4], [1.1e-4, 1.3e-4], lr_min=lo, lr_max=hi) == ("converged", None)
+
+
 def test_a_probe_goes_just_below_a_diverged_confirmation_lr_with_nothing_near_below_it() -> None:
     assert PROBE_STEP == 0.25
     # confirmation runs diverged at 1e-2; the nearest completed search lr is 1.9 ln-units below: a probe
