@@ -226,7 +226,7 @@ class CellState:
         """The running search trials (a probe among them)."""
         return tuple(r for r in self.running if r.role == "search")
 
-    def reruns(self, role: str) -> list[Run]:
+    def running_as(self, role: str) -> list[Run]:
         """The running confirmation ("seed") or warm-up ("warmup") runs."""
         return [r for r in self.running if r.role == role]
 
@@ -249,7 +249,7 @@ class CellState:
     def _runs_elsewhere(self) -> int:
         """Confirmation runs, finished or running, at an lr other than the best (a retreat's, a check's)."""
         lr = self.best_lr
-        at = [lr_of(t) for t in self.trials("seed")] + [r.lr for r in self.reruns("seed")]
+        at = [lr_of(t) for t in self.trials("seed")] + [r.lr for r in self.running_as("seed")]
         return sum(1 for x in at if lr is None or not same_lr(x, lr))
 
     def budget(self, probes: int = 0) -> int:
@@ -356,7 +356,7 @@ class CellState:
         lr = self.best_lr
         if lr is None or len(self.warmups) == 1:
             return ()
-        runs, done = self.reruns("warmup"), self.trials("warmup")
+        runs, done = self.running_as("warmup"), self.trials("warmup")
         tried = {r.warmup for r in runs if same_lr(r.lr, lr)}
         tried |= {self.warmup_of(t) for t in done if same_lr(lr_of(t), lr)}
         wanted = [w for w in self.warmups[1:] if w not in tried]
@@ -374,12 +374,12 @@ class CellState:
         best lr and warm-up, once the warm-ups to try there have ended, as many as the cell's `budget`
         still holds."""
         lr = self.best_lr
-        if lr is None or self.warmups_wanted or self.reruns("warmup"):
+        if lr is None or self.warmups_wanted or self.running_as("warmup"):
             return ()
         if self.searching:
             return ()  # a search trial (a probe) is running: its result may move the best lr
         warmup = self.best_warmup
-        running = {r.seed for r in self.reruns("seed") if same_lr(r.lr, lr) and r.warmup == warmup}
+        running = {r.seed for r in self.running_as("seed") if same_lr(r.lr, lr) and r.warmup == warmup}
         recorded = self.seeds_recorded(lr, warmup)
         wanted = [s for s in range(1, self.n_seeds + 1) if s not in recorded and s not in running]
         return tuple(wanted[: max(0, self.budget() - self.spent)])
@@ -395,7 +395,7 @@ class CellState:
         if self.searching:
             return ()  # a search trial (a probe) is running: its result may move the best lr
         warmup = self.best_warmup
-        runs = [r for r in self.reruns("seed") if r.warmup == warmup]
+        runs = [r for r in self.running_as("seed") if r.warmup == warmup]
         there = self.seeds_recorded(second, warmup) | {r.seed for r in runs if same_lr(r.lr, second)}
         if not self.check and not self.at_cliff and not there:
             return ()
