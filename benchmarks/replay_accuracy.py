@@ -331,13 +331,11 @@ def main() -> None:
     if not totals["right"]:
         raise SystemExit("no configuration is recorded far enough to replay (benchmarks/record_runs.py)")
     print(
-        f"replayed real runs ({time.perf_counter() - started:.0f} s): right {statistics.fmean(totals['right']):.3f} "
-        f"(target >= 0.90, and >= the 12x2 grid's {statistics.fmean(totals['grid']):.3f} + 0.03; TPE per cell "
-        f"{statistics.fmean(totals['tpe']):.3f}), bracket {statistics.fmean(totals['covered']):.3f} (target >= 0.95), tight "
-        f"{statistics.fmean(totals['tight']):.3f}, tokens vs the 12x2 "
-        f"grid {statistics.fmean(totals['tokens']):.2f} (target <= 0.5), truth stable "
-        f"{statistics.fmean(totals['truth']):.2f}; noise ceiling {judged(totals['ceiling'])}, grid "
-        f"{judged(totals['grid'])}, TPE {judged(totals['tpe'])}; {target_line(totals)}"
+        f"replayed real runs ({time.perf_counter() - started:.0f} s): right {judged(totals['right'])}, noise ceiling "
+        f"{judged(totals['ceiling'])}, the 12x2 grid {judged(totals['grid'])}, TPE per cell {judged(totals['tpe'])}; "
+        f"bracket {statistics.fmean(totals['covered']):.3f} (target >= 0.95), tight {statistics.fmean(totals['tight']):.3f}, "
+        f"tokens vs the 12x2 grid {statistics.fmean(totals['tokens']):.2f} (target <= 0.5), truth stable "
+        f"{statistics.fmean(totals['truth']):.2f}; {target_line(totals)}"
     )
 
 
