@@ -135,7 +135,7 @@ class StudyDryRunResult(_Out):
     confirmation: SweepPrice | None = Field(
         default=None,
         description="with confirm: true, the confirmation sweep at the target at most (its sweep comes from the "
-        "fitted law: the target's spec at the reference and the 2 x optimizers largest sizes of its lattice, "
+        "fitted law: the target's spec at the reference and the 2 x optimizers costliest other sizes of its lattice, "
         "sweeps.study.confirm_bound_spec); null: the study does not confirm",
     )
     caps: GpuHoursCaps | None = Field(
