@@ -186,19 +186,22 @@ def next_search_lr(
     else:
         lr, kind = best_lr * math.exp(-2 * BRACKET_STEP), "step"
     lr = min(max(lr, lr_min), lr_max)
-    # Converged only where the step lands on the best lr itself. A step onto another tried lr (a worse
-    # one: the fit's minimum is not there) halves the gap between the best and it instead.
-    if abs(math.log(lr / best_lr)) < VERTEX_MIN_GAP:
+
+    def ending() -> tuple[str, float | None]:
+        # where the line search has nowhere left to step: below a lone best under a cliff, else narrowed
         return _below_cliff(best_lr, diverged, tried, lr_min) or _narrowed(
             best_lr, tried, narrow, lr_min=lr_min, lr_max=lr_max
         )
+
+    # Converged only where the step lands on the best lr itself. A step onto another tried lr (a worse
+    # one: the fit's minimum is not there) halves the gap between the best and it instead.
+    if abs(math.log(lr / best_lr)) < VERTEX_MIN_GAP:
+        return ending()
     near = min(tried, key=lambda t: abs(math.log(lr / t)))
     if abs(math.log(lr / near)) < VERTEX_MIN_GAP:
         lr = math.sqrt(best_lr * near)
         if min(abs(math.log(lr / t)) for t in [*tried, best_lr]) < VERTEX_MIN_GAP:
-            return _below_cliff(best_lr, diverged, tried, lr_min) or _narrowed(
-                best_lr, tried, narrow, lr_min=lr_min, lr_max=lr_max
-            )
+            return ending()
     return (kind, lr)
 
 
