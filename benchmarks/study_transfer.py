@@ -88,15 +88,11 @@ def scaled(problem: se.Problem, factor: float) -> se.Problem:
 def truth_at(problem: se.Problem) -> dict[str, int | None]:
     """Each optimizer's true answer (against the baseline) on the lattice continued to TRUTH_MAX, so a truth
     past the searched lattice's top is a number, not its top."""
-    wide = tuple(bs_ for bs_ in lattice_to(TRUTH_MAX))
-    answers = se.true_answers(dataclasses.replace(problem, batch_sizes=wide))
-    return {o: a["baseline"] for o, a in answers.items()}
-
-
-def lattice_to(top: int) -> list[int]:
     from sweeps.batch_axis import lattice
 
-    return lattice(bs.MIN, top, 1.25)
+    wide = tuple(lattice(bs.MIN, TRUTH_MAX, 1.25))
+    answers = se.true_answers(dataclasses.replace(problem, batch_sizes=wide))
+    return {o: a["baseline"] for o, a in answers.items()}
 
 
 def objective_of(problems: dict[int, se.Problem]) -> Any:
@@ -132,12 +128,13 @@ def run_problem(
         for o in se.OPTIMIZERS
         if all(t[o] for t in truths)
     }
+    searched = {t: se.true_answers(problems[t]) for t in budgets}  # each scale's truth on the searched lattice
     out: dict[str, Any] = {}
     for arm, transfer in (("scratch", False), ("transfer", True)):
         result = simulate_study(study_of(transfer, tolerance, budgets), objective_of(problems), seed=base.seed)
         right, covered, tokens, sizes = [], [], [], []
         for spec, r in result.scales:
-            truth = se.true_answers(problems[spec.trained_tokens])
+            truth = searched[spec.trained_tokens]
             tokens.append(r.tokens_trained)
             sizes += [len(o.cells) for o in r.report.optimizers.values()]
             for opt in se.OPTIMIZERS:
@@ -151,13 +148,13 @@ def run_problem(
 
 
 def law_outcomes(laws: list[Any], slopes: dict[str, float], truth: dict[str, int | None]) -> list[dict[str, Any]]:
-    """Per optimizer, the law fitted to an arm's scales against the truth: whether it was fitted,
-    whether its exponent's interval holds the truth's exponent (`slopes`), whether its prediction at the target lies within
-    one resolution step (1.25x) of the target's true B* (the lattice's size, so within a step of it)."""
+    """Per optimizer, the law fitted to an arm's scales against the truth: whether it was fitted, whether its
+    exponent's interval holds the truth's exponent (`slopes`), whether its prediction at the target lies within
+    one resolution step (1.25x) of the target's true B* and whether its prediction interval holds it."""
     out = []
     for law in laws:
         want = truth.get(law.optimizer)
-        row: dict[str, Any] = {"fitted": law.tokens_interval is not None, "predicted": law.predicted is not None}
+        row: dict[str, Any] = {"fitted": law.tokens_interval is not None}
         if law.tokens_interval is not None and law.optimizer in slopes:
             lo, hi = law.tokens_interval
             row["exponent_held"] = lo <= slopes[law.optimizer] <= hi
