@@ -33,7 +33,7 @@ import httpx
 import pytest
 
 from service.cluster.processes import LOOPBACK, descendants, free_port, free_ports, stop_tree, wait_for_port
-from service.cluster.ray_head import head_command, head_env, stop_head_process
+from service.cluster.ray_head import head_env, launch_head, stop_head_process
 from worker.config import ModelConfig, OptimizerConfig, TrainConfig
 from worker.local_ray import LOOPBACK_ENV, TRAIN_ENV
 
@@ -75,7 +75,7 @@ class RayHead:
 
     log_path: Path
     num_cpus: int = 2
-    port: int = 0  # 0: a free one
+    port: int = 0  # chosen by start(): free ports
     dashboard_port: int = 0
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     proc: subprocess.Popen[bytes] | None = None
@@ -89,22 +89,12 @@ class RayHead:
         """What a process needs in its environment to use this cluster (before `import ray`)."""
         return {"RAY_ADDRESS": self.address, **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
 
-    def __post_init__(self) -> None:
-        if not self.port or not self.dashboard_port:
-            self.port, self.dashboard_port = free_ports(2)
-
     def start(self, timeout_s: float = 90.0) -> RayHead:
-        cmd = head_command(
-            port=self.port, dashboard_port=self.dashboard_port, num_cpus=self.num_cpus,
-            extra_ports=free_ports(7, exclude={self.port, self.dashboard_port}),
-        )  # fmt: skip
-        env = head_env({"RAY_AUTH_TOKEN": self.token})
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
-        wait_for_port(self.port, timeout_s, self.proc)
-        # the dashboard (Job and State APIs) comes up last; Train V2 needs it
-        wait_for_port(self.dashboard_port, timeout_s, self.proc)
+        env = head_env({"RAY_AUTH_TOKEN": self.token})
+        self.proc, self.port, self.dashboard_port = launch_head(
+            self.log_path, env=env, num_cpus=self.num_cpus, timeout_s=timeout_s
+        )
         log.info("ray head at %s (pid %s)", self.address, self.proc.pid)
         return self
 

@@ -30,9 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -69,6 +70,68 @@ def head_command(
     if temp_dir is not None:
         cmd.append(f"--temp-dir={temp_dir}")
     return cmd
+
+
+# what `ray start` prints once its node (GCS, raylet, agents) is up and registered; the GCS and dashboard
+# ports open before the raylet registers, and a raylet whose agent could not bind its port dies after them
+READY_LINE = "Ray runtime started."
+# a port `free_ports` found free can be taken by another process before Ray binds it (a check, not a
+# lease): a start that fails is retried on new ports this many times in all
+START_TRIES = 3
+
+
+def launch_head(
+    log_path: Path,
+    *,
+    env: Mapping[str, str],
+    num_cpus: int | None,
+    timeout_s: float,
+    temp_dir: Path | None = None,
+    command: Callable[..., list[str]] = head_command,
+    **popen: Any,
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start `ray start --head --block` (`command`) on free ports, its output appended to `log_path`, in a
+    process group of its own; return (process, GCS port, dashboard port) once it printed READY_LINE and both
+    ports answer. A start whose process exits first (a port taken meanwhile, a raylet that died) is retried
+    on new ports, START_TRIES in all; a start that hangs past `timeout_s` is stopped and raises TimeoutError."""
+    for attempt in range(1, START_TRIES + 1):
+        port, dashboard_port, *extra = free_ports(9)
+        cmd = command(port=port, dashboard_port=dashboard_port, num_cpus=num_cpus, temp_dir=temp_dir, extra_ports=extra)
+        start = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(
+                cmd, env=dict(env), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                process_group=0, **popen,
+            )  # fmt: skip
+        try:
+            _wait_for_line(log_path, start, READY_LINE, timeout_s, proc)
+            wait_for_port(port, timeout_s, proc)
+            # the dashboard (Job and State APIs) comes up last; Train V2 needs it
+            wait_for_port(dashboard_port, timeout_s, proc)
+            return proc, port, dashboard_port
+        except RuntimeError as exc:  # it exited
+            stop_head_process(proc.pid, proc=proc)
+            if attempt == START_TRIES:
+                raise RuntimeError(f"the Ray head failed to start {START_TRIES} times; the last: {exc}") from None
+            log.warning("the Ray head exited during its start (%s); retrying on new ports (%s)", exc, log_path)
+        except TimeoutError:
+            stop_head_process(proc.pid, proc=proc)
+            raise
+    raise AssertionError("unreachable")
+
+
+def _wait_for_line(path: Path, offset: int, line: str, timeout_s: float, proc: subprocess.Popen[bytes]) -> None:
+    """Until `line` appears in `path` past byte `offset`; RuntimeError where `proc` exits first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            if line.encode() in f.read():
+                return
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before it printed {line!r}")
+        time.sleep(0.2)
+    raise TimeoutError(f"{line!r} did not appear within {timeout_s} s")
 
 
 def stop_head_process(pid: int, *, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -175,24 +238,15 @@ class LocalRayHead:
             return self._start()
 
     def _start(self) -> HeadState:
-        port, dashboard_port, *extra = free_ports(9)
         temp_dir = self.temp_dir()
-        cmd = head_command(
-            port=port, dashboard_port=dashboard_port, num_cpus=self.num_cpus, temp_dir=temp_dir, extra_ports=extra
-        )
-        with open(self.log_path, "ab") as out:
-            # a process group of its own: a Ctrl-C meant for the service does not reach the head; a umask of
-            # 077 whatever the service's own: what the head, its drivers and trials write is their user's alone
-            proc = subprocess.Popen(
-                cmd, env=head_env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                process_group=0, cwd=self.dir, umask=PRIVATE_UMASK,
-            )  # fmt: skip
+        # a process group of its own (launch_head): a Ctrl-C meant for the service does not reach the head; a
+        # umask of 077 whatever the service's own: what the head, its drivers and trials write is their user's
         try:
-            wait_for_port(port, self.start_timeout_s, proc)
-            # the dashboard (Job and State APIs) comes up last; Train V2 needs it
-            wait_for_port(dashboard_port, self.start_timeout_s, proc)
+            proc, port, dashboard_port = launch_head(
+                self.log_path, env=head_env(), num_cpus=self.num_cpus, temp_dir=temp_dir,
+                timeout_s=self.start_timeout_s, cwd=self.dir, umask=PRIVATE_UMASK,
+            )  # fmt: skip
         except (RuntimeError, TimeoutError) as exc:
-            stop_head_process(proc.pid, proc=proc)
             tail = self.log_path.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"the local Ray head did not start ({exc}); {self.log_path}:\n{tail}") from None
         state = HeadState(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cluster.processes import alive, descendants, stop_tree
+from service.cluster.processes import alive, cmdline, descendants, stop_tree
 
 # a child that, on SIGTERM, notes it and exits (as `ray start --block` stops its head in order)
 CHILD = """
@@ -96,3 +96,65 @@ def test_a_head_with_a_live_actor_stops_on_sigterm_without_draining(tmp_path: Pa
     assert "Draining for up to" not in log, log[-2000:]
     # it ran its own SIGTERM handler to the end (exit status 1), not SIGKILLed after the grace period
     assert proc.returncode == 1, proc.returncode
+
+
+# a stand-in for `ray start --head --block`: its first start exits at once (as a head whose agent found its
+# port taken does), every later one listens on its GCS and dashboard ports and prints Ray's ready line
+FAKE_HEAD = """
+import pathlib, socket, sys, time
+tries = pathlib.Path(sys.argv[1])
+n = int(tries.read_text()) + 1 if tries.exists() else 1
+tries.write_text(str(n))
+if n <= int(sys.argv[2]):
+    print("Address already in use", flush=True)
+    sys.exit(1)
+held = []
+for port in sys.argv[3:5]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", int(port)))
+    s.listen()
+    held.append(s)
+print("Ray runtime started.", flush=True)
+time.sleep(600)
+"""
+
+
+def _fake_head(tries: Path, failures: int):  # the `command` of launch_head
+    def command(*, port: int, dashboard_port: int, **_: object) -> list[str]:
+        return [sys.executable, "-c", FAKE_HEAD, str(tries), str(failures), str(port), str(dashboard_port)]
+
+    return command
+
+
+def test_a_head_that_exits_during_its_start_is_started_again_on_new_ports(tmp_path: Path) -> None:
+    from service.cluster.processes import port_open
+    from service.cluster.ray_head import launch_head
+
+    log, tries = tmp_path / "head.log", tmp_path / "tries"
+    proc, port, dashboard = launch_head(
+        log, env=os.environ, num_cpus=1, timeout_s=30, command=_fake_head(tries, failures=1)
+    )
+    try:
+        assert tries.read_text() == "2" and proc.poll() is None
+        assert port_open(port) and port_open(dashboard)
+        assert log.read_text().count("Address already in use") == 1
+    finally:
+        stop_tree(proc.pid, proc=proc)
+
+
+def test_a_head_that_never_starts_is_given_up_after_its_tries_and_one_that_hangs_is_stopped(tmp_path: Path) -> None:
+    from service.cluster.ray_head import START_TRIES, launch_head
+
+    tries = tmp_path / "tries"
+    with pytest.raises(RuntimeError, match=f"failed to start {START_TRIES} times"):
+        launch_head(tmp_path / "a.log", env=os.environ, num_cpus=1, timeout_s=30, command=_fake_head(tries, 99))
+    assert tries.read_text() == str(START_TRIES)
+
+    def silent(**_: object) -> list[str]:
+        return [sys.executable, "-c", "import time; time.sleep(600)"]
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="Ray runtime started"):
+        launch_head(tmp_path / "b.log", env=os.environ, num_cpus=1, timeout_s=1, command=silent)
+    assert time.monotonic() - started < 15
+    assert not [p for p in descendants(os.getpid()) if "time.sleep(600)" in " ".join(cmdline(p))]
