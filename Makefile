@@ -42,9 +42,11 @@ test-fast: $(STAMP)
 
 # The suite runs in a fresh, empty temporary directory of its own (TMPDIR, which Python's tempfile and
 # Ray's default folder follow), removed afterwards: nothing an earlier run or another program left in
-# /tmp can make it pass or fail. Every test, in two runs: what needs no cluster, browser or server on both
+# /tmp can make it pass or fail. Every test, in three runs: what needs no cluster, browser or server on both
 # cores (pytest-xdist; worksteal: a worker that runs out takes queued tests from the other, which evens out
-# the few long ones), then the rest one at a time (they share one Ray head and the machine's 2 cores).
+# the few long ones); then what does, also two at a time (each worker starts its own Ray head; a test's
+# sweeps wait on Ray, MLflow and the browser as much as they compute, so two overlap); then the `serial`
+# tests alone, which measure latency or load and would read the other test's load as their own.
 # Both test targets write bytecode caches even where the environment says PYTHONDONTWRITEBYTECODE: pytest
 # then rewrites the asserts of its plugins' modules once, not in every pytest process (about half of a
 # process's collection time); a cache is checked against its source, so it cannot make a test pass or fail.
@@ -55,8 +57,9 @@ test: $(STAMP) $(SYSDEPS)
 	$(VENV)/bin/lint-imports --no-cache
 	@tmp=$$(mktemp -d /tmp/bst.XXXXXX) && echo "TMPDIR=$$tmp" && \
 	  TMPDIR=$$tmp PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n 2 --dist worksteal -m "not ($(HEAVY))" -q; quick=$$?; \
-	  TMPDIR=$$tmp PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -m "$(HEAVY)" --durations=30; rest=$$?; \
-	  rm -rf "$$tmp"; [ $$quick = 0 ] && [ $$rest = 0 ]
+	  TMPDIR=$$tmp PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n 2 --dist worksteal -m "($(HEAVY)) and not serial" --durations=30; rest=$$?; \
+	  TMPDIR=$$tmp PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -m serial -q; alone=$$?; \
+	  rm -rf "$$tmp"; [ $$quick = 0 ] && [ $$rest = 0 ] && [ $$alone = 0 ]
 
 clean:
 	rm -rf $(VENV) .pytest_cache
