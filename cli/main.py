@@ -207,7 +207,7 @@ def study(
     one, each as `sweeps run` does (its report in --out; run again, the study goes on from the first scale
     without one), then fit the law from their reports and predict at the target, as `sweeps law` does."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from dashboards.study import publish_study
+    from dashboards.study import ConfirmationState, publish_study
     from sweeps.analysis import read_report
     from sweeps.layout import study_experiment
     from sweeps.settings import runtime_from_env
@@ -237,12 +237,16 @@ def study(
     console.rule(f"the law, predicted at {target.trained_tokens:,} tokens ({target.model.preset or 'custom'})")
     laws = fit_laws(target, done, against)  # in the model size too where the scales have two or more
     _print_law(laws)
-    confirmations = _confirm(plan, laws, runtime, folder) if plan.confirm else []
+    confirmations, confirming = [], None
+    if plan.confirm:  # judged by the confirmation sweep, or not run (the note says why)
+        confirmations, note = _confirm(plan, laws, runtime, folder)
+        confirming = ConfirmationState("not_run" if note else "succeeded", note=note, judged=tuple(confirmations))
     scales = [(s.name, report) for s, report in done]
     run_id = record_study(runtime.tracking_uri, plan, scales, laws, confirmations)
     console.print(f"in MLflow: the study's run {run_id} ({study_experiment(plan.name)}), its sweeps nested under it")
     try:
-        console.print(f"  its figure: {', '.join(publish_study(runtime.tracking_uri, run_id, laws, plan.name)[:2])}")
+        figure = publish_study(runtime.tracking_uri, run_id, laws, plan.name, confirming)
+        console.print(f"  its figure: {', '.join(figure[:2])}")
     except Exception as exc:  # a figure is a view: the laws are printed and recorded already
         err.print(f"[yellow]the study's figure could not be drawn or logged: {exc}[/]")
 
@@ -253,10 +257,10 @@ def _check_against(against: str) -> None:
         raise typer.Exit(2)
 
 
-def _confirm(plan: Any, laws: list[Any], runtime: Any, folder: Path) -> list[Any]:
+def _confirm(plan: Any, laws: list[Any], runtime: Any, folder: Path) -> tuple[list[Any], str | None]:
     """Predict, then confirm: the sweep at the target of the reference and the sizes around each prediction
     (`sweeps.study.confirm_spec`; its report in `folder` too, so a study run again does not train it again),
-    each law judged against it (`sweeps.law.confirm_laws`), printed."""
+    each law judged against it (`sweeps.law.confirm_laws`), printed; or none and why not."""
     from sweeps.analysis import read_report
     from sweeps.law import confirm_laws
     from sweeps.study import confirm_spec
@@ -264,7 +268,7 @@ def _confirm(plan: Any, laws: list[Any], runtime: Any, folder: Path) -> list[Any
     spec = confirm_spec(plan, laws)
     if isinstance(spec, str):
         console.print(f"no confirmation at the target: {spec}")
-        return []
+        return [], spec
     path = folder / f"{spec.name}.json"
     sizes = ", ".join(map(str, spec.lattice))
     if path.exists():
@@ -278,7 +282,7 @@ def _confirm(plan: Any, laws: list[Any], runtime: Any, folder: Path) -> list[Any
         if c.lr_predicted is not None and c.lr_found is not None:
             lr = f"; lr {c.lr_found:.3g} found at {c.lr_at}, the lr law said {c.lr_predicted:.3g}"
         console.print(f"  {c.optimizer} against {c.against}: {c.says}{lr}")
-    return confirmations
+    return confirmations, None
 
 
 def _print_law(laws: list[Any]) -> None:

@@ -170,9 +170,10 @@ async def list_studies(store: Store, owner: str, limit: int, offset: int) -> tup
 
 
 async def law_page(store: Store, cache: PageCache, study_id: str, owner: str, *, plotlyjs_src: str) -> str:
-    """The study's law as one HTML page (`dashboards.study.law_page`, from the laws it stored), drawn once in
-    the render process (`cache`, the app's), loading plotly.js from `plotlyjs_src`; 409 until the study has
-    its laws."""
+    """The study's law as one HTML page (`dashboards.study.law_page`, from the laws it stored, with where its
+    confirmation stands where it confirms), drawn once per revision of the study and status of its
+    confirmation's sweep in the render process (`cache`, the app's), loading plotly.js from `plotlyjs_src`;
+    409 until the study has its laws."""
     from dashboards.study import law_page as draw
 
     row = await anyio.to_thread.run_sync(lambda: store.get_study(study_id, owner=owner))
@@ -180,8 +181,14 @@ async def law_page(store: Store, cache: PageCache, study_id: str, owner: str, *,
         raise not_found(study_id, "study")
     if row.laws is None:
         raise Conflict("not_finished", f"study {study_id!r} is {row.status}; its law comes when every scale succeeded")
-    key = ("study", row.id, str(row.revision), plotlyjs_src)
-    return await cache.get(key, partial(draw, row.laws, row.id, plotlyjs_src))
+    confirmation = (await anyio.to_thread.run_sync(summary, store, row)).confirmation
+    confirming = None
+    if confirmation is not None:  # plain data for the render process (`dashboards.study.ConfirmationState`)
+        status = getattr(confirmation.status, "value", confirmation.status)
+        confirming = {"status": status, "sweep_id": confirmation.sweep_id, "note": confirmation.note}
+        confirming["confirmations"] = row.confirmations
+    key = ("study", row.id, str(row.revision), confirming["status"] if confirming else "", plotlyjs_src)
+    return await cache.get(key, partial(draw, row.laws, row.id, plotlyjs_src, confirming))
 
 
 async def cancel(store: Store, supervisor: Any, study_id: str, owner: str) -> StudySummary:
@@ -350,7 +357,7 @@ class StudyRunner:
     ) -> None:
         """Record and store the study's laws, judged by its confirmation sweep's report `confirmed` where it
         has one (`note`: why it has none), and end it succeeded."""
-        from dashboards.study import publish_study
+        from dashboards.study import ConfirmationState, publish_study
         from sweeps.law import confirm_laws
         from sweeps.study_record import record_study
 
@@ -359,8 +366,12 @@ class StudyRunner:
         named = study.model_copy(update={"name": row.id})  # its MLflow experiment: one per study submitted
         scales = [(row.sweep_id(i), report) for i, (_, report) in enumerate(done, 1)]
         run_id = record_study(self.settings.tracking_uri, named, scales, laws, confirmations)
+        confirming = None
+        if study.confirm:  # judged by its sweep, or not run (`note` says why)
+            state = "succeeded" if confirmed is not None else "not_run"
+            confirming = ConfirmationState(state, row.sweep_id(len(done) + 1), note, tuple(confirmations))
         try:
-            publish_study(self.settings.tracking_uri, run_id, laws, row.id)
+            publish_study(self.settings.tracking_uri, run_id, laws, row.id, confirming)
         except Exception:  # a figure is a view, never a reason to hold the study's answer back
             log.exception("study %s: its figure could not be drawn or logged", row.id)
         self.store.update_study(

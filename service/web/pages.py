@@ -609,7 +609,8 @@ async def get_dashboard(
     responses={200: {"content": {"text/html": {}}, "description": "the study's law figure"}}
     | error_responses(401, 404, 409, 422),
     summary="The study's law as a page: each scale's bracket against tokens, the law and its band, the "
-    "prediction and the leave-largest-out check; 409 until every scale succeeded",
+    "prediction, the leave-largest-out check and, with confirm: true, the confirmation at the target and each "
+    "law's outcome (or that it is pending or not run); 409 until every scale succeeded",
     tags=["studies"],
 )
 async def get_study_law(request: Request, study_id: StudyId, owner: Owner, store: StoreDep) -> Response:

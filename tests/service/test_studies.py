@@ -146,6 +146,10 @@ def test_a_study_runs_its_scales_one_at_a_time_smallest_first_then_confirms_and_
     spec = client.get(f"/sweeps/{confirming}", headers=auth()).json()["spec"]
     assert spec["batch_sizes"] == want.batch_sizes and spec["token_budget"] == plan.target_spec().trained_tokens
     assert launcher.started.count(confirming) == 1
+    # the law's page while the confirmation runs: the laws drawn, the confirmation pending, no bracket of it
+    page = client.get(f"/studies/{study_id}/law", headers=auth())
+    assert page.status_code == 200 and f"confirmation at the target: pending (sweep {confirming})" in page.text
+    assert "adamw against adamw: confirmation pending" in page.text and "confirmation (held)" not in page.text
     trained(client, launcher, confirming)
     final = wait_until(lambda: (s := status_of(client, study_id))["status"] != "running" and s, 60, what="the law")
     assert final["status"] == "succeeded", final
@@ -201,12 +205,19 @@ def test_a_study_runs_its_scales_one_at_a_time_smallest_first_then_confirms_and_
     assert mlflow.get_run(final["run_id"]).data.metrics["adamw.baseline.confirmation_held"] == 1.0
     figures = {a.path for a in mlflow.list_artifacts(final["run_id"], "figures")}
     assert {"figures/law.png", "figures/law.html"} <= figures
-    # its page: the figure from the laws it stored, plotly.js from the service, under the pages' policy
+    # the figure there draws the confirmation and says its outcome
+    drawn = Path(mlflow.download_artifacts(final["run_id"], "figures/law.html", str(tmp_path))).read_text()
+    data = json.loads(Path(mlflow.download_artifacts(final["run_id"], "figures/law.json", str(tmp_path))).read_text())
+    assert "adamw against adamw: held — held: B* in [32, 64)" in drawn and "confirmation (held)" in drawn
+    assert [x["confirmation"]["held"] for x in data] == [True, True]
+    # its page: the figure from the laws it stored, plotly.js from the service, under the pages' policy; the
+    # confirmation's bracket and outcome drawn now that it succeeded
     from service.web.pages import PLOTLYJS_URL
 
     page = client.get(f"/studies/{study_id}/law", headers=auth())
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert f'src="{PLOTLYJS_URL}"' in page.text and "adamw against adamw" in page.text
+    assert f'src="{PLOTLYJS_URL}"' in page.text and "adamw against adamw: confirmation held" in page.text
+    assert "confirmation at the target: done" in page.text and "adamw against adamw: held — held" in page.text
     assert "script-src" in page.headers["Content-Security-Policy"]
     # the owner's list has it; nothing more is started
     listed = client.get("/studies", headers=auth()).json()
@@ -281,6 +292,9 @@ def test_a_study_whose_laws_predict_no_size_it_could_test_ends_without_its_confi
     assert status_of(client, plain["id"])["confirmation"] is None
     assert not started(launcher, f"{doubted['id']}-s4")
     assert "confirmation at the target: not run" in home_row(client, doubted["id"])
+    page = client.get(f"/studies/{doubted['id']}/law", headers=auth()).text
+    assert "confirmation at the target: not run: no law predicts a B* inside 4..8" in page
+    assert "confirmation at the target" not in client.get(f"/studies/{plain['id']}/law", headers=auth()).text
 
 
 def test_a_failed_scale_fails_the_study_naming_its_sweep(client: TestClient, launcher: FakeLauncher) -> None:

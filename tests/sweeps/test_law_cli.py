@@ -264,3 +264,47 @@ def test_sweeps_study_goes_through_its_scales_in_order_fits_records_and_runs_aga
     assert text.split("the law, predicted at")[1] == " ".join(again.output.split()).split("the law, predicted at")[1]
     assert [r.info.run_id for r in runs_of(client, experiment.experiment_id, Role.study)] == [parent.info.run_id]
     assert len(runs_of(client, experiment.experiment_id, Role.scale)) == 3
+
+
+def test_sweeps_study_that_confirms_draws_its_confirmation_in_the_study_s_figure(
+    reports: list[Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """`sweeps study` with `confirm: true` where every sweep has its report (the largest scale's stands in for
+    the confirmation's): the figure logged to the study's run draws each law's confirmation and says its
+    outcome."""
+    import shutil
+
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.layout import Role, runs_of, study_experiment
+    from sweeps.settings import runtime_from_env
+
+    sweep = {
+        k: v
+        for k, v in tiny_spec("confirmed", batch_sizes=[4, 8, 16, 32, 64]).items()
+        if k not in ("model", "token_budget")
+    }
+    model = {"preset": "gpt2-nano", "seq_len": 32}
+    study = sweep | {
+        "scales": {"models": [model], "token_budgets": list(BUDGETS)},
+        "target": {"model": dict(model), "token_budget": 196_608},  # B* 39 there, inside the stand-in's [32, 64)
+        "confirm": True,
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    out = tmp_path / "reports"
+    out.mkdir()
+    for i, report in enumerate(reports, 1):
+        shutil.copy(report, out / f"confirmed-s{i}.json")
+    shutil.copy(reports[-1], out / "confirmed-confirm.json")
+    done = invoke("study", str(path), "--out", str(out))
+    assert done.exit_code == 0, done.output
+    assert "adamw against baseline: held: B* in [32, 64)" in " ".join(done.output.split())
+    client = MlflowClient(runtime_from_env().tracking_uri)
+    experiment = client.get_experiment_by_name(study_experiment("confirmed"))
+    assert experiment is not None
+    (parent,) = runs_of(client, experiment.experiment_id, Role.study)
+    page = Path(client.download_artifacts(parent.info.run_id, "figures/law.html", str(tmp_path))).read_text()
+    assert "confirmation at the target: done" in page and "adamw against adamw: held — held: B* in [32, 64)" in page
+    assert "adamw against adamw: confirmation held" in page  # the panel's title
