@@ -9,8 +9,8 @@ fresh Ray cluster on this machine with its trial storage in S3 (a moto server on
 - one node: a head with 2 CPUs that also trains;
 - 1 + 2 nodes: a head with 0 CPUs (drivers only) and two worker nodes of 1 CPU each, the same CPUs
   for trials (tests/cluster/cluster_helpers.py builds both);
-- the 1 + 2 nodes again with `checkpoint_every_tokens: 0` (no checkpoints), and with
-  `checkpoint_min_interval_s: 0` (a checkpoint at every evaluation, 10 a trial, instead of the
+- the 1 + 2 nodes again with `checkpoints: {every_tokens: 0}` (no checkpoints), and with
+  `checkpoints: {min_interval_s: 0}` (a checkpoint at every evaluation, 10 a trial, instead of the
   default's at most one per 300 s of training, which in these trials of seconds is none).
 
 Prints each wall time (the median over --repeats), what one checkpoint costs, and the ratios; targets:
@@ -48,8 +48,7 @@ SPEC = {
     "seeds": 1,
     "degradation": {"tolerance": 0.02, "baseline": "adamw"},
     "resources": {"workers_per_trial": 1, "cpus_per_worker": 1, "max_concurrent_trials": 2, "max_micro_batch": 16},
-    "eval_every_tokens": 4096,
-    "eval_tokens": 8192,
+    "evaluation": {"every_tokens": 4096, "tokens": 8192},
 }
 
 
@@ -100,8 +99,8 @@ def main(argv: Iterable[str] | None = None) -> None:
     shapes: dict[str, tuple[bool, dict[str, object]]] = {
         "one node": (False, {}),
         "1 + 2 nodes": (True, {}),
-        "1 + 2 nodes, no checkpoints": (True, {"checkpoint_every_tokens": 0}),
-        "1 + 2 nodes, every evaluation": (True, {"checkpoint_min_interval_s": 0}),
+        "1 + 2 nodes, no checkpoints": (True, {"checkpoints": {"every_tokens": 0}}),
+        "1 + 2 nodes, every evaluation": (True, {"checkpoints": {"min_interval_s": 0}}),
     }
     with tempfile.TemporaryDirectory(prefix="cluster-overhead-") as tmp:
         work = Path(tmp)
@@ -127,7 +126,7 @@ def main(argv: Iterable[str] | None = None) -> None:
     multi = median["1 + 2 nodes"] / median["one node"]
     ckpt = median["1 + 2 nodes"] / median["1 + 2 nodes, no checkpoints"]
     every = median["1 + 2 nodes, every evaluation"] / median["1 + 2 nodes, no checkpoints"]
-    evals = SPEC["token_budget"] // SPEC["eval_every_tokens"] - 1  # none at the end: the trial is done
+    evals = SPEC["token_budget"] // SPEC["evaluation"]["every_tokens"] - 1  # none at the end: the trial is done
     cost = (median["1 + 2 nodes, every evaluation"] - median["1 + 2 nodes, no checkpoints"]) * 2 / (n_trials * evals)
     print(f"  a checkpoint at every evaluation: {every:.2f} x none, ~{cost:.2f} s of a trial slot per checkpoint")
     print(

@@ -111,9 +111,9 @@ def train_one(config: dict[str, Any], key: tuple[str, int, float, int], threads:
             "optimizer": {"name": opt, "lr": lr},
             "batch_size": b,
             "seed": seed,
-            "threads_per_worker": threads,
-            "probe_attention": False,
-            "checkpoint_every_evals": 0,
+            "resources": {"cpus_per_worker": threads},
+            "evaluation": {**config.get("evaluation", {}), "probe_attention": False},
+            "checkpoints": {"every_tokens": 0},
         }
     )
     session = LocalSession()

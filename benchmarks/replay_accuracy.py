@@ -104,7 +104,7 @@ def draw(k: int, whole: list[int], lo: float, hi: float) -> Drawn:
 
 
 def spec_of(name: str, config: dict[str, Any], optimizers: list[str], d: Drawn) -> SweepSpec:
-    keep = ("model", "data", "token_budget", "eval_every_tokens", "eval_tokens")
+    keep = ("model", "data", "token_budget", "evaluation")
     return SweepSpec.model_validate(
         {
             "name": f"replay-{name}",

@@ -975,7 +975,8 @@ def _real(spec_path: Path, concurrency: int | None, data_dir: Path | None) -> li
     sweep_tokens = sum(t.tokens for t in searched)
 
     def run(opt: str, b: int, lr: float, seed: int, role: str, number: int | None) -> TrialResult:
-        cfg = spec.train_config(opt, b, lr, seed).model_copy(update={"checkpoint_every_evals": 0})
+        cfg = spec.train_config(opt, b, lr, seed)
+        cfg = cfg.model_copy(update={"checkpoints": cfg.checkpoints.model_copy(update={"every_tokens": 0})})
         common: dict[str, Any] = dict(optimizer=opt, batch_size=b, lr=lr, seed=seed, role=role, number=number)
         try:
             res = run_training(cfg)

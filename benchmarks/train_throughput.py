@@ -18,7 +18,7 @@ here has grad accumulation 2), lr schedule, divergence check, tokens/s, the max-
 a checkpoint at each eval. Each step of each loop is timed, from its start to its end once the device has
 finished its work (a sync in both loops); the loop's time between steps (bookkeeping, reports) counts,
 the time inside `evaluate` and `save_checkpoint` (timed by wrapping them, and printed) does not:
-evaluations and checkpoints come every `eval_every_tokens`, a setting (budget / 10 by default), not a
+evaluations and checkpoints come every `evaluation.every_tokens`, a setting (budget / 10 by default), not a
 cost per step, and in a real run of millions of tokens per eval they are a small share (in this short one
 they would be most of it). The first `warmup` steps of every run are not counted. After an untimed round
 of both (a fresh process's first steps are 10x slower), rounds run both loops one after the other, each
@@ -50,7 +50,15 @@ import torch
 import torch.nn.functional as F
 
 import worker.loop as loop
-from worker.config import DataConfig, ModelConfig, OptimizerConfig, TrainConfig, split_batch
+from worker.config import (
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ResourcesConfig,
+    TrainConfig,
+    split_batch,
+)
 from worker.data import prepare_data
 from worker.model import build_model, count_params, flops_per_token
 from worker.names import MODEL_PRESETS, OPTIMIZERS
@@ -137,7 +145,7 @@ class LoopSide:
 
 def bare_loop(cfg: TrainConfig, device: torch.device, clock: StepClock) -> None:
     """The bare PyTorch loop on cfg's model, data, batch split and optimizer, each step on the clock."""
-    micro, accum = split_batch(cfg.batch_size, 1, cfg.max_micro_batch)
+    micro, accum = split_batch(cfg.batch_size, 1, cfg.resources.max_micro_batch)
     seq_len = cfg.model.seq_len
     data = prepare_data(cfg.data)
     stream = torch.from_numpy(np.asarray(data.train, dtype=np.int64))  # the train split, in memory
@@ -228,17 +236,21 @@ def main(argv: list[str] | None = None) -> int:
         model=ModelConfig(preset=args.preset, seq_len=args.seq_len),
         data=DataConfig(vocab_size=args.vocab_size),
         optimizer=OptimizerConfig(name=args.optimizer, lr=args.lr),
+        evaluation=EvalConfig(
+            every_tokens=max(tokens_per_step, budget // max(1, args.evals)),
+            tokens=8 * args.seq_len,  # the probe's 8 sequences
+        ),
+        resources=ResourcesConfig(
+            gpus_per_worker=1 if device.type == "cuda" else 0,
+            cpus_per_worker=torch.get_num_threads(),
+            max_micro_batch=args.max_micro_batch,
+        ),
         batch_size=args.batch_size,
-        max_micro_batch=args.max_micro_batch,
-        use_gpu=device.type == "cuda",
-        threads_per_worker=torch.get_num_threads(),
         token_budget=budget,
-        eval_every_tokens=max(tokens_per_step, budget // max(1, args.evals)),
-        eval_tokens=8 * args.seq_len,  # the probe's 8 sequences
         precision=args.precision,
         compile=args.compile,
     )
-    micro, accum = split_batch(cfg.batch_size, 1, cfg.max_micro_batch)
+    micro, accum = split_batch(cfg.batch_size, 1, cfg.resources.max_micro_batch)
     data = prepare_data(cfg.data)
     model = build_model(cfg.model, vocab_size=data.vocab_size, seed=0)
     flops, n_params = flops_per_token(model, args.seq_len), count_params(model)

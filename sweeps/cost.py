@@ -147,10 +147,10 @@ class SweepCost(BaseModel):
     )
     pruning: bool = Field(description="pruning is on: the training figures are upper bounds")
     evaluations: IntRange = Field(
-        description="evaluations of all trials (each every eval_every_tokens, and at the end)"
+        description="evaluations of all trials (each every evaluation.every_tokens, and at the end)"
     )
     tokens_per_evaluation: int = Field(
-        description="scored held-out tokens per evaluation: eval_tokens in whole seq_len windows "
+        description="scored held-out tokens per evaluation: evaluation.tokens in whole seq_len windows "
         "(at most: a smaller validation split is scored whole)"
     )
     evaluation_tokens: IntRange
@@ -204,7 +204,7 @@ def price(spec: SweepSpec, config: PriceConfig | None = None) -> SweepCost:
             "max": max(evals_at.values()) * trials["max"],
         }
     seq_len = spec.model.seq_len
-    per_eval = math.ceil(spec.eval_tokens / seq_len) * seq_len  # worker.data.val_windows: whole windows
+    per_eval = math.ceil(spec.evaluation.tokens / seq_len) * seq_len  # worker.data.val_windows: whole windows
 
     shape = spec.model.shape()
     n_params = spec.model.parameters(spec.data.vocab_size)

@@ -125,7 +125,7 @@ def run_sweep(
             verbose=0,
             # a trial whose worker died is restarted; training errors are results (`run_trial`)
             failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
-            # the trial function reports its checkpoints (spec.checkpoint_every_tokens); only the last is kept
+            # the trial function reports its checkpoints (spec.checkpoints); only the last is kept
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_at_end=False),
         ),
     )

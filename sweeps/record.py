@@ -395,8 +395,9 @@ class SweepRecorder(DriverOnly, Callback):
         train = c["train"]
         if trial_id not in self._trials:
             self._trials[trial_id] = self._create_trial_run(trial_id, c)
-        params = flatten("", {k: v for k, v in train.items() if k not in ("optimizer",)})
-        params |= flatten("optimizer", train["optimizer"])
+        # the run config (worker.config.TrainConfig) flattened: each param named by its path in the config's
+        # sections (optimizer.lr, schedule.warmup_fraction, resources.max_micro_batch, ...)
+        params = flatten("", train)
         self.client.log_batch(self._trials[trial_id], params=[Param(k, v[:6000]) for k, v in params.items()])
 
     def _create_trial_run(self, trial_id: str, c: dict[str, Any]) -> str:

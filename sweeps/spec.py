@@ -36,6 +36,7 @@ import yaml
 from pydantic import (
     BaseModel,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -49,7 +50,9 @@ from sweeps.spec_sections import (
     MAX_SEEDS,
     AdaptiveSeeds,
     BatchSearchSpec,
+    CheckpointSpec,
     DegradationSpec,
+    EvaluationSpec,
     LRSearchSpec,
     OptimizerSpec,
     PruningSpec,
@@ -61,13 +64,15 @@ from sweeps.spec_sections import (
 )
 from worker.config import (
     MAX_BATCH_SIZE,
-    MAX_EVAL_TOKENS,
     MAX_TOKENS,
+    CheckpointConfig,
     Compile,
     DataConfig,
+    EvalConfig,
     FieldProblem,
     ModelConfig,
     Precision,
+    ResourcesConfig,
     TrainConfig,
     builtin_corpus_tokens,
     corpus_shortfall,
@@ -78,6 +83,9 @@ from worker.messages import EXCERPT_CHARS, excerpt
 __all__ = [
     "DEFAULT_MAX_TRIALS",
     "BatchSearchSpec",
+    "CheckpointSpec",
+    "EvaluationSpec",
+    "FLAT_KEYS",
     "MAX_BATCH_SIZES",
     "MAX_CONCURRENT_TRIALS",
     "NAME_PATTERN",
@@ -134,6 +142,16 @@ NAME_PATTERN = re.compile(r"[a-z0-9-]{1,64}")
 # Batch sizes per sweep: each is a column of cells (an Optuna study per optimizer).
 MAX_BATCH_SIZES = 32
 
+# Top-level keys a spec may give instead of their place in a section (the spec's form before it had the
+# evaluation and checkpoints sections): each is moved into its section before validation, with the same
+# meaning, and a refusal of its value names it as given. Dumps give the sections only.
+FLAT_KEYS: dict[str, tuple[str, str]] = {
+    "eval_every_tokens": ("evaluation", "every_tokens"),
+    "eval_tokens": ("evaluation", "tokens"),
+    "checkpoint_every_tokens": ("checkpoints", "every_tokens"),
+    "checkpoint_min_interval_s": ("checkpoints", "min_interval_s"),
+}
+
 
 # --------------------------------------------------------------------------------------------------
 # The spec
@@ -165,24 +183,29 @@ class SweepSpec(_Strict):
     degradation: DegradationSpec
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     pruning: PruningSpec = Field(default_factory=PruningSpec)
-    eval_every_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)  # None: token_budget / 10
-    # a trial's checkpoint (model, optimizer state, data position, step; RNG draws are keyed on the seed
-    # and step) in the trial storage every this many tokens, rounded to whole evaluations, so a trial whose
-    # worker or node is lost resumes there; only the last is kept, and none once the trial ends.
-    # None: at every evaluation; 0: none (a lost trial starts again from token 0)
-    checkpoint_every_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
-    # and at most one per this many seconds of training: a checkpoint stops training while it is written
-    # (~0.3 s for gpt2-nano into S3 here, far more for GPT-2 medium), so trials shorter than this write
-    # none and long ones lose at most this much work to a lost node (benchmarks/cluster_overhead.py)
-    checkpoint_min_interval_s: float = Field(default=300.0, ge=0.0)
-    # held-out tokens of every evaluation: a fixed set, the same whatever the micro-batch and workers
-    eval_tokens: int = Field(default=32_768, gt=0, le=MAX_EVAL_TOKENS)
+    # every trial's evaluations (every_tokens, tokens) and checkpoints (every_tokens, min_interval_s); the
+    # flat keys eval_every_tokens, eval_tokens, checkpoint_every_tokens, checkpoint_min_interval_s too (FLAT_KEYS)
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
     grad_clip: float | None = Field(default=1.0, gt=0.0)  # None: no clipping
     # every trial's: fp32 or bf16 (autocast); compile: torch.compile the model (worker.config)
     precision: Precision = "fp32"
     compile: Compile = False
 
     # ---- field checks ---------------------------------------------------------------------------
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _flat_keys(cls, data: Any, handler: ModelWrapValidatorHandler[SweepSpec]) -> SweepSpec:
+        """The keys of FLAT_KEYS moved into their sections (both forms of one setting at once: refused, naming
+        the key); a refusal of a moved value names the key as given."""
+        if not isinstance(data, dict) or not data.keys() & FLAT_KEYS.keys():
+            return handler(data)
+        given = data.keys() & FLAT_KEYS.keys()
+        try:
+            return handler(_into_sections(data))
+        except ValidationError as exc:
+            raise _flat_locations(exc, given) from None
 
     @field_validator("name")
     @classmethod
@@ -519,39 +542,21 @@ class SweepSpec(_Strict):
         `warmup` (one of `schedule.warmup_choices`; None: the spec's own)."""
         if batch_size not in self.lattice:
             raise ValueError(f"batch_size={batch_size} is not in sweep {self.name!r}; its batch sizes: {self.lattice}")
-        cfg = TrainConfig(
+        return TrainConfig(
             model=self.model,
             data=self.data,
             optimizer=self.optimizer(optimizer).to_optimizer_config(lr),
+            schedule=self.schedule.for_run(warmup),
+            evaluation=EvalConfig.of(self.evaluation),
+            checkpoints=CheckpointConfig.of(self.checkpoints),
+            resources=ResourcesConfig.of(self.resources),
             batch_size=batch_size,
-            max_micro_batch=self.resources.max_micro_batch,
-            num_workers=self.resources.workers_per_trial,
-            use_gpu=self.resources.gpus_per_worker > 0,
-            threads_per_worker=self.resources.cpus_per_worker,
             token_budget=self.trained_tokens,
-            **self.schedule.warmup_fields(warmup),
-            min_lr_ratio=self.schedule.min_lr_ratio,
-            grad_clip=self.grad_clip,
-            eval_every_tokens=self.eval_every_tokens,
-            eval_tokens=self.eval_tokens,
             seed=seed,
+            grad_clip=self.grad_clip,
             precision=self.precision,
             compile=self.compile,
         )
-        return cfg.model_copy(
-            update={
-                "checkpoint_every_evals": self.checkpoint_evals(cfg),
-                "checkpoint_min_interval_s": self.checkpoint_min_interval_s,
-            }
-        )
-
-    def checkpoint_evals(self, cfg: TrainConfig) -> int:
-        """`checkpoint_every_tokens` as TrainConfig's evaluations between checkpoints (0: none)."""
-        if self.checkpoint_every_tokens is None:
-            return 1
-        if self.checkpoint_every_tokens == 0:
-            return 0
-        return max(1, round(self.checkpoint_every_tokens / (cfg.eval_interval_steps * cfg.tokens_per_step)))
 
     # ---- loading --------------------------------------------------------------------------------
 
@@ -600,6 +605,52 @@ class SweepSpec(_Strict):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _into_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with each key of FLAT_KEYS moved into its section; SpecError where a setting is given both ways."""
+    out = dict(data)
+    problems = []
+    for key in sorted(data.keys() & FLAT_KEYS.keys()):
+        section, field = FLAT_KEYS[key]
+        value = out.pop(key)
+        part = out.get(section, {})
+        if isinstance(part, BaseModel):
+            part = part.model_dump(exclude_unset=True)
+        if not isinstance(part, dict):
+            continue  # the section's own refusal says what it must be
+        if field in part:
+            problems.append(
+                FieldProblem(
+                    key,
+                    f"{key} and {section}.{field} are one setting, given twice; give {section}.{field} only "
+                    f"(the top-level {key} is its older form), got {key}={excerpt(value)}",
+                    value,
+                )
+            )
+            continue
+        out[section] = {**part, field: value}
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
+def _flat_locations(exc: ValidationError, keys: set[str]) -> ValidationError:
+    """`exc` with each refusal inside a section field moved there from a flat key (`keys`) located at the key."""
+    at = {FLAT_KEYS[k]: k for k in keys}
+    errors = exc.errors()
+    if not any(tuple(e["loc"][:2]) in at for e in errors):
+        return exc
+    details: list[Any] = [
+        {
+            "type": e["type"],
+            "loc": (at[tuple(e["loc"][:2])], *e["loc"][2:]) if tuple(e["loc"][:2]) in at else e["loc"],
+            "input": e["input"],
+            **({"ctx": e["ctx"]} if "ctx" in e else {}),
+        }
+        for e in errors
+    ]
+    return ValidationError.from_exception_data(exc.title, details)
 
 
 def _part(model: type[BaseModel], value: dict[str, Any], prefix: str) -> tuple[Any, list[FieldProblem]]:

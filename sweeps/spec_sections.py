@@ -1,6 +1,8 @@
 """The sections of a sweep spec (`sweeps.spec.SweepSpec`): optimizers, seeds, the batch axis, the lr search,
-the schedule, the degradation rule, resources and pruning, each a strict pydantic model validated on its
-own with errors that name the field. Torch-free, like sweeps.spec (the service imports it)."""
+the schedule, the degradation rule, resources, pruning, evaluation and checkpoints, each a strict pydantic
+model validated on its own with errors that name the field. The sections a trial's run has too (optimizer,
+schedule, resources, evaluation, checkpoints) subclass worker.config's, so a trial's `TrainConfig` takes
+them as they are. Torch-free, like sweeps.spec (the service imports it)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from worker.config import (
     MAX_BATCH_SIZE,
-    MAX_GPUS_PER_WORKER,
     MAX_LR,
-    MAX_MICRO_BATCH,
     MAX_THREADS_PER_WORKER,
     MAX_TOKENS,
-    MAX_WORKERS,
+    CheckpointConfig,
+    EvalFields,
     FieldErrors,
     FieldProblem,
     OptimizerConfig,
     OptimizerFields,
+    ResourcesConfig,
+    ScheduleConfig,
 )
 
 MAX_SEEDS = 32  # confirmation runs per cell
@@ -165,35 +168,23 @@ class LRSearchSpec(_Strict):
         return self
 
 
-class ScheduleSpec(_Strict):
-    """Linear warm-up to the peak lr, then cosine decay to min_lr_ratio x peak. Warm-up is one of: a
-    fraction of each trial's steps (`warmup_fraction`, the default), a number of tokens (`warmup_tokens`)
-    or a number of steps (`warmup_steps`). A fraction or a token count is the same tokens at every batch
-    size and so far fewer steps at a large batch (at 48B tokens and 5%: ~1,950 steps at batch 480, ~114
-    at 8192); a step count is the same steps, more tokens at a large batch. Which one confounds a
-    batch-size comparison less depends on the optimizer; the report says which was used."""
+class ScheduleSpec(ScheduleConfig):
+    """Every trial's `worker.config.ScheduleConfig` (linear warm-up to the peak lr, then cosine decay to
+    min_lr_ratio x peak) and the other warm-ups its cells try. Warm-up is one of: a fraction of each trial's
+    steps (`warmup_fraction`, the default), a number of tokens (`warmup_tokens`) or a number of steps
+    (`warmup_steps`). A fraction or a token count is the same tokens at every batch size and so far fewer
+    steps at a large batch (at 48B tokens and 5%: ~1,950 steps at batch 480, ~114 at 8192); a step count is
+    the same steps, more tokens at a large batch. Which one confounds a batch-size comparison less depends
+    on the optimizer; the report says which was used."""
 
-    warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
-    warmup_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
-    warmup_steps: int | None = Field(default=None, ge=0, le=10**9)
-    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
     # other warm-ups to try at each batch size, in the unit the warm-up is given in (a fraction, tokens or
     # steps): once a cell's lr search ends, each is trained at its best lr (seed 0), and the best of them
     # and the spec's own warm-up gets the confirmation runs (sweeps.analysis.pick_warmup)
     warmup_search: list[int | float] = Field(default_factory=list, max_length=MAX_WARMUP_CHOICES)
 
     @model_validator(mode="after")
-    def _one_warmup(self) -> ScheduleSpec:
-        # (a dumped spec holds all three: None for the unused ones, and the fraction's default)
-        given = [k for k in ("warmup_tokens", "warmup_steps") if getattr(self, k) is not None]
-        if given and self.warmup_fraction != ScheduleSpec.model_fields["warmup_fraction"].default:
-            given.insert(0, "warmup_fraction")
-        if len(given) > 1:
-            raise _problem(
-                given[1],
-                f"give warm-up one way: one of warmup_fraction, warmup_tokens, warmup_steps; got {', '.join(given)}",
-                {k: getattr(self, k) for k in given},
-            )
+    def _search(self) -> ScheduleSpec:
+        # (ScheduleConfig's own check, one way of giving the warm-up, has run: warmup_unit is the one given)
         unit, top = self.warmup_unit, {"fraction": 1.0, "tokens": MAX_TOKENS, "steps": 10**9}[self.warmup_unit]
         seen = [self.warmup]
         for i, v in enumerate(self.warmup_search):
@@ -213,35 +204,18 @@ class ScheduleSpec(_Strict):
         return self
 
     @property
-    def warmup_unit(self) -> Literal["fraction", "tokens", "steps"]:
-        """The unit the warm-up is given in (and warmup_search's entries are)."""
-        if self.warmup_tokens is not None:
-            return "tokens"
-        return "steps" if self.warmup_steps is not None else "fraction"
-
-    @property
-    def warmup(self) -> int | float:
-        """The spec's own warm-up, in `warmup_unit`."""
-        return {"fraction": self.warmup_fraction, "tokens": self.warmup_tokens, "steps": self.warmup_steps}[
-            self.warmup_unit
-        ]  # type: ignore[return-value]
-
-    @property
     def warmup_choices(self) -> list[int | float]:
         """Every warm-up a cell may train with: the spec's own first, then `warmup_search`'s."""
         return [self.warmup, *self.warmup_search]
 
-    def warmup_fields(self, warmup: int | float | None = None) -> dict[str, Any]:
-        """`TrainConfig`'s warm-up fields for `warmup` (in `warmup_unit`; None: the spec's own)."""
-        fields: dict[str, Any] = {
-            "warmup_fraction": self.warmup_fraction,
-            "warmup_tokens": self.warmup_tokens,
-            "warmup_steps": self.warmup_steps,
-        }
-        if warmup is not None:
-            unit = self.warmup_unit
-            fields[f"warmup_{unit}"] = float(warmup) if unit == "fraction" else int(warmup)
-        return fields
+    def for_run(self, warmup: int | float | None = None) -> ScheduleConfig:
+        """A trial's `ScheduleConfig` with `warmup` (in `warmup_unit`; None: the spec's own)."""
+        run = ScheduleConfig.of(self)
+        if warmup is None:
+            return run
+        unit = self.warmup_unit
+        value = float(warmup) if unit == "fraction" else int(warmup)
+        return ScheduleConfig.model_validate(run.model_dump() | {f"warmup_{unit}": value})
 
     def describe_warmup(self) -> str:
         if self.warmup_tokens is not None:
@@ -278,15 +252,31 @@ class DegradationSpec(_Strict):
     baseline: str  # must be one of the spec's optimizers
 
 
-class ResourcesSpec(_Strict):
-    # Upper bounds: worker.config's (the TrainConfig of every trial has the same ones); a request larger
-    # than any node would leave trials pending on the cluster forever.
-    workers_per_trial: int = Field(default=1, ge=1, le=MAX_WORKERS)  # Ray Train workers (data parallel) per trial
-    gpus_per_worker: float = Field(default=0.0, ge=0.0, le=MAX_GPUS_PER_WORKER)  # 0: CPU; fractions allowed (Ray)
+class ResourcesSpec(ResourcesConfig):
+    """Every trial's `worker.config.ResourcesConfig` (a trial is one run), and how many trials run at once.
+    Upper bounds: worker.config's; a request larger than any node would leave trials pending on the
+    cluster forever."""
+
     cpus_per_worker: int = Field(default=1, ge=1, le=MAX_THREADS_PER_WORKER)  # also the torch threads of each worker
     max_concurrent_trials: int = Field(default=1, ge=1, le=MAX_CONCURRENT_TRIALS)
-    # sequences per forward pass; the rest is grad accumulation
-    max_micro_batch: int = Field(default=32, ge=1, le=MAX_MICRO_BATCH)
+
+
+class EvaluationSpec(EvalFields):
+    """Every trial's evaluations: `worker.config.EvalFields` (every how many tokens, how many held-out tokens
+    each scores: a fixed set, the same whatever the micro-batch and workers)."""
+
+
+class CheckpointSpec(CheckpointConfig):
+    """Every trial's checkpoints: `worker.config.CheckpointConfig`, with a floor of 300 s by default. A
+    checkpoint (model, optimizer state, data position, step; RNG draws are keyed on the seed and step) goes
+    to the trial storage every `every_tokens` tokens, rounded to whole evaluations, so a trial whose worker
+    or node is lost resumes there; only the last is kept, and none once the trial ends. None: at every
+    evaluation; 0: none (a lost trial starts again from token 0)."""
+
+    # and at most one per this many seconds of training: a checkpoint stops training while it is written
+    # (~0.3 s for gpt2-nano into S3 here, far more for GPT-2 medium), so trials shorter than this write
+    # none and long ones lose at most this much work to a lost node (benchmarks/cluster_overhead.py)
+    min_interval_s: float = Field(default=300.0, ge=0.0)
 
 
 class PruningSpec(_Strict):

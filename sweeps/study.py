@@ -197,7 +197,7 @@ def confirm_bound_spec(study: StudySpec) -> SweepSpec | None:
     """What the confirmation of `study` can cost at most, priced before its laws exist: the target's spec
     trained at the reference and at 2 x (optimizers) other sizes of its lattice, the most `confirm_spec` lists
     from one law per optimizer (two sizes a prediction), at the costliest: a cell's trials train the same tokens
-    at every size, and evaluate more often at a smaller one where eval_every_tokens is less than a step of a
+    at every size, and evaluate more often at a smaller one where evaluation.every_tokens is less than a step of a
     larger (the largest among equals); None where the study does not confirm."""
     if not study.confirm:
         return None

@@ -68,7 +68,7 @@ def run_trial(config: dict[str, Any]) -> None:
     from worker.config import TrainConfig
 
     cfg = TrainConfig.model_validate(config["train"])
-    if cfg.num_workers == 1:
+    if cfg.resources.workers_per_trial == 1:
         from worker.loop import train
         from worker.session import TuneSession
 

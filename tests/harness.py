@@ -34,7 +34,7 @@ import pytest
 
 from service.cluster.processes import LOOPBACK, descendants, free_port, free_ports, stop_tree, wait_for_port
 from service.cluster.ray_head import head_env, launch_head, stop_head_process
-from worker.config import ModelConfig, OptimizerConfig, TrainConfig
+from worker.config import EvalConfig, ModelConfig, OptimizerConfig, ResourcesConfig, TrainConfig
 from worker.local_ray import LOOPBACK_ENV, TRAIN_ENV
 
 __all__ = [
@@ -496,13 +496,16 @@ class MultiNodeRay:
 TINY_DDP_CONFIG = TrainConfig(
     model=ModelConfig(preset="gpt2-nano", seq_len=32),
     optimizer=OptimizerConfig(name="adamw", lr=3e-3),
+    evaluation=EvalConfig(every_tokens=16 * 32 * 4, tokens=256),
+    resources=ResourcesConfig(max_micro_batch=4, cpus_per_worker=1),
     batch_size=16,
-    max_micro_batch=4,
     token_budget=16 * 32 * 16,
-    eval_every_tokens=16 * 32 * 4,
-    eval_tokens=256,
-    threads_per_worker=1,
 )
+
+
+def on_workers(cfg: TrainConfig, workers: int) -> TrainConfig:
+    """`cfg` data-parallel over `workers` workers."""
+    return cfg.model_copy(update={"resources": cfg.resources.model_copy(update={"workers_per_trial": workers})})
 
 
 def assert_ddp_matches_one_worker(single: list[dict], ddp: list[dict], ddp_final: dict) -> None:
@@ -549,7 +552,8 @@ def tiny_spec(name: str = "tiny", **overrides: Any) -> dict[str, Any]:
         "batch_sizes": [4, 8],
         "token_budget": 6000,
         # 4,096 tokens every 1,536: the spec's defaults (32,768 every tenth of the budget) would score 55x
-        # the tokens each trial trains, 8-10 s of a trial's ~1 s of training
+        # the tokens each trial trains, 8-10 s of a trial's ~1 s of training. The flat keys (still accepted,
+        # moved into `evaluation`): callers override them as such, and every test built on this spec runs them
         "eval_every_tokens": 1536,
         "eval_tokens": 4096,
         "lr": {"min": 1e-3, "max": 1e-2, "trials_per_batch_size": 2},

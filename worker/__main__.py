@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from worker.config import DataConfig, ModelConfig, OptimizerConfig, TrainConfig
+from worker.config import DataConfig, ModelConfig, OptimizerConfig, ResourcesConfig, TrainConfig
 
 app = typer.Typer(add_completion=False)
 console = Console()
@@ -31,8 +31,8 @@ def main(
         model=ModelConfig(preset=preset, seq_len=seq_len),
         data=DataConfig(source=source),
         optimizer=OptimizerConfig(name=optimizer, lr=lr),
+        resources=ResourcesConfig(workers_per_trial=workers),
         batch_size=batch_size,
-        num_workers=workers,
         token_budget=token_budget,
         seed=seed,
     )

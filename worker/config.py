@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import (
     AfterValidator,
@@ -67,6 +67,13 @@ Positive = AfterValidator(_positive)
 class _Config(BaseModel):
     # allow_inf_nan=False: no float field takes inf or NaN (JSON's Infinity, YAML's .inf, "nan" strings)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @classmethod
+    def of(cls, section: BaseModel) -> Self:
+        """This section built from the fields it shares with `section` (a sweep spec's section on the same
+        base, e.g. `ScheduleSpec` for `ScheduleConfig`), validated; the fields `section` lacks at their defaults."""
+        shared = set(cls.model_fields) & set(type(section).model_fields)
+        return cls.model_validate(section.model_dump(include=shared))
 
 
 class ModelConfig(_Config):
@@ -289,50 +296,120 @@ def _strict_bool(v: Any, info: ValidationInfo) -> Any:
 Compile = Annotated[bool, BeforeValidator(_strict_bool)]
 
 
+class ScheduleConfig(_Config):
+    """The lr schedule: linear warm-up to the peak lr, then cosine decay to `min_lr_ratio` x peak. Warm-up is
+    given one way: a fraction of the run's steps (`warmup_fraction`, the default), a number of tokens
+    (`warmup_tokens`) or a number of steps (`warmup_steps`); worker.schedule.warmup_steps turns it into steps.
+    A sweep's `ScheduleSpec` is this and the warm-ups its cells also try."""
+
+    warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
+    warmup_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    warmup_steps: int | None = Field(default=None, ge=0, le=10**9)
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)  # cosine floor, as a fraction of peak lr
+
+    @model_validator(mode="after")
+    def _one_warmup(self) -> ScheduleConfig:
+        # (a dumped config holds all three: None for the unused ones, and the fraction's default)
+        given = [k for k in ("warmup_tokens", "warmup_steps") if getattr(self, k) is not None]
+        if given and self.warmup_fraction != ScheduleConfig.model_fields["warmup_fraction"].default:
+            given.insert(0, "warmup_fraction")
+        if len(given) > 1:
+            raise FieldErrors(
+                FieldProblem(
+                    given[1],
+                    f"give warm-up one way: one of warmup_fraction, warmup_tokens, warmup_steps; got {', '.join(given)}",
+                    {k: getattr(self, k) for k in given},
+                )
+            )
+        return self
+
+    @property
+    def warmup_unit(self) -> Literal["fraction", "tokens", "steps"]:
+        """The unit the warm-up is given in."""
+        if self.warmup_tokens is not None:
+            return "tokens"
+        return "steps" if self.warmup_steps is not None else "fraction"
+
+    @property
+    def warmup(self) -> int | float:
+        """The warm-up, in `warmup_unit`."""
+        return {"fraction": self.warmup_fraction, "tokens": self.warmup_tokens, "steps": self.warmup_steps}[
+            self.warmup_unit
+        ]  # type: ignore[return-value]
+
+
+class EvalFields(_Config):
+    """When a run scores the held-out set, and how much of it: what a run's `EvalConfig` and a sweep's
+    `evaluation` section share."""
+
+    every_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)  # None: token_budget / 10
+    # tokens scored per evaluation (all of val when it holds fewer), in whole windows of seq_len, rounded
+    # up: the same held-out set whatever max_micro_batch and the workers are. 32,768 is all of the builtin
+    # val split (~30k tokens at vocab 4096); there the difference of two trials' val losses has a standard
+    # error of ~0.004 nats (7e-4 of the loss; 0.006 at 16k tokens), and gpt2-nano scores it in ~0.8 s on
+    # one CPU core.
+    tokens: Annotated[int, Positive] = Field(default=32_768, le=MAX_EVAL_TOKENS)
+
+
+class EvalConfig(EvalFields):
+    """How a run is measured and judged: `EvalFields`, the probes and the divergence rule."""
+
+    probe_attention: bool = True  # max attention logit per layer, at evaluation only
+    noise_scale_ema: float = Field(default=0.9, ge=0.0, lt=1.0)  # decay of B_simple's EMA (worker.noise_scale)
+    divergence_factor: float = Field(default=3.0, gt=1.0)  # a train loss > factor x the first step's: diverged
+
+
+class CheckpointConfig(_Config):
+    """How often a run writes a checkpoint (model, optimizer state, data position, step) to its session:
+    every `every_tokens` tokens, rounded to whole evaluations (`TrainConfig.checkpoint_every_evals`), and at
+    least `min_interval_s` of training since the last one. A sweep's `checkpoints` section is this with
+    a 300 s floor by default."""
+
+    every_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)  # None: every evaluation; 0: none
+    # each checkpoint stops training to write model + optimizer state (to S3, on a cluster): a time floor
+    # bounds what they cost
+    min_interval_s: float = Field(default=0.0, ge=0.0)
+
+
+class ResourcesConfig(_Config):
+    """What a run runs on: data-parallel workers, each with its GPUs and CPUs, and the micro-batch that
+    bounds one forward pass. A sweep's `ResourcesSpec` is this (every trial one run) and its concurrency."""
+
+    workers_per_trial: int = Field(default=1, ge=1, le=MAX_WORKERS)  # data-parallel workers of the run
+    gpus_per_worker: float = Field(default=0.0, ge=0.0, le=MAX_GPUS_PER_WORKER)  # 0: CPU; fractions allowed (Ray)
+    # CPUs asked of Ray per worker and its torch intra-op threads; None: the threads torch finds (1 CPU on Ray)
+    cpus_per_worker: int | None = Field(default=None, ge=1, le=MAX_THREADS_PER_WORKER)
+    # sequences per forward pass on one worker; the rest of the batch is gradient accumulation
+    max_micro_batch: int = Field(default=32, ge=1, le=MAX_MICRO_BATCH)
+
+    @property
+    def use_gpu(self) -> bool:
+        """Whether each worker trains on a GPU (one per worker: its local rank's)."""
+        return self.gpus_per_worker > 0
+
+
 class TrainConfig(_Config):
-    """One training run: model x data x optimizer at one global batch size and token budget."""
+    """One training run: model x data x optimizer at one global batch size and token budget, in sections as
+    a sweep spec is (the spec embeds the same section classes: `SweepSpec.train_config` passes them on)."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    evaluation: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
 
     batch_size: int = Field(default=16, gt=0, le=MAX_BATCH_SIZE)  # global batch, in sequences, across all workers
-    max_micro_batch: int = Field(default=32, gt=0, le=MAX_MICRO_BATCH)  # sequences per forward pass on one worker
-    num_workers: int = Field(default=1, gt=0, le=MAX_WORKERS)
-    use_gpu: bool = False
-    # torch intra-op threads; None: CPUs given
-    threads_per_worker: int | None = Field(default=None, gt=0, le=MAX_THREADS_PER_WORKER)
-
     token_budget: int = Field(default=200_000, gt=0, le=MAX_TOKENS)  # tokens, not steps
-    warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
-    # warm-up in tokens or in steps instead of a fraction of the steps (worker.schedule.warmup_steps)
-    warmup_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
-    warmup_steps: int | None = Field(default=None, ge=0, le=10**9)
-    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)  # cosine floor, as a fraction of peak lr
-    grad_clip: float | None = Field(default=1.0, gt=0.0)
-
-    eval_every_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)  # default: budget / 10
-    # tokens scored per evaluation (all of val when it holds fewer), in whole windows of seq_len, rounded
-    # up: the same held-out set whatever max_micro_batch and num_workers are. 32,768 is all of the builtin
-    # val split (~30k tokens at vocab 4096); there the difference of two trials' val losses has a standard
-    # error of ~0.004 nats (7e-4 of the loss; 0.006 at 16k tokens), and gpt2-nano scores it in ~0.8 s on
-    # one CPU core.
-    eval_tokens: Annotated[int, Positive] = Field(default=32_768, le=MAX_EVAL_TOKENS)
-    probe_attention: bool = True  # max attention logit per layer, at eval only
-    noise_scale_ema: float = Field(default=0.9, ge=0.0, lt=1.0)
-    divergence_factor: float = Field(default=3.0, gt=1.0)  # loss > factor x initial loss: diverged
-
     seed: int = 0
+    grad_clip: float | None = Field(default=1.0, gt=0.0)  # global gradient norm; None: no clipping
     precision: Precision = "fp32"  # bf16 autocast works on CUDA and CPU alike
     compile: Compile = False
-    checkpoint_every_evals: int = Field(default=1, ge=0, le=10**9)  # 0: no checkpoints
-    # and at least this much training time (s) since the last checkpoint: each one stops training to
-    # write model + optimizer state (to S3, on a cluster), so a time floor bounds what they cost
-    checkpoint_min_interval_s: float = Field(default=0.0, ge=0.0)
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        split_batch(self.batch_size, self.num_workers, self.max_micro_batch)
+        split_batch(self.batch_size, self.resources.workers_per_trial, self.resources.max_micro_batch)
         if self.total_steps < 1:
             raise ValueError(
                 f"token_budget={self.token_budget} is smaller than one step at batch_size={self.batch_size} "
@@ -350,19 +427,29 @@ class TrainConfig(_Config):
 
     @property
     def warmup_total_steps(self) -> int:
-        """Steps of the linear warm-up (worker.schedule.warmup_steps of this run's fields)."""
+        """Steps of the linear warm-up (worker.schedule.warmup_steps of this run's schedule)."""
         return warmup_steps(
             self.total_steps,
-            self.warmup_fraction,
-            tokens=self.warmup_tokens,
-            steps=self.warmup_steps,
+            self.schedule.warmup_fraction,
+            tokens=self.schedule.warmup_tokens,
+            steps=self.schedule.warmup_steps,
             tokens_per_step=self.tokens_per_step,
         )
 
     @property
     def eval_interval_steps(self) -> int:
-        every = self.eval_every_tokens or max(self.token_budget // 10, 1)
+        every = self.evaluation.every_tokens or max(self.token_budget // 10, 1)
         return max(1, round(every / self.tokens_per_step))
+
+    @property
+    def checkpoint_every_evals(self) -> int:
+        """`checkpoints.every_tokens` in evaluations between checkpoints, rounded, at least 1 (0: none)."""
+        every = self.checkpoints.every_tokens
+        if every is None:
+            return 1
+        if every == 0:
+            return 0
+        return max(1, round(every / (self.eval_interval_steps * self.tokens_per_step)))
 
 
 def split_batch(batch_size: int, num_workers: int, max_micro_batch: int) -> tuple[int, int]:

@@ -254,7 +254,7 @@ def val_windows(data: TokenData, *, seq_len: int, tokens: int) -> np.ndarray:
     """The fixed held-out set: indices of the first ceil(tokens / seq_len) non-overlapping windows of val
     (seq_len + 1 tokens each, seq_len of them scored), in order: shape (n,).
 
-    Independent of seed, rank, micro-batch size and worker count (`TrainConfig.eval_tokens` sets `tokens`).
+    Independent of seed, rank, micro-batch size and worker count (`TrainConfig.evaluation.tokens` sets `tokens`).
     If val is shorter, all its windows are used; a val split without a single window is an error.
     """
     if tokens < 1:
@@ -271,7 +271,7 @@ def val_windows(data: TokenData, *, seq_len: int, tokens: int) -> np.ndarray:
     if wanted > available:
         logger.info(
             "val split holds %d windows of %d tokens (%d scored tokens): evaluating on all of it, "
-            "fewer than eval_tokens=%d",
+            "fewer than evaluation.tokens=%d",
             available,
             seq_len + 1,
             available * seq_len,

@@ -84,9 +84,9 @@ def run_training(
 ) -> RunResult:
     """Run `cfg` on the current Ray cluster (starting a local one if none) and wait for it."""
     init_ray()
-    cpus = cfg.threads_per_worker or 1
-    if light and cfg.num_workers == 1:
-        task = _train_light.options(num_cpus=cpus, num_gpus=1 if cfg.use_gpu else 0)
+    cpus = cfg.resources.cpus_per_worker or 1
+    if light and cfg.resources.workers_per_trial == 1:
+        task = _train_light.options(num_cpus=cpus, num_gpus=1 if cfg.resources.use_gpu else 0)
         out = ray.get(task.remote(cfg.model_dump(mode="json")))
         return RunResult(final=out["final"], history=out["history"])
 
@@ -97,7 +97,7 @@ def run_training(
 
 def distributed_backend(cfg: TrainConfig) -> str:
     """torch.distributed backend of a multi-worker run: "nccl" with GPUs, else "gloo"."""
-    return "nccl" if cfg.use_gpu else "gloo"
+    return "nccl" if cfg.resources.use_gpu else "gloo"
 
 
 def torch_trainer(
@@ -109,11 +109,11 @@ def torch_trainer(
     callbacks: Sequence[Any] = (),
 ) -> TorchTrainer:
     """The one Ray Train `TorchTrainer` of a run (`run_training`'s multi-worker path and a sweep's
-    multi-worker trial): `cfg.num_workers` DDP workers of `cfg.threads_per_worker` CPUs (and a GPU each
-    with `cfg.use_gpu`) running `train_loop_per_worker`; a failed worker group is restarted from the last
-    reported checkpoint up to `max_failures` times, and only that checkpoint is kept. `storage_path`
-    defaults to $TMPDIR/batchsweep-train; `callbacks` are Ray Train callbacks (Tune's
-    `TuneReportCallback` inside a trial)."""
+    multi-worker trial): `cfg.resources.workers_per_trial` DDP workers of `cfg.resources.cpus_per_worker`
+    CPUs (and a GPU each with `cfg.resources.use_gpu`) running `train_loop_per_worker`; a failed worker
+    group is restarted from the last reported checkpoint up to `max_failures` times, and only that
+    checkpoint is kept. `storage_path` defaults to $TMPDIR/batchsweep-train; `callbacks` are Ray Train
+    callbacks (Tune's `TuneReportCallback` inside a trial)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -126,9 +126,9 @@ def torch_trainer(
         # default too, said here so that it cannot change under us); DDP buckets the gradients itself
         torch_config=TorchConfig(backend=distributed_backend(cfg)),
         scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers,
-            use_gpu=cfg.use_gpu,
-            resources_per_worker={"CPU": cfg.threads_per_worker or 1},
+            num_workers=cfg.resources.workers_per_trial,
+            use_gpu=cfg.resources.use_gpu,
+            resources_per_worker={"CPU": cfg.resources.cpus_per_worker or 1},
         ),
         run_config=RunConfig(
             name=name,

@@ -10,7 +10,7 @@ gradient norm or a NaN/inf val loss ends the run with status "diverged" at the t
 first evaluation. Every report and the final result are built by `worker.session.run_result`.
 
 A run is a function of its config: every random draw comes from a stream keyed on `cfg.seed`
-(worker/seeds.py), and the held-out set is `cfg.eval_tokens` tokens whatever the resources (micro-batch
+(worker/seeds.py), and the held-out set is `cfg.evaluation.tokens` tokens whatever the resources (micro-batch
 size, workers) are.
 
 On CUDA the loop runs at the hardware's speed (benchmarks/train_throughput.py measures it against a bare
@@ -129,10 +129,10 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     """Train one run; returns the final metrics (with `status`: completed | diverged)."""
     # --- setup ---------------------------------------------------------------------------------
     started = time.perf_counter()
-    last_checkpoint = started  # checkpoint_min_interval_s counts from here
-    if cfg.threads_per_worker:
-        torch.set_num_threads(cfg.threads_per_worker)
-    micro, accum = split_batch(cfg.batch_size, session.world_size, cfg.max_micro_batch)
+    last_checkpoint = started  # checkpoints.min_interval_s counts from here
+    if cfg.resources.cpus_per_worker:
+        torch.set_num_threads(cfg.resources.cpus_per_worker)
+    micro, accum = split_batch(cfg.batch_size, session.world_size, cfg.resources.max_micro_batch)
     layout = Layout(_device(cfg, session.local_rank), session.world_rank, session.world_size, micro, accum)
     _configure_backends(layout.device)
     total_steps, eval_every = cfg.total_steps, cfg.eval_interval_steps
@@ -144,7 +144,7 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     batches = TrainBatches(
         data, seq_len=seq_len, micro_batch=micro, rank=layout.rank, world_size=layout.world_size, seed=cfg.seed
     )
-    held_out = val_windows(data, seq_len=seq_len, tokens=cfg.eval_tokens)  # (n,) window indices into val
+    held_out = val_windows(data, seq_len=seq_len, tokens=cfg.evaluation.tokens)  # (n,) window indices into val
     epochs_needed = cfg.token_budget / max(1, train_sequences_available(data, seq_len) * seq_len)
     if epochs_needed > 1 and layout.rank == 0:
         log.warning(
@@ -159,7 +159,7 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
     optimizer = build_optimizer(cfg.optimizer, raw_model, tokens_per_step=cfg.tokens_per_step)
     params = [p for p in raw_model.parameters() if p.requires_grad]
 
-    state = RunState(noise=NoiseScaleEMA(decay=cfg.noise_scale_ema))
+    state = RunState(noise=NoiseScaleEMA(decay=cfg.evaluation.noise_scale_ema))
     with session.restored_checkpoint() as ckpt:
         if ckpt is not None:
             state = load_checkpoint(
@@ -179,7 +179,7 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
             peak_lr=cfg.optimizer.lr,
             total_steps=total_steps,
             warmup=warmup,
-            min_lr_ratio=cfg.min_lr_ratio,
+            min_lr_ratio=cfg.schedule.min_lr_ratio,
         )
         result = train_step(
             model,
@@ -226,7 +226,7 @@ def train(cfg: TrainConfig, session: Session) -> Metrics:
         report = report_metrics(state, status="completed" if done else "running", started=started)
         every = cfg.checkpoint_every_evals
         due = bool(every) and (state.step // eval_every) % every == 0 and not done
-        due = due and rank0_agrees(time.perf_counter() - last_checkpoint >= cfg.checkpoint_min_interval_s, layout)
+        due = due and rank0_agrees(time.perf_counter() - last_checkpoint >= cfg.checkpoints.min_interval_s, layout)
         if due:
             with scratch_dir() as d:
                 if layout.rank == 0:
@@ -297,7 +297,7 @@ def train_step(
 ) -> StepMetrics:
     """Optimizer step `step` (0-based) at `lr`: accumulate `layout.accum` micro-batches (DDP all-reduces at
     the last), clip, step, and for Sophia-G refresh the Hessian. Updates `noise` when there is
-    accumulation. A diverged loss (NaN/inf, or above cfg.divergence_factor x `initial_loss`; the first
+    accumulation. A diverged loss (NaN/inf, or above cfg.evaluation.divergence_factor x `initial_loss`; the first
     step is its own yardstick) or a non-finite gradient norm returns before the optimizer steps.
 
     The device is asked for numbers once: loss, gradient norm and the noise-scale estimate come back in
@@ -338,7 +338,7 @@ def train_step(
     values = torch.stack(reads).tolist()
     train_loss, grad_norm = values[0], values[1]
     reference = train_loss if initial_loss is None else initial_loss
-    exploded = not math.isfinite(train_loss) or train_loss > cfg.divergence_factor * reference
+    exploded = not math.isfinite(train_loss) or train_loss > cfg.evaluation.divergence_factor * reference
     if exploded or not math.isfinite(grad_norm):  # an inf/NaN gradient would make every parameter NaN
         return StepMetrics(train_loss=train_loss, grad_norm=math.nan, diverged=True)
 
@@ -394,17 +394,17 @@ def evaluate(
     model: torch.nn.Module, data: TokenData, held_out: np.ndarray, *, cfg: TrainConfig, layout: Layout
 ) -> dict[str, float]:
     """The held-out loss (`val_loss`, mean nats per scored token of the whole `held_out` set) and, with
-    cfg.probe_attention, the max attention logit per layer on the fixed probe batch.
+    cfg.evaluation.probe_attention, the max attention logit per layer on the fixed probe batch.
 
     Each rank scores every world_size-th window and the sums are all-reduced, so every rank reports the
-    loss over the whole set; micro-batches of cfg.max_micro_batch bound memory only. `held_out`: (n,) window
+    loss over the whole set; micro-batches of cfg.resources.max_micro_batch bound memory only. `held_out`: (n,) window
     indices into val (`val_windows`). `model`: the unwrapped model, not the DDP wrapper (no gradient sync)."""
     seq_len = cfg.model.seq_len
     model.eval()
     with torch.no_grad(), _autocast(layout.device, cfg.precision):
         loss_sum = torch.zeros((), dtype=torch.float64, device=layout.device)  # nats, summed over this rank's tokens
         mine = held_out[layout.rank :: layout.world_size]
-        for x, y in val_batches(data, mine, seq_len=seq_len, micro_batch=cfg.max_micro_batch):
+        for x, y in val_batches(data, mine, seq_len=seq_len, micro_batch=cfg.resources.max_micro_batch):
             x, y = _to_device(x, layout.device), _to_device(y, layout.device)
             logits = model(x).logits  # (b, T, V)
             per_token = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none")
@@ -412,12 +412,12 @@ def evaluate(
         if layout.distributed:
             dist.all_reduce(loss_sum)
         out = {"val_loss": loss_sum.item() / (len(held_out) * seq_len)}
-        if cfg.probe_attention:
+        if cfg.evaluation.probe_attention:
             # fixed probe: the first PROBE_WINDOWS held-out sequences, on every rank (the max is per layer
             # over all of them, so the micro-batching does not change it)
             with attention_logit_probe() as per_layer:
                 for x, _ in val_batches(
-                    data, held_out[:PROBE_WINDOWS], seq_len=seq_len, micro_batch=cfg.max_micro_batch
+                    data, held_out[:PROBE_WINDOWS], seq_len=seq_len, micro_batch=cfg.resources.max_micro_batch
                 ):
                     model(_to_device(x, layout.device))
             out |= {f"attn_logit_max/layer_{i}": v for i, v in sorted(per_layer.items())}
@@ -482,7 +482,7 @@ def load_checkpoint(
 
 
 def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
-    if cfg.use_gpu and torch.cuda.is_available():
+    if cfg.resources.use_gpu and torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         return device

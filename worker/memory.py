@@ -109,11 +109,11 @@ def estimate_memory(cfg: TrainConfig) -> MemoryEstimate:
     layers, width, seq = shape["n_layer"], shape["n_embd"], cfg.model.seq_len
     vocab = cfg.data.vocab_size
     n = cfg.model.parameters(vocab)
-    micro, _ = split_batch(cfg.batch_size, cfg.num_workers, cfg.max_micro_batch)
+    micro, _ = split_batch(cfg.batch_size, cfg.resources.workers_per_trial, cfg.resources.max_micro_batch)
     # evaluation: micro-batches of max_micro_batch sequences, fewer where the held-out set is smaller
-    eval_micro = min(cfg.max_micro_batch, -(-cfg.eval_tokens // seq))
+    eval_micro = min(cfg.resources.max_micro_batch, -(-cfg.evaluation.tokens // seq))
     value_bytes = 2 if cfg.precision == "bf16" else FP32
-    on_gpu = cfg.use_gpu
+    on_gpu = cfg.resources.use_gpu
     return MemoryEstimate(
         weights=FP32 * n,
         gradients=FP32 * n,

@@ -15,6 +15,7 @@ from worker.launch import init_ray, run_training  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, for the harness (run as a script)
 from harness import TINY_DDP_CONFIG as CFG  # noqa: E402
+from harness import on_workers  # noqa: E402
 
 
 def main(address: str) -> None:
@@ -23,7 +24,7 @@ def main(address: str) -> None:
 
     init_ray(address)
     single = run_training(CFG)
-    ddp = run_training(CFG.model_copy(update={"num_workers": 2}))
+    ddp = run_training(on_workers(CFG, 2))
     workers = list_actors(filters=[("class_name", "=", "RayTrainWorker")], detail=True, limit=1000)
     print(
         json.dumps(

@@ -64,7 +64,7 @@ def test_an_lr_range_that_diverges_at_the_first_step_still_ends_in_an_answer(ray
     outcome = run_sweep(spec, runtime=runtime)
     trials = _every_trial_once_with_its_status(outcome, runtime)
     # most trials diverged before their first evaluation (1,536 tokens): at their first steps
-    early = [a for a in trials.values() if a["status"] == "diverged" and a["tokens"] < spec.eval_every_tokens]
+    early = [a for a in trials.values() if a["status"] == "diverged" and a["tokens"] < spec.evaluation.every_tokens]
     assert len(early) > len(trials) / 2, trials
     # a cell no lr could train says so, with the lrs; one with an lr has its loss
     for cell in outcome.report.optimizers["adamw"].cells:
@@ -91,7 +91,7 @@ def test_no_clipping_at_sizes_whose_first_steps_explode_still_ends_in_an_answer(
     trials = _every_trial_once_with_its_status(outcome, runtime)
     statuses = {a["status"] for a in trials.values()}
     assert "diverged" in statuses, statuses
-    assert any(a["status"] == "diverged" and a["tokens"] < spec.eval_every_tokens for a in trials.values())
+    assert any(a["status"] == "diverged" and a["tokens"] < spec.evaluation.every_tokens for a in trials.values())
     # a diverged trial's curve holds only its real evaluations (none at the tokens where it stopped)
     for a in trials.values():
         if a["status"] == "diverged":

@@ -210,7 +210,9 @@ def test_interrupted_sweep_resumes_without_repeating_a_trial(ray_session: str, t
             and r.data.tags["batchsweep.batch_size"] == str(cell.batch_size)
         ]
         assert len(warm) == 1 and float(warm[0].data.tags["batchsweep.lr"]) == cell.best_lr
-        assert warm[0].data.params["warmup_fraction"] == "0.25" and warm[0].info.run_name.endswith("warmup=0.25")
+        assert warm[0].data.params["schedule.warmup_fraction"] == "0.25" and warm[0].info.run_name.endswith(
+            "warmup=0.25"
+        )
         assert warm[0].data.metrics["val_loss"] == cell.warmups_tried[1][1]
         for run_id in cell.confirmation_run_ids:
-            assert float(by_id[run_id].data.params["warmup_fraction"]) == cell.warmup
+            assert float(by_id[run_id].data.params["schedule.warmup_fraction"]) == cell.warmup

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import TINY_DDP_CONFIG
+from harness import TINY_DDP_CONFIG, on_workers
 
 from worker.launch import run_training
 
@@ -53,7 +53,7 @@ def test_killed_worker_resumes_from_checkpoint(ray_session: str, tmp_path: Path)
     # the worker processes cannot import this test module: ship the crashing loop by value
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     marker = str(tmp_path / "crashed")
-    config = CFG.model_copy(update={"num_workers": 2, "checkpoint_every_evals": 1}).model_dump(mode="json")
+    config = on_workers(CFG, 2).model_dump(mode="json")  # a checkpoint at every evaluation (the default)
     trainer = TorchTrainer(
         _crash_once_loop,
         train_loop_config={**config, "_marker": marker},

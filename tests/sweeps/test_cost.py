@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from sweeps.cost import PriceConfig, evaluations_per_trial, price
 from sweeps.spec import SweepSpec
-from worker.config import ModelConfig, OptimizerConfig, TrainConfig
+from worker.config import CheckpointConfig, EvalConfig, ModelConfig, OptimizerConfig, ResourcesConfig, TrainConfig
 from worker.hardware import ACCELERATORS, accelerator, device_accelerator, device_peak_flops
 from worker.loop import train
 from worker.model import build_model, count_params, flops_per_token
@@ -157,13 +157,11 @@ def test_evaluations_are_what_the_training_loop_runs(token_cache: Path, steps: i
     cfg = TrainConfig(
         model=ModelConfig(preset="gpt2-nano", seq_len=32),
         optimizer=OptimizerConfig(name="adamw", lr=1e-3),
+        evaluation=EvalConfig(every_tokens=8 * 32 * every, tokens=64),
+        checkpoints=CheckpointConfig(every_tokens=0),
+        resources=ResourcesConfig(max_micro_batch=8, cpus_per_worker=1),
         batch_size=8,
-        max_micro_batch=8,
-        threads_per_worker=1,
         token_budget=8 * 32 * steps,
-        eval_every_tokens=8 * 32 * every,
-        eval_tokens=64,
-        checkpoint_every_evals=0,
     )
     session = LocalSession()
     train(cfg, session)

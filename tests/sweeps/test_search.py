@@ -75,7 +75,7 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     # the train config of a trial is the spec's, at this cell and lr, with checkpoints at every evaluation
     # (at most one per 300 s of training: the spec's default)
     assert c["train"]["batch_size"] == 16 and c["train"]["optimizer"]["lr"] == c["lr"]
-    assert c["train"]["checkpoint_every_evals"] == 1 and c["train"]["checkpoint_min_interval_s"] == 300
+    assert c["train"]["checkpoints"] == {"every_tokens": None, "min_interval_s": 300}
     # a diverged trial is a result: a bad lr (inf) that TPE learns from, not an error
     diverged = study4.trials[2]
     assert diverged.state == TrialState.COMPLETE and math.isinf(diverged.value)

@@ -24,7 +24,7 @@ from sweeps.spec import (
     format_validation_error,
     total_trials,
 )
-from worker.config import OptimizerConfig, TrainConfig, split_batch
+from worker.config import EvalConfig, OptimizerConfig, ResourcesConfig, ScheduleConfig, TrainConfig, split_batch
 from worker.names import OPTIMIZER_NAMES
 
 DEMO = Path(sweeps.__file__).parent / "examples" / "demo.yaml"
@@ -76,7 +76,8 @@ def test_base_spec_is_valid_and_has_defaults():
     assert spec.schedule.min_lr_ratio == 0.1
     assert spec.resources.cpus_per_worker == 1 and spec.resources.max_micro_batch == 32
     assert spec.pruning.enabled is True and spec.pruning.grace_fraction == 0.3 and spec.pruning.reduction_factor == 3
-    assert spec.grad_clip == 1.0 and spec.eval_every_tokens is None
+    assert spec.grad_clip == 1.0 and spec.evaluation.every_tokens is None and spec.evaluation.tokens == 32_768
+    assert (spec.checkpoints.every_tokens, spec.checkpoints.min_interval_s) == (None, 300.0)
     assert spec.optimizers[0].weight_decay == 0.0 and spec.optimizers[1].betas == (0.9, 0.95)
 
 
@@ -333,10 +334,14 @@ def test_train_config_maps_the_spec_onto_one_run():
     )
     # 2,000,000 rounded down once to a multiple of lcm(16..128) x 128 = 16,384 tokens: 122 x 16,384
     assert (cfg.batch_size, cfg.token_budget, cfg.seed) == (64, 1_998_848, 7)
-    assert (cfg.warmup_fraction, cfg.min_lr_ratio, cfg.grad_clip, cfg.eval_every_tokens) == (0.1, 0.2, 0.5, 50_000)
-    assert (cfg.num_workers, cfg.use_gpu, cfg.threads_per_worker, cfg.max_micro_batch) == (2, True, 3, 8)
+    assert cfg.schedule == ScheduleConfig(warmup_fraction=0.1, min_lr_ratio=0.2) and cfg.grad_clip == 0.5
+    assert cfg.evaluation == EvalConfig(every_tokens=50_000)
+    assert cfg.resources == ResourcesConfig(
+        workers_per_trial=2, gpus_per_worker=0.5, cpus_per_worker=3, max_micro_batch=8
+    )
+    assert cfg.resources.use_gpu
     # gpus_per_worker 0 -> CPU
-    assert SweepSpec.model_validate(BASE).train_config("adamw", 16, 1e-3, seed=0).use_gpu is False
+    assert SweepSpec.model_validate(BASE).train_config("adamw", 16, 1e-3, seed=0).resources.use_gpu is False
 
 
 def test_train_config_refuses_cells_outside_the_spec():
@@ -513,15 +518,90 @@ def test_checkpoints_every_evaluation_by_default_in_whole_evaluations_or_none() 
     base = {**BASE, "token_budget": 163_840, "eval_every_tokens": 8192}
     spec = SweepSpec.from_mapping(base)
     cfg = spec.train_config(spec.optimizer_names[0], 16, 1e-3, 0)
-    assert (cfg.checkpoint_every_evals, cfg.checkpoint_min_interval_s) == (1, 300.0)
+    assert (cfg.checkpoint_every_evals, cfg.checkpoints.min_interval_s) == (1, 300.0)
     # 20,000 tokens at 8,192 tokens an evaluation: every 2 evaluations (rounded); 0: none
     every = SweepSpec.from_mapping({**base, "checkpoint_every_tokens": 20_000, "checkpoint_min_interval_s": 0})
     cfg = every.train_config(spec.optimizer_names[0], 16, 1e-3, 0)
-    assert (cfg.checkpoint_every_evals, cfg.checkpoint_min_interval_s) == (2, 0.0)
+    assert (cfg.checkpoint_every_evals, cfg.checkpoints.min_interval_s) == (2, 0.0)
     off = SweepSpec.from_mapping({**base, "checkpoint_every_tokens": 0})
     assert off.train_config(spec.optimizer_names[0], 16, 1e-3, 0).checkpoint_every_evals == 0
     with pytest.raises(ValidationError, match="checkpoint_min_interval_s"):
         SweepSpec.from_mapping({**base, "checkpoint_min_interval_s": -1})
+
+
+FLAT = {
+    "eval_every_tokens": 8192,
+    "eval_tokens": 4096,
+    "checkpoint_every_tokens": 20_000,
+    "checkpoint_min_interval_s": 0,
+}
+SECTIONS = {
+    "evaluation": {"every_tokens": 8192, "tokens": 4096},
+    "checkpoints": {"every_tokens": 20_000, "min_interval_s": 0},
+}
+
+
+def test_the_flat_evaluation_and_checkpoint_keys_mean_their_sections() -> None:
+    flat, sections = SweepSpec.from_mapping({**BASE, **FLAT}), SweepSpec.from_mapping({**BASE, **SECTIONS})
+    assert flat == sections and flat.train_config("adamw", 16, 1e-3, 0) == sections.train_config("adamw", 16, 1e-3, 0)
+    # a dump gives the sections only, and reads back to the same spec; a spec stored in the flat form loads
+    dumped = flat.model_dump(mode="json")
+    assert not dumped.keys() & FLAT.keys() and dumped["evaluation"] == {"every_tokens": 8192, "tokens": 4096}
+    assert SweepSpec.from_stored(dumped) == flat
+    stored = {**{k: v for k, v in dumped.items() if k not in SECTIONS}, **FLAT}
+    assert SweepSpec.from_stored(stored) == flat
+    # one key flat, the rest of its section given: merged; the flat checkpoint floor keeps its 300 s default
+    mixed = SweepSpec.from_mapping({**BASE, "eval_tokens": 4096, "evaluation": {"every_tokens": 8192}})
+    assert mixed.evaluation == flat.evaluation
+    assert SweepSpec.from_mapping({**BASE, "checkpoint_every_tokens": 0}).checkpoints.min_interval_s == 300.0
+    assert SweepSpec.from_mapping({**BASE, "checkpoints": {"every_tokens": 0}}).checkpoints.min_interval_s == 300.0
+
+
+def test_a_setting_given_flat_and_in_its_section_is_refused_naming_the_key() -> None:
+    err = only(refusal({**BASE, "eval_tokens": 4096, "evaluation": {"tokens": 2048}}), "eval_tokens")
+    assert "eval_tokens and evaluation.tokens are one setting" in err["message"] and err["value"] == 4096
+    err = only(
+        refusal({**BASE, "checkpoint_min_interval_s": 0, "checkpoints": {"min_interval_s": 5}}),
+        "checkpoint_min_interval_s",
+    )
+    assert "give checkpoints.min_interval_s only" in err["message"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "value"),
+    [
+        ({"eval_every_tokens": 0}, "eval_every_tokens", 0),
+        ({"eval_tokens": -1}, "eval_tokens", -1),
+        ({"checkpoint_every_tokens": -1}, "checkpoint_every_tokens", -1),
+        ({"checkpoint_min_interval_s": -1}, "checkpoint_min_interval_s", -1),
+        ({"evaluation": {"every_tokens": 0}}, "evaluation.every_tokens", 0),
+        ({"evaluation": {"tokens": 0}}, "evaluation.tokens", 0),
+        ({"checkpoints": {"min_interval_s": -1}}, "checkpoints.min_interval_s", -1),
+    ],
+)
+def test_evaluation_and_checkpoint_refusals_name_the_key_as_given(changes, field, value) -> None:
+    errors = refusal({**BASE, **changes, "token_budget": 0})  # and a refusal elsewhere: both reported
+    assert only(errors, field)["value"] == value and only(errors, "token_budget")
+
+
+def test_a_run_config_is_grouped_in_the_spec_s_sections() -> None:
+    cfg = TrainConfig(
+        schedule={"warmup_steps": 3},
+        evaluation={"every_tokens": 2048, "probe_attention": False},
+        checkpoints={"every_tokens": 6144},
+        resources={"workers_per_trial": 2, "max_micro_batch": 4},
+        batch_size=16,
+        token_budget=16 * 128 * 10,
+    )
+    assert (cfg.warmup_total_steps, cfg.eval_interval_steps, cfg.checkpoint_every_evals) == (3, 1, 3)
+    assert not cfg.resources.use_gpu and cfg.resources.cpus_per_worker is None  # a run's own: the threads torch finds
+    assert TrainConfig.model_validate(cfg.model_dump(mode="json")) == cfg  # the wire form (Ray, Tune) is a dict
+    with pytest.raises(ValidationError, match="give warm-up one way"):
+        TrainConfig(schedule={"warmup_fraction": 0.1, "warmup_steps": 3})
+    with pytest.raises(ValidationError, match="resources.max_micro_batch"):
+        TrainConfig(resources={"max_micro_batch": 0})
+    with pytest.raises(ValidationError, match="cannot be split evenly over num_workers=3"):
+        TrainConfig(resources={"workers_per_trial": 3}, batch_size=16)
 
 
 def test_warmup_is_given_one_way_and_travels_to_every_trial_and_the_report() -> None:
@@ -531,13 +611,13 @@ def test_warmup_is_given_one_way_and_travels_to_every_trial_and_the_report() -> 
 
     spec = SweepSpec.from_mapping(tiny_spec(schedule={"warmup_tokens": 4096}))
     cfg = spec.train_config(spec.optimizer_names[0], spec.batch_sizes[-1], 1e-3, 1)
-    assert (cfg.warmup_tokens, cfg.warmup_steps) == (4096, None)
+    assert (cfg.schedule.warmup_tokens, cfg.schedule.warmup_steps) == (4096, None)
     report = build_report([], inputs=AnalysisInput.from_spec(spec))
     assert report.warmup == (
         "linear warm-up over 4,096 tokens at every batch size (fewer steps at a larger one); only the peak lr is searched"
     )
     steps = SweepSpec.from_mapping(tiny_spec(schedule={"warmup_steps": 10}))
-    assert steps.train_config(steps.optimizer_names[0], 4, 1e-3, 1).warmup_steps == 10
+    assert steps.train_config(steps.optimizer_names[0], 4, 1e-3, 1).schedule.warmup_steps == 10
     assert "5% of each trial's steps" in SweepSpec.from_mapping(tiny_spec()).schedule.describe_warmup()
     with pytest.raises(ValidationError, match="give warm-up one way"):
         SweepSpec.from_mapping(tiny_spec(schedule={"warmup_fraction": 0.1, "warmup_steps": 10}))

@@ -105,10 +105,14 @@ def test_the_spec_states_warmup_search_in_the_unit_of_its_warmup() -> None:
     spec = spec_of(warmup_search=[LONG, 0])
     assert spec.schedule.warmup_unit == "tokens" and spec.schedule.warmup_choices == [SHORT, LONG, 0]
     cfg = spec.train_config("adamw", 16, 1e-3, 1, warmup=LONG)
-    assert (cfg.warmup_tokens, cfg.warmup_steps, cfg.warmup_total_steps) == (LONG, None, 4)  # 2048 / (16 x 32)
-    assert spec.train_config("adamw", 16, 1e-3, 1).warmup_tokens == SHORT
+    assert (cfg.schedule.warmup_tokens, cfg.schedule.warmup_steps, cfg.warmup_total_steps) == (
+        LONG,
+        None,
+        4,
+    )  # 2048 / (16 x 32)
+    assert spec.train_config("adamw", 16, 1e-3, 1).schedule.warmup_tokens == SHORT
     fraction = SweepSpec.from_mapping(tiny_spec(schedule={"warmup_fraction": 0.05, "warmup_search": [0.2]}))
-    assert fraction.train_config("adamw", 8, 1e-3, 0, warmup=0.2).warmup_fraction == 0.2
+    assert fraction.train_config("adamw", 8, 1e-3, 0, warmup=0.2).schedule.warmup_fraction == 0.2
     assert "5%, 20%" in fraction.schedule.describe_warmup()
     for schedule, message in [
         ({"warmup_search": [1.5]}, r"warmup_search\[0\] must be a fraction of the steps in \[0, 1\).*got 1.5"),
@@ -198,7 +202,7 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
     best_lr = search[1]["lr"]
     w1 = s.suggest("w1")
     assert (w1["role"], w1["seed"], w1["warmup"], w1["lr"]) == ("warmup", 0, 0.2, best_lr)
-    assert w1["train"]["warmup_fraction"] == 0.2 and w1["warmup_searched"] is True
+    assert w1["train"]["schedule"]["warmup_fraction"] == 0.2 and w1["warmup_searched"] is True
     s.on_trial_complete("w1", done(2.9))  # better than the spec's own
 
     resumed = CellSearcher(spec, "w", storage)  # the driver restarted
@@ -211,7 +215,7 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
         ("seed", 1, 0.2, best_lr),
         ("seed", 2, 0.2, best_lr),
     ]
-    assert seeds[0]["train"]["warmup_fraction"] == 0.2
+    assert seeds[0]["train"]["schedule"]["warmup_fraction"] == 0.2
     resumed.on_trial_complete("s1", done(2.95))
     resumed.on_trial_complete("s2", done(2.96))
     cell = resumed.states()["adamw/bs4"]

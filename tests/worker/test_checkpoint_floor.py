@@ -1,4 +1,4 @@
-"""The time floor between a trial's checkpoints (`checkpoint_min_interval_s`): none before it has
+"""The time floor between a trial's checkpoints (`checkpoints.min_interval_s`): none before it has
 passed, one at every due evaluation with 0; either way the same training."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.config import ModelConfig, OptimizerConfig, TrainConfig
+from worker.config import CheckpointConfig, EvalConfig, ModelConfig, OptimizerConfig, ResourcesConfig, TrainConfig
 from worker.loop import Layout, rank0_agrees, train
 from worker.session import LocalSession
 
@@ -16,11 +16,14 @@ CFG = TrainConfig(
     optimizer=OptimizerConfig(name="adamw", lr=3e-3),
     batch_size=8,
     token_budget=8 * 32 * 24,
-    eval_every_tokens=8 * 32 * 6,  # 4 evaluations: checkpoints after the first 3 (none at the end)
-    eval_tokens=256,
-    threads_per_worker=1,
-    checkpoint_every_evals=1,
+    evaluation=EvalConfig(every_tokens=8 * 32 * 6, tokens=256),  # 4: checkpoints after the first 3 (none at the end)
+    resources=ResourcesConfig(cpus_per_worker=1),
 )
+
+
+def floored(seconds: float) -> TrainConfig:
+    """CFG with a checkpoint at every evaluation, once `seconds` of training have passed since the last."""
+    return CFG.model_copy(update={"checkpoints": CheckpointConfig(every_tokens=None, min_interval_s=seconds)})
 
 
 @pytest.fixture(autouse=True)
@@ -30,10 +33,10 @@ def _cache(token_cache: Path) -> None:
 
 def test_no_checkpoint_before_the_floor_and_one_per_evaluation_without_it(tmp_path: Path) -> None:
     every = LocalSession(checkpoint_root=tmp_path / "every")
-    final = train(CFG.model_copy(update={"checkpoint_min_interval_s": 0.0}), every)
-    floored = LocalSession(checkpoint_root=tmp_path / "floored")
-    again = train(CFG.model_copy(update={"checkpoint_min_interval_s": 3600.0}), floored)
-    assert len(every.checkpoints) == 3 and floored.checkpoints == []
+    final = train(floored(0.0), every)
+    hour = LocalSession(checkpoint_root=tmp_path / "floored")
+    again = train(floored(3600.0), hour)
+    assert len(every.checkpoints) == 3 and hour.checkpoints == []
     assert again["val_loss"] == final["val_loss"]  # checkpoints change nothing of the training
 
 

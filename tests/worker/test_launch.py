@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 
-from worker.config import TrainConfig
+from worker.config import ResourcesConfig, TrainConfig
 from worker.loop import train_loop_per_worker
 
-CFG = TrainConfig(num_workers=2, threads_per_worker=3, batch_size=16)
+CFG = TrainConfig(resources=ResourcesConfig(workers_per_trial=2, cpus_per_worker=3), batch_size=16)
+
+
+def with_resources(**fields: object) -> TrainConfig:
+    return CFG.model_copy(update={"resources": CFG.resources.model_copy(update=fields)})
 
 
 def test_the_builder_runs_the_loop_on_the_configured_workers(tmp_path: Path) -> None:
@@ -37,7 +41,9 @@ def test_the_builder_runs_the_loop_on_the_configured_workers(tmp_path: Path) -> 
 def test_ddp_runs_over_nccl_between_gpus_and_gloo_between_cpus(use_gpu: bool, backend: str) -> None:
     from worker.launch import torch_trainer
 
-    trainer = torch_trainer(CFG.model_copy(update={"use_gpu": use_gpu}), name=None, storage_path=None, max_failures=0)
+    trainer = torch_trainer(
+        with_resources(gpus_per_worker=float(use_gpu)), name=None, storage_path=None, max_failures=0
+    )
     assert trainer.scaling_config.use_gpu is use_gpu
     assert trainer.backend_config.backend == backend
 
@@ -45,9 +51,7 @@ def test_ddp_runs_over_nccl_between_gpus_and_gloo_between_cpus(use_gpu: bool, ba
 def test_the_builder_defaults() -> None:
     from worker.launch import torch_trainer
 
-    trainer = torch_trainer(
-        CFG.model_copy(update={"threads_per_worker": None}), name=None, storage_path=None, max_failures=0
-    )
+    trainer = torch_trainer(with_resources(cpus_per_worker=None), name=None, storage_path=None, max_failures=0)
     assert trainer.scaling_config.resources_per_worker == {"CPU": 1}
     assert Path(trainer.run_config.storage_path).name == "batchsweep-train"
     assert trainer.run_config.callbacks == []

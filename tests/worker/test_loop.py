@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from worker.config import ModelConfig, OptimizerConfig, TrainConfig, split_batch
+from worker.config import EvalConfig, ModelConfig, OptimizerConfig, ResourcesConfig, TrainConfig, split_batch
 from worker.data import prepare_data, val_windows
 from worker.loop import Layout, evaluate, train
 from worker.model import build_model
@@ -16,12 +16,17 @@ from worker.names import OPTIMIZER_NAMES
 from worker.optim import build_optimizer
 from worker.session import LocalSession, run_result
 
-TINY = dict(model=ModelConfig(preset="gpt2-nano", seq_len=32), max_micro_batch=4, threads_per_worker=1)
+TINY = dict(model=ModelConfig(preset="gpt2-nano", seq_len=32), resources={"max_micro_batch": 4, "cpus_per_worker": 1})
 
 
 def cfg(**kw: object) -> TrainConfig:
-    base: dict = dict(TINY, batch_size=8, token_budget=8 * 32 * 24, eval_every_tokens=8 * 32 * 6, eval_tokens=256)
-    base |= kw
+    """The tiny run with `kw`: a top-level field replaced, or a section given as a dict updated field by field."""
+    base: dict = dict(
+        TINY, batch_size=8, token_budget=8 * 32 * 24, evaluation={"every_tokens": 8 * 32 * 6, "tokens": 256}
+    )
+    for key, value in kw.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        base[key] = base[key] | value if both else value
     return TrainConfig(**base)
 
 
@@ -35,7 +40,7 @@ def test_loss_goes_down_and_reports_line_up_on_tokens() -> None:
     final = train(cfg(optimizer=OptimizerConfig(name="adamw", lr=1e-2)), session)
     assert final["status"] == "completed"
     tokens = [r["tokens"] for r in session.reports]
-    # reports every eval_every_tokens, step axis in tokens (4 evals of 6 steps x 256 tokens)
+    # reports every evaluation.every_tokens, step axis in tokens (4 evals of 6 steps x 256 tokens)
     assert tokens == [1536, 3072, 4608, 6144]
     assert session.reports[-1]["val_loss"] < session.reports[0]["val_loss"]
     assert session.reports[-1]["done"] is True and all(not r["done"] for r in session.reports[:-1])
@@ -56,9 +61,9 @@ def test_loss_goes_down_and_reports_line_up_on_tokens() -> None:
 
 
 def test_same_seed_same_run_other_seed_other_run() -> None:
-    a = train(cfg(token_budget=8 * 32 * 6, eval_every_tokens=8 * 32 * 6), LocalSession())
-    b = train(cfg(token_budget=8 * 32 * 6, eval_every_tokens=8 * 32 * 6), LocalSession())
-    c = train(cfg(token_budget=8 * 32 * 6, eval_every_tokens=8 * 32 * 6, seed=1), LocalSession())
+    a = train(cfg(token_budget=8 * 32 * 6, evaluation={"every_tokens": 8 * 32 * 6}), LocalSession())
+    b = train(cfg(token_budget=8 * 32 * 6, evaluation={"every_tokens": 8 * 32 * 6}), LocalSession())
+    c = train(cfg(token_budget=8 * 32 * 6, evaluation={"every_tokens": 8 * 32 * 6}, seed=1), LocalSession())
     assert a["val_loss"] == b["val_loss"]
     assert a["val_loss"] != c["val_loss"]
 
@@ -76,7 +81,7 @@ def test_absurd_lr_is_reported_as_diverged_not_raised() -> None:
 def test_a_run_that_diverges_before_its_first_evaluation_reports_the_metric_as_nan() -> None:
     # Tune checks every result for its metric (a result without it ends the whole sweep): a run that
     # diverges in its first steps, before any evaluation, still reports val_loss, NaN, and where it stopped
-    c = cfg(optimizer=OptimizerConfig(name="adamw", lr=1e4), grad_clip=None, eval_every_tokens=8 * 32 * 24)
+    c = cfg(optimizer=OptimizerConfig(name="adamw", lr=1e4), grad_clip=None, evaluation={"every_tokens": 8 * 32 * 24})
     session = LocalSession()
     final = train(c, session)
     assert session.reports == [final] and final["status"] == "diverged" and final["done"] is True
@@ -125,17 +130,15 @@ def test_every_optimizer_learns_through_the_loop(name: str) -> None:
         model=ModelConfig(preset="gpt2-nano", seq_len=32),
         optimizer=OptimizerConfig(name=name, lr=LEARNING_LR[name]),
         batch_size=8,
-        max_micro_batch=8,
         token_budget=8 * 32 * LEARNING_STEPS,
-        eval_every_tokens=8 * 32 * LEARNING_STEPS,  # one eval, at the end
-        eval_tokens=2048,
-        threads_per_worker=1,
+        evaluation=EvalConfig(every_tokens=8 * 32 * LEARNING_STEPS, tokens=2048),  # one eval, at the end
+        resources=ResourcesConfig(max_micro_batch=8, cpus_per_worker=1),
     )
     # the val loss of the untrained model: the one train() builds (same seed), scored by the loop's evaluate()
     data = prepare_data(c.data)
     untrained = build_model(c.model, vocab_size=data.vocab_size, seed=c.seed)
     layout = Layout(torch.device("cpu"), rank=0, world_size=1, micro=8, accum=1)
-    initial = evaluate(untrained, data, val_windows(data, seq_len=32, tokens=c.eval_tokens), cfg=c, layout=layout)
+    initial = evaluate(untrained, data, val_windows(data, seq_len=32, tokens=c.evaluation.tokens), cfg=c, layout=layout)
     assert initial["val_loss"] == pytest.approx(math.log(data.vocab_size), abs=0.05)  # a near-uniform start
 
     session = LocalSession()
@@ -163,7 +166,7 @@ def test_resume_from_checkpoint_continues_instead_of_restarting(tmp_path: Path) 
     expected = train(cfg(), full)
 
     first = LocalSession(checkpoint_root=tmp_path)
-    c = cfg(checkpoint_every_evals=1)
+    c = cfg(checkpoints={"every_tokens": None})  # at every evaluation
     train(c, first)
     second_ckpt = first.checkpoints[1]  # saved after the 2nd eval (step 12)
     resumed = LocalSession(resume_from=second_ckpt)
@@ -178,9 +181,7 @@ def test_resume_from_checkpoint_continues_instead_of_restarting(tmp_path: Path) 
 def test_every_optimizers_checkpoint_loads_as_tensors_and_plain_values_only(name: str, tmp_path: Path) -> None:
     # checkpoints load with weights_only=True: every optimizer's state must be tensors and plain values
     session = LocalSession(checkpoint_root=tmp_path)
-    train(
-        cfg(optimizer=OptimizerConfig(name=name, lr=1e-3), checkpoint_every_evals=1, token_budget=8 * 32 * 12), session
-    )
+    train(cfg(optimizer=OptimizerConfig(name=name, lr=1e-3), token_budget=8 * 32 * 12), session)
     resumed = LocalSession(resume_from=session.checkpoints[0])
     assert train(cfg(optimizer=OptimizerConfig(name=name, lr=1e-3), token_budget=8 * 32 * 12), resumed)["status"] == (
         "completed"
@@ -285,13 +286,13 @@ def sophia_hessian(tmp_path: Path, **kw: object) -> list[torch.Tensor]:
     lr=1e-12: every update is far below float32 resolution of the weights, so runs that split the batch
     differently reach the Hessian pass with the same model (up to ~1e-12 in the biases).
     """
+    resources = {"max_micro_batch": kw.pop("max_micro_batch"), "cpus_per_worker": 1}
     base: dict = dict(
         TINY,
         batch_size=16,
         token_budget=16 * 32 * 20,
-        eval_every_tokens=16 * 32 * 10,
-        eval_tokens=32,
-        checkpoint_every_evals=1,
+        evaluation={"every_tokens": 16 * 32 * 10, "tokens": 32},
+        resources=resources,
         optimizer=OptimizerConfig(name="sophia", lr=1e-12),
     )
     session = LocalSession(checkpoint_root=tmp_path)
@@ -300,7 +301,7 @@ def sophia_hessian(tmp_path: Path, **kw: object) -> list[torch.Tensor]:
     state = torch.load(session.checkpoints[0] / "state.pt", weights_only=False)
     assert state["step"] == 10
     # the pass read the next step's batch without taking it: 10 steps took 10 x accumulation micro-batches
-    _, accum = split_batch(c.batch_size, c.num_workers, c.max_micro_batch)
+    _, accum = split_batch(c.batch_size, c.resources.workers_per_trial, c.resources.max_micro_batch)
     assert state["batches"]["position"] == 10 * accum
     return [s["hessian"] for s in state["optimizer"]["state"].values()]
 
@@ -333,9 +334,8 @@ def test_val_loss_does_not_depend_on_the_micro_batch_size() -> None:
             model=ModelConfig(preset="gpt2-nano", seq_len=32),
             optimizer=OptimizerConfig(name="adamw", lr=1e-12),
             batch_size=16,
-            max_micro_batch=max_micro_batch,
             token_budget=16 * 32 * 2,
-            threads_per_worker=1,
+            resources=ResourcesConfig(max_micro_batch=max_micro_batch, cpus_per_worker=1),
         )
         finals.append(train(c, LocalSession()))
     small, large = finals
@@ -345,10 +345,10 @@ def test_val_loss_does_not_depend_on_the_micro_batch_size() -> None:
 
 
 def test_eval_tokens_is_validated() -> None:
-    with pytest.raises(ValueError, match="eval_tokens must be > 0, got eval_tokens=-1"):
-        cfg(eval_tokens=-1)
-    with pytest.raises(ValueError, match="eval_tokens"):
-        cfg(eval_tokens=10**9)
+    with pytest.raises(ValueError, match=r"evaluation.tokens\n.*tokens must be > 0, got tokens=-1"):
+        cfg(evaluation={"tokens": -1})
+    with pytest.raises(ValueError, match=r"evaluation.tokens\n"):
+        cfg(evaluation={"tokens": 10**9})
 
 
 # ---- data-parallel: 2 ranks in 2 processes over gloo (what Ray Train sets up, without Ray) ------------
@@ -357,11 +357,10 @@ DDP_CFG = dict(
     model=ModelConfig(preset="gpt2-nano", seq_len=32),
     optimizer=OptimizerConfig(name="sophia", lr=1e-12),  # the same model everywhere (see sophia_hessian)
     batch_size=16,
-    max_micro_batch=4,
     token_budget=16 * 32 * 11,
-    eval_every_tokens=16 * 32 * 10,
-    threads_per_worker=1,
+    evaluation=EvalConfig(every_tokens=16 * 32 * 10),
 )
+DDP_RESOURCES = {"max_micro_batch": 4, "cpus_per_worker": 1}
 
 
 def _ddp_rank(rank: int, world_size: int, init_file: str, cfg_json: str, out: str) -> None:
@@ -383,10 +382,12 @@ def test_two_ranks_evaluate_the_same_set_and_estimate_the_same_hessian_as_one(tm
 
     single = LocalSession(checkpoint_root=tmp_path / "single")
     (tmp_path / "single").mkdir()
-    train(TrainConfig(**DDP_CFG), single)  # micro 4 x accumulation 4
+    train(TrainConfig(**DDP_CFG, resources=DDP_RESOURCES), single)  # micro 4 x accumulation 4
     ddp_dir = tmp_path / "ddp"
     ddp_dir.mkdir()
-    cfg_json = TrainConfig(**DDP_CFG, num_workers=2).model_dump_json()  # 2 ranks x micro 4 x accumulation 2
+    cfg_json = TrainConfig(
+        **DDP_CFG, resources=DDP_RESOURCES | {"workers_per_trial": 2}
+    ).model_dump_json()  # 2 ranks x micro 4 x accumulation 2
     tmp_mp.spawn(_ddp_rank, args=(2, str(tmp_path / "pg"), cfg_json, str(ddp_dir)), nprocs=2, join=True)
     ranks = [torch.load(ddp_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
@@ -440,7 +441,7 @@ def test_bf16_autocast_trains_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.compile
 def test_compiled_model_trains_like_the_eager_one_on_cpu() -> None:
     # inductor's C++ kernels (one compilation of the training graph, ~20 s on 2 cores cold)
-    c = cfg(token_budget=8 * 32 * 4, eval_every_tokens=8 * 32 * 4)
+    c = cfg(token_budget=8 * 32 * 4, evaluation={"every_tokens": 8 * 32 * 4})
     eager = train(c, LocalSession())
     compiled = train(c.model_copy(update={"compile": True}), LocalSession())
     assert compiled["status"] == "completed" and compiled["step"] == 4
@@ -493,7 +494,7 @@ def test_a_training_step_reads_the_device_once(monkeypatch: pytest.MonkeyPatch) 
         return out
 
     monkeypatch.setattr(worker.loop, "train_step", counted_step)
-    train(cfg(token_budget=8 * 32 * 3, eval_every_tokens=8 * 32 * 3), LocalSession())  # accumulation 2
+    train(cfg(token_budget=8 * 32 * 3, evaluation={"every_tokens": 8 * 32 * 3}), LocalSession())  # accumulation 2
     assert steps == [1, 1, 1]
 
 
@@ -563,10 +564,9 @@ def test_precision_and_compile_are_validated() -> None:
 def test_the_loop_trains_on_cuda_in_bf16_at_one_read_per_step(compile_model: bool) -> None:
     c = cfg(
         optimizer=OptimizerConfig(name="adamw", lr=1e-2),
-        use_gpu=True,
+        resources={"gpus_per_worker": 1, "max_micro_batch": 8},
         precision="bf16",
         compile=compile_model,
-        max_micro_batch=8,
     )
     session = LocalSession()
     final = train(c, session)

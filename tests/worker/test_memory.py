@@ -15,14 +15,14 @@ from worker.memory import HOST_RUNTIME_CPU, estimate_memory, state_tensors
 from worker.names import OPTIMIZERS
 
 
-def nano(**overrides: object) -> TrainConfig:
+def nano(resources: dict[str, object] | None = None, **overrides: object) -> TrainConfig:
     cfg: dict[str, object] = {
         "model": {"preset": "gpt2-nano", "seq_len": 32},
         "data": {"vocab_size": 512},
         "optimizer": {"name": "adamw"},
+        "evaluation": {"tokens": 4096},
+        "resources": {"max_micro_batch": 4} | (resources or {}),
         "batch_size": 8,
-        "max_micro_batch": 4,
-        "eval_tokens": 4096,
         "token_budget": 2560,
     }
     return TrainConfig.model_validate(cfg | overrides)
@@ -43,14 +43,14 @@ def test_each_part_to_the_byte() -> None:
 def test_bf16_halves_the_activations_only_and_a_gpu_holds_the_model() -> None:
     fp32, bf16 = estimate_memory(nano()), estimate_memory(nano(precision="bf16"))
     assert bf16.activations * 2 == fp32.activations and bf16.logits == fp32.logits and bf16.model == fp32.model
-    gpu = estimate_memory(nano(use_gpu=True))
+    gpu = estimate_memory(nano({"gpus_per_worker": 1}))
     assert gpu.device_bytes == gpu.runtime_device + gpu.model + gpu.activations + gpu.logits
     assert gpu.host_bytes == gpu.runtime_host + gpu.weights  # the weights are built on the host first
 
 
 def test_evaluation_outgrows_training_when_its_micro_batch_is_larger() -> None:
     # batch 2: training micro-batch 2, evaluation at max_micro_batch 64 (4096 tokens = 128 windows of 32)
-    e = estimate_memory(nano(batch_size=2, max_micro_batch=64))
+    e = estimate_memory(nano({"max_micro_batch": 64}, batch_size=2))
     assert e.evaluation == 64 * 32 * 512 * 4 * 2 > e.activations + e.logits
     assert e.working == e.model + e.evaluation
 
@@ -105,8 +105,9 @@ def test_the_estimate_is_within_a_quarter_of_a_real_run_s_peak_memory() -> None:
 
     configs = {
         name: TrainConfig.model_validate(
-            {"data": {"vocab_size": 4096}, "optimizer": {"name": "adamw", "lr": 1e-3}, "threads_per_worker": 1}
-            | shape
+            {"data": {"vocab_size": 4096}, "optimizer": {"name": "adamw", "lr": 1e-3}}
+            | {"model": shape["model"], "batch_size": shape["batch_size"]}
+            | {"resources": {"cpus_per_worker": 1, "max_micro_batch": shape["max_micro_batch"]}}
             | {"token_budget": 2 * int(shape["batch_size"]) * shape["model"]["seq_len"]}  # type: ignore[index]
         )
         for name, shape in SHAPES.items()
