@@ -132,7 +132,7 @@ def grid_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> Any:
     judges them."""
     import numpy as np
 
-    from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_best
+    from sweeps.analysis import TrialResult, build_report, pick_best
 
     tokens = spec.trained_tokens
     lrs = [float(x) for x in np.geomspace(spec.lr.min, spec.lr.max, GRID_LRS)]
@@ -154,7 +154,7 @@ def grid_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> Any:
             )
         best = pick_best(means, lambda t: (t.val_loss, t.lr, t.number) if t.val_loss is not None else None)
         results += means + (runs_at[best.lr] if best is not None else [])
-    return build_report(results, inputs=AnalysisInput.from_spec(spec))
+    return build_report(results, spec=spec)
 
 
 def tpe_report(rec: Recording, spec: SweepSpec, seed_offset: int, sampler_seed: int) -> Any:
@@ -164,7 +164,7 @@ def tpe_report(rec: Recording, spec: SweepSpec, seed_offset: int, sampler_seed: 
     same report builder."""
     import optuna
 
-    from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_best
+    from sweeps.analysis import TrialResult, build_report, pick_best
 
     tokens = spec.trained_tokens
     results: list[TrialResult] = []
@@ -188,7 +188,7 @@ def tpe_report(rec: Recording, spec: SweepSpec, seed_offset: int, sampler_seed: 
         if best is not None:
             cell += [run(opt, b, best.lr, s, "seed", None) for s in range(1, spec.seeds_min + 1)]
         results += cell
-    return build_report(results, inputs=AnalysisInput.from_spec(spec))
+    return build_report(results, spec=spec)
 
 
 ORACLE_SEEDS = 8  # the noise ceiling's runs a cell, at the truth's lr
@@ -203,7 +203,7 @@ def ceiling_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> tuple[A
     run there diverged (the truth's lr is one where none did). A cell with no stable lr gets no runs. The
     runs are among those the truth averages, so the ceiling shares part of the truth's own noise. Returns the
     report and the number of cells given fewer than ORACLE_SEEDS runs."""
-    from sweeps.analysis import AnalysisInput, TrialResult, build_report
+    from sweeps.analysis import TrialResult, build_report
 
     tokens = spec.trained_tokens
     results: list[TrialResult] = []
@@ -221,7 +221,7 @@ def ceiling_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> tuple[A
         ]
         mean = statistics.fmean(r.val_loss for r in runs)  # type: ignore[misc]
         results += [TrialResult(opt, b, lr, 0, "search", "completed", mean, 0, 0, number=number), *runs]
-    return build_report(results, inputs=AnalysisInput.from_spec(spec)), short
+    return build_report(results, spec=spec), short
 
 
 def judged(hits: list[float]) -> str:

@@ -553,7 +553,7 @@ def run_grid(problem: Problem, spec: Any) -> MethodOutcome:
     seeds 1..`seeds` to the full budget (diverged runs stop where they diverge). The best lr is the one
     with the lowest mean over its seeds, all completed (`sweeps.analysis.pick_best` over those means);
     its runs are the cell's samples."""
-    from sweeps.analysis import AnalysisInput, build_report, pick_best
+    from sweeps.analysis import build_report, pick_best
 
     sched = schedules(spec)
     lrs = grid_lrs(spec.lr.min, spec.lr.max)
@@ -577,7 +577,7 @@ def run_grid(problem: Problem, spec: Any) -> MethodOutcome:
         results += means
         if best is not None:
             results += by_lr[lrs.index(best.lr)]
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report = build_report(results, spec=spec)
     return MethodOutcome(_answers(report), tokens, runs, results, report, _best_lrs(report))
 
 
@@ -604,7 +604,7 @@ def _mean_result(opt: str, b: int, lr: float, number: int, seeds: list[Any]) -> 
 def run_grid_once(problem: Problem, spec: Any) -> MethodOutcome:
     """A cheaper grid, for comparison: GRID_POINTS lrs once each (seed 0) to the full budget, then
     `seeds` confirmation runs at the best (`sweeps.analysis.pick_best`)."""
-    from sweeps.analysis import AnalysisInput, build_report, pick_best
+    from sweeps.analysis import build_report, pick_best
 
     sched = schedules(spec)
     lrs = grid_lrs(spec.lr.min, spec.lr.max)
@@ -620,7 +620,7 @@ def run_grid_once(problem: Problem, spec: Any) -> MethodOutcome:
                 cell.append(_trial_result(opt, b, best.lr, seed, "seed", reports, None))
         tokens += sum(t.tokens for t in cell)
         results += cell
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report = build_report(results, spec=spec)
     return MethodOutcome(_answers(report), tokens, len(results), results, report, _best_lrs(report))
 
 
@@ -630,7 +630,7 @@ def run_tpe(problem: Problem, spec: Any) -> MethodOutcome:
     confirmation runs at the best (`sweeps.analysis.pick_best`)."""
     import optuna
 
-    from sweeps.analysis import AnalysisInput, build_report, pick_best
+    from sweeps.analysis import build_report, pick_best
 
     sched = schedules(spec)
     results, tokens = [], 0
@@ -653,7 +653,7 @@ def run_tpe(problem: Problem, spec: Any) -> MethodOutcome:
                 )
         tokens += sum(t.tokens for t in cell)
         results += cell
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report = build_report(results, spec=spec)
     return MethodOutcome(_answers(report), tokens, len(results), results, report, _best_lrs(report))
 
 
@@ -662,7 +662,7 @@ def run_oracle(problem: Problem, spec: Any) -> MethodOutcome:
     (`Problem.best_lr`) until ORACLE_SEEDS runs completed (a run past its seed's edge is replaced by the
     next seed: divergence is not what this measures), judged by the same report builder. Its tokens are
     not a cost anyone could pay: it knows the truth's lr."""
-    from sweeps.analysis import AnalysisInput, build_report
+    from sweeps.analysis import build_report
 
     sched = schedules(spec)
     results, tokens = [], 0
@@ -675,7 +675,7 @@ def run_oracle(problem: Problem, spec: Any) -> MethodOutcome:
                 done.append(run)
             seed += 1
         results += [_mean_result(opt, b, lr, number, done), *done]
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report = build_report(results, spec=spec)
     return MethodOutcome(_answers(report), tokens, len(results), results, report, _best_lrs(report))
 
 
@@ -944,7 +944,7 @@ def _real(spec_path: Path, concurrency: int | None, data_dir: Path | None) -> li
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_best
+    from sweeps.analysis import TrialResult, build_report, pick_best
     from sweeps.driver import collect_results, run_sweep
     from sweeps.runtime import SweepRuntime
     from sweeps.search import CellSearcher
@@ -1012,7 +1012,7 @@ def _real(spec_path: Path, concurrency: int | None, data_dir: Path | None) -> li
         means = [_mean_result(opt, b, lr, i, seeds) for i, (lr, seeds) in enumerate(zip(lrs, by_lr, strict=True))]
         best = pick_best(means, _grid_score)
         grid += means + (by_lr[lrs.index(best.lr)] if best is not None else [])
-    grid_report = build_report(grid, inputs=AnalysisInput.from_spec(spec))
+    grid_report = build_report(grid, spec=spec)
 
     lines = [
         f"real sweep {spec.name}: {len(spec.optimizer_names)} optimizers x batch sizes {spec.batch_sizes}, "

@@ -1,12 +1,13 @@
 """The answer of a sweep: from trial results to "the largest batch size without degradation".
 
-Pure: no torch, no Ray, no MLflow. `build_report` takes the trials' results (`TrialResult`) and the
-spec's numbers and returns the `Report`, a pydantic model that `report_to_json` writes and `read_report`
-reads back: per cell (optimizer, batch size) its best lr, the mean and interval of its confirmation runs,
-its stability and its verdicts against two references; per optimizer the point estimate (the walk of
-the cell means on the same seeds, fitted non-decreasing), the bracket (paired verdicts: fine claimed in a
-fixed sequence, degraded at a Bonferroni level) and the noise checks at the answer. The search decides by
-the same rules (`pick_stable` and `pick_warmup`, of `sweeps.cells`; `cells_to_extend`).
+Pure: no torch, no Ray, no MLflow. `build_report` takes the trials' results (`TrialResult`) and the sweep's
+`SweepSpec` (what it reads of it: `build_report`'s docstring) and returns the `Report`, a pydantic model
+that `report_to_json` writes and `read_report` reads back: per cell (optimizer, batch size) its best lr, the
+mean and interval of its confirmation runs, its stability and its verdicts against two references; per
+optimizer the point estimate (the walk of the cell means on the same seeds, fitted non-decreasing), the
+bracket (paired verdicts: fine claimed in a fixed sequence, degraded at a Bonferroni level) and the noise
+checks at the answer. The search decides by the same rules (`pick_stable` and `pick_warmup`, of
+`sweeps.cells`; `cells_to_extend`).
 
 Every rule and formula: docs/researchers.md, "How a verdict is reached".
 """
@@ -17,7 +18,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeps.batch_axis import bracket_of
 from sweeps.cells import LR_REL_TOL, Cell, make_cell, pick_best, pick_stable, pick_warmup, search_score
@@ -41,7 +42,7 @@ from sweeps.report import (
     upgrade_report,
     validate_report,
 )
-from sweeps.results import ROLES, STATUSES, AnalysisInput, TrialResult
+from sweeps.results import ROLES, STATUSES, TrialResult
 from sweeps.stats import (
     CI_LEVEL,
     mean_ci95,
@@ -52,13 +53,17 @@ from sweeps.stats import (
     welch_diff_ci95,
 )
 
+if TYPE_CHECKING:
+    # for the annotations only: the spec imports worker.config, and the dashboards, which import this
+    # module, load nothing of worker (tests/dashboards/test_dash_mlflow.py); the spec is read by attribute
+    from sweeps.spec import SweepSpec
+
 __all__ = [
     "CI_LEVEL",
     "LR_EDGE_FACTOR",
     "ROLES",
     "SCHEMA_VERSION",
     "STATUSES",
-    "AnalysisInput",
     "CellReport",
     "NoiseCheck",
     "OptimizerReport",
@@ -448,29 +453,25 @@ def _to_reference(cell: Cell, target: float | None, seq_len: int) -> tuple[int |
 def build_report(
     results: Iterable[TrialResult | dict[str, Any]],
     *,
-    inputs: AnalysisInput | None = None,
+    spec: SweepSpec,
     steps: dict[str, list[dict[str, Any]]] | None = None,
-    **kwargs: Any,
 ) -> Report:
     """The sweep's report (rules: this module's docstring).
 
-    Pass the spec's numbers either as `inputs=AnalysisInput(...)` (or `AnalysisInput.from_spec(spec)`)
-    or as the keyword arguments of `AnalysisInput`: sweep, batch_sizes, optimizers, baseline,
-    tolerance, lr_min, lr_max, seeds, seq_len. Results may be `TrialResult`s or their dicts. A result
-    of an optimizer or batch size outside the spec is refused (ValueError). `steps` (a search of the
-    batch axis): per optimizer, the sizes in the order the search chose them, each
-    {"batch_size", "chosen", "why"} (`sweeps.batch_axis`), reported as they are.
+    What it reads of `spec`: its name, optimizers (in order), degradation (baseline, tolerance), lr range
+    and extend, seeds (`seeds_min` planned per cell, `noise_looks`), model.seq_len, `trained_tokens`, the
+    schedule's warm-up (in words) and the batch axis (`lattice`, `reference_batch_size`, `batch_search`).
+    Results may be `TrialResult`s or their dicts. A result of an optimizer or batch size outside the spec
+    is refused (ValueError). `steps` (a search of the batch axis): per optimizer, the sizes in the order the
+    search chose them, each {"batch_size", "chosen", "why"} (`sweeps.batch_axis`), reported as they are.
     """
-    if inputs is None:
-        inputs = AnalysisInput(**kwargs)
-    elif kwargs:
-        raise TypeError(f"pass either inputs= or keyword arguments, not both (got {sorted(kwargs)})")
-    by_cell = _by_cell(inputs, [r if isinstance(r, TrialResult) else TrialResult.from_dict(r) for r in results])
+    by_cell = _by_cell(spec, [r if isinstance(r, TrialResult) else TrialResult.from_dict(r) for r in results])
     steps = steps or {}
     chosen = {(o, st["batch_size"]): st["chosen"] for o, sts in steps.items() for st in sts}
+    baseline = spec.degradation.baseline
     cells = {
-        o: [make_cell(o, b, by_cell[(o, b)], inputs.seeds) for b in _sizes_of(inputs, o, by_cell, chosen)]
-        for o in inputs.optimizers
+        o: [make_cell(o, b, by_cell[(o, b)], spec.seeds_min) for b in _sizes_of(spec, o, by_cell, chosen)]
+        for o in spec.optimizer_names
     }
     # the point estimate compares every stable cell on the same seeds (cells given more runs by adaptive
     # confirmation are the answer's two and their references)
@@ -479,62 +480,67 @@ def build_report(
     )
     ref_values = {o: _reference_value(row, means) for o, row in cells.items()}
     optimizers = {
-        o: _optimizer_report(inputs, cells[o], cells[inputs.baseline][0], means, ref_values, chosen, steps.get(o, []))
-        for o in inputs.optimizers
+        o: _optimizer_report(spec, cells[o], cells[baseline][0], means, ref_values, chosen, steps.get(o, []))
+        for o in spec.optimizer_names
     }
-    search = inputs.batch_search
+    search = spec.batch_search
     return Report(
         schema_version=SCHEMA_VERSION,
-        sweep=inputs.sweep,
-        reference_batch_size=inputs.batch_sizes[0],
-        baseline=inputs.baseline,
-        tolerance=inputs.tolerance,
-        seq_len=inputs.seq_len,
-        lr_range=(inputs.lr_min, inputs.lr_max),
-        lr_bounds=inputs.lr_bounds,
-        seeds_planned=inputs.seeds,
-        trained_tokens=inputs.trained_tokens,
-        noise_rule=_noise_rule(inputs.noise_looks),
-        verdict_rule=_verdict_rule(inputs.noise_looks),
-        warmup=inputs.warmup,
-        batch_search=None if search is None else BatchSearchReport(**search, assumption=_MONOTONE),
+        sweep=spec.name,
+        reference_batch_size=spec.reference_batch_size,
+        baseline=baseline,
+        tolerance=spec.degradation.tolerance,
+        seq_len=spec.model.seq_len,
+        lr_range=(spec.lr.min, spec.lr.max),
+        lr_bounds=_lr_reach(spec),
+        seeds_planned=spec.seeds_min,
+        trained_tokens=spec.trained_tokens,
+        noise_rule=_noise_rule(spec.noise_looks),
+        verdict_rule=_verdict_rule(spec.noise_looks),
+        warmup=spec.schedule.describe_warmup(),
+        batch_search=None
+        if search is None
+        else BatchSearchReport(**search.model_dump(mode="json"), lattice=spec.lattice, assumption=_MONOTONE),
         optimizers=optimizers,
         warnings=[],  # filled by the driver: data repeated, best lr at the edge of the range
     )
 
 
-def _by_cell(inputs: AnalysisInput, trials: list[TrialResult]) -> dict[tuple[str, int], list[TrialResult]]:
-    """The trials of each (optimizer, batch size) of the spec; ValueError for one outside it."""
-    by_cell: dict[tuple[str, int], list[TrialResult]] = {
-        (o, b): [] for o in inputs.optimizers for b in inputs.batch_sizes
-    }
+def _lr_reach(spec: SweepSpec) -> tuple[float, float]:
+    """The report's `lr_bounds`: [lr.min / lr.extend, lr.max x lr.extend], where a best lr counts as at the
+    edge (`_lr_at_edge`). Not capped at worker.config.MAX_LR as `LRSearchSpec.bounds` (the lrs the search
+    tries) is: the two differ only where lr.max x lr.extend > MAX_LR."""
+    return spec.lr.min / spec.lr.extend, spec.lr.max * spec.lr.extend
+
+
+def _by_cell(spec: SweepSpec, trials: list[TrialResult]) -> dict[tuple[str, int], list[TrialResult]]:
+    """The trials of each (optimizer, batch size) the spec may train; ValueError for one outside it."""
+    optimizers, sizes = spec.optimizer_names, spec.lattice
+    by_cell: dict[tuple[str, int], list[TrialResult]] = {(o, b): [] for o in optimizers for b in sizes}
     stray = sorted({(t.optimizer, t.batch_size) for t in trials if (t.optimizer, t.batch_size) not in by_cell})
     if stray:
-        raise ValueError(
-            f"results for cells outside the sweep {stray}; optimizers {list(inputs.optimizers)}, "
-            f"batch_sizes {list(inputs.batch_sizes)}"
-        )
+        raise ValueError(f"results for cells outside the sweep {stray}; optimizers {optimizers}, batch_sizes {sizes}")
     for t in trials:
         by_cell[(t.optimizer, t.batch_size)].append(t)
     return by_cell
 
 
 def _sizes_of(
-    inputs: AnalysisInput,
+    spec: SweepSpec,
     optimizer: str,
     by_cell: dict[tuple[str, int], list[TrialResult]],
     chosen: dict[tuple[str, int], str],
 ) -> list[int]:
     """A list sweep judges every batch size; a search the reference and the sizes it tested."""
-    if inputs.batch_search is None:
-        return list(inputs.batch_sizes)
+    if spec.batch_search is None:
+        return spec.lattice
     tested = {b for (o, b), ts in by_cell.items() if o == optimizer and ts}
     tested |= {b for o, b in chosen if o == optimizer}
-    return sorted(tested | {inputs.batch_sizes[0]})
+    return sorted(tested | {spec.reference_batch_size})
 
 
 def _optimizer_report(
-    inputs: AnalysisInput,
+    spec: SweepSpec,
     row: list[Cell],
     baseline_ref: Cell,
     means: dict[tuple[str, int], float],
@@ -543,33 +549,34 @@ def _optimizer_report(
     steps: list[dict[str, Any]],
 ) -> OptimizerReport:
     """One optimizer's cells judged against itself at the smallest batch size and against the baseline."""
-    ref_b, tol, o = inputs.batch_sizes[0], inputs.tolerance, row[0].optimizer
+    ref_b, tol, o = spec.reference_batch_size, spec.degradation.tolerance, row[0].optimizer
+    baseline, looks, listed = spec.degradation.baseline, spec.noise_looks, spec.batch_search is None
     self_ref = row[0]
-    level = noise_level(inputs.noise_looks)
+    level = noise_level(looks)
     # a search chooses the sizes it tests from the verdicts: the level must hold for every size it could test
-    comparisons = len(inputs.batch_sizes) - 1 if inputs.batch_search is not None else None
+    comparisons = None if listed else len(spec.lattice) - 1
 
     def is_self_ref(c: Cell) -> bool:
         return c.batch_size == ref_b
 
     def is_base_ref(c: Cell) -> bool:
-        return c.optimizer == inputs.baseline and c.batch_size == ref_b
+        return c.optimizer == baseline and c.batch_size == ref_b
 
     v_self, ans_self, noise_self, checks_self, fit_self = _judge(
         row, self_ref, tol, is_self_ref, level, means, ref_values[o]
     )
     v_base, ans_base, noise_base, checks_base, fit_base = _judge(
-        row, baseline_ref, tol, is_base_ref, level, means, ref_values[inputs.baseline]
+        row, baseline_ref, tol, is_base_ref, level, means, ref_values[baseline]
     )
-    judged_self = _verdicts(row, self_ref, tol, is_self_ref, inputs.noise_looks, comparisons)
+    judged_self = _verdicts(row, self_ref, tol, is_self_ref, looks, comparisons)
     target = target_loss_of(ref_values[o], tol)
-    judged_base = _verdicts(row, baseline_ref, tol, is_base_ref, inputs.noise_looks, comparisons)
+    judged_base = _verdicts(row, baseline_ref, tol, is_base_ref, looks, comparisons)
     cell_reports = [
         _cell_report(
-            inputs,
+            spec,
             c,
             target,
-            chosen.get((o, c.batch_size), "listed" if inputs.batch_search is None else None),
+            chosen.get((o, c.batch_size), "listed" if listed else None),
             fitted=ByReference(self=fit_self[i], baseline=fit_base[i]),
             degradation_free=ByReference(self=v_self[i], baseline=v_base[i]),
             verdict=ByReference(self=judged_self.verdicts[i], baseline=judged_base.verdicts[i]),
@@ -594,7 +601,7 @@ def _optimizer_report(
 
 
 def _cell_report(
-    inputs: AnalysisInput,
+    spec: SweepSpec,
     c: Cell,
     target: float | None,
     chosen: str | None,
@@ -604,7 +611,7 @@ def _cell_report(
     verdict: ByReference[Verdict | None],
     verdict_diff_ci: ByReference[tuple[float, float] | None],
 ) -> CellReport:
-    to_ref_steps, tokens = _to_reference(c, target, inputs.seq_len)
+    to_ref_steps, tokens = _to_reference(c, target, spec.model.seq_len)
     if c.samples:
         mean, lo, hi, avail = mean_ci95(c.samples)
         ci: tuple[float | None, float | None] = (lo, hi)
@@ -629,10 +636,10 @@ def _cell_report(
         tokens_trained=max(trained) if trained else None,
         trials=len(c.trials),
         trial_status=TrialStatusCounts(**{s: sum(1 for t in c.trials if t.status == s) for s in STATUSES}),
-        lr_at_edge=_lr_at_edge(best_lr, *inputs.lr_bounds) if best_lr is not None else None,
+        lr_at_edge=_lr_at_edge(best_lr, *_lr_reach(spec)) if best_lr is not None else None,
         lr_outside_range=None
         if best_lr is None
-        else not inputs.lr_min * (1 - LR_REL_TOL) <= best_lr <= inputs.lr_max * (1 + LR_REL_TOL),
+        else not spec.lr.min * (1 - LR_REL_TOL) <= best_lr <= spec.lr.max * (1 + LR_REL_TOL),
         val_loss_fitted=fitted,
         degradation_free=degradation_free,
         verdict=verdict,

@@ -492,6 +492,12 @@ class SweepSpec(_Strict):
         return list(_lattice(search.min, search.max, search.resolution, self.resources.workers_per_trial))
 
     @property
+    def reference_batch_size(self) -> int:
+        """The smallest batch size of the lattice: every optimizer's own reference, and the baseline's there
+        the reference of every optimizer (sweeps.analysis)."""
+        return self.lattice[0]
+
+    @property
     def sizes_per_optimizer(self) -> tuple[int, int]:
         """(fewest, most) batch sizes one optimizer tests: the list's length, or the search's bounds."""
         if (search := self.batch_search) is None:

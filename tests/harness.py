@@ -526,6 +526,8 @@ def assert_ddp_matches_one_worker(single: list[dict], ddp: list[dict], ddp_final
 def real_report() -> dict[str, Any]:
     """A real report (`build_report`) of adamw at batch 4 and 8: 2 search trials and 2 seeds each, as
     report.json and the service's store hold it (JSON)."""
+    from spec_helpers import spec_for
+
     from sweeps.analysis import TrialResult, build_report
 
     results = [
@@ -533,10 +535,10 @@ def real_report() -> dict[str, Any]:
         for bs, loss in ((4, 5.12), (8, 5.30))
         for lr, seed, role in ((3e-3, 0, "search"), (1e-2, 0, "search"), (3e-3, 1, "seed"), (3e-3, 2, "seed"))
     ]
-    report = build_report(
-        results, sweep="cli", batch_sizes=(4, 8), optimizers=("adamw",), baseline="adamw", tolerance=0.05,
-        lr_min=1e-3, lr_max=1e-2, seeds=2, seq_len=32,
-    )  # fmt: skip
+    spec = spec_for(
+        name="cli", batch_sizes=(4, 8), tolerance=0.05, lr=(1e-3, 1e-2), seeds=2, seq_len=32, token_budget=4096
+    )
+    report = build_report(results, spec=spec)
     return report.model_dump(mode="json")
 
 

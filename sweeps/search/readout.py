@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sweeps.analysis import ROLES, AnalysisInput, Report, TrialResult, build_report
+from sweeps.analysis import ROLES, Report, TrialResult, build_report
 from sweeps.progress import CURVE_POINTS, CellProgress, DriverProgress, TrialCurve
 from sweeps.search.state import CellState, Run, lr_of
 from sweeps.spec import SweepSpec
@@ -86,7 +86,7 @@ def report_of(
 ) -> Report:
     """The report of what has finished so far (`build_report`, with the batch search's steps and warnings)."""
     results, _ = trial_results(cells, run_ids)
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec), steps=search_steps(cells, spec))
+    report = build_report(results, spec=spec, steps=search_steps(cells, spec))
     report.warnings = [*report.warnings, *search_warnings(cells, done_why)]
     return report
 

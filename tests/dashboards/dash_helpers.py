@@ -19,9 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from spec_helpers import spec_for
+
 from dashboards.data import SweepData, TrialRun
 from sweeps import layout
-from sweeps.analysis import AnalysisInput, TrialResult, build_report, validate_report
+from sweeps.analysis import TrialResult, build_report, validate_report
 from sweeps.plan import cell_key, run_name
 
 Curve = Sequence[tuple[int, float]]
@@ -100,18 +102,19 @@ def make_sweep(
     *,
     sweep_id: str = "hand",
     optimizers: Sequence[str] = ("adamw", "merit"),
-    batch_sizes: Sequence[int] = (4, 8),
+    batch_sizes: Sequence[int] | Mapping[str, Any] = (4, 8),
     baseline: str = "adamw",
     tolerance: float = 0.05,
     lr_range: tuple[float, float] = (1e-4, 1e-1),
     seeds: int = 2,
     seq_len: int = 8,
     warnings: Sequence[str] = (),
-    batch_search: dict[str, Any] | None = None,
     steps: dict[str, list[dict[str, Any]]] | None = None,
 ) -> SweepData:
     """A SweepData whose report is what the analysis makes of these trials (as the driver does): each
-    TrialResult carries the trial's Optuna number and run id, so the report names these runs."""
+    TrialResult carries the trial's Optuna number and run id, so the report names these runs. The spec is
+    `spec_for`'s of these numbers; `batch_sizes` a list, or a search of the batch axis ({min, max, ...}, as
+    the spec gives it) with `steps` its steps."""
     trials = _numbered(tuple(trials))
     ids = [t.run_id for t in trials]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -142,17 +145,15 @@ def make_sweep(
         )
     report = build_report(
         results,
-        inputs=AnalysisInput(
-            sweep=sweep_id,
-            batch_sizes=tuple(batch_sizes),
-            optimizers=tuple(optimizers),
+        spec=spec_for(
+            name=sweep_id,
+            batch_sizes=batch_sizes,
+            optimizers=optimizers,
             baseline=baseline,
             tolerance=tolerance,
-            lr_min=lr_range[0],
-            lr_max=lr_range[1],
+            lr=lr_range,
             seeds=seeds,
             seq_len=seq_len,
-            batch_search=batch_search,
         ),
         steps=steps,
     )

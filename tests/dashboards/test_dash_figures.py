@@ -716,8 +716,9 @@ def test_page_escapes_a_hostile_sweep_id() -> None:
     s = make_sweep(
         [trial("adamw", 4, 0.01, val=[(64, 3.0)]), trial("merit", 4, 0.02, val=[(64, 3.1)])],
         batch_sizes=(4,),
-        sweep_id=evil,
     )
+    # the id the page reads is the MLflow experiment's (load_sweep's argument), not the report's spec name
+    s = dataclasses.replace(s, sweep_id=evil)
     figs = build_figures(s)
     page = render_dashboard(s, figs, png_fallback=False)
     assert evil not in page  # neither in the page's HTML nor in plotly's embedded JSON (it escapes < as \u003c)
@@ -748,8 +749,9 @@ def test_a_search_of_the_batch_axis_draws_and_shows_its_steps() -> None:
         ]
         for opt, sizes in tested.items()
     }
-    search = {"min": 4, "max": 32, "resolution": 2.0, "step": 2.0, "against": "baseline", "lattice": [4, 8, 16, 32]}
-    sweep = make_sweep(trials, batch_sizes=(4, 8, 16, 32), tolerance=0.03, batch_search=search, steps=steps)
+    search = {"min": 4, "max": 32, "resolution": 2.0, "step": 2.0, "against": "baseline"}
+    sweep = make_sweep(trials, batch_sizes=search, tolerance=0.03, steps=steps)
+    assert sweep.report.batch_search is not None and sweep.report.batch_search.lattice == [4, 8, 16, 32]
     assert [c.batch_size for c in sweep.report.optimizers["merit"].cells] == [4, 16, 32]
     figs = build_figures(sweep)
     page = render_dashboard(sweep, figs, png_fallback=False)

@@ -18,19 +18,18 @@ import statistics
 
 import numpy as np
 import pytest
+from spec_helpers import spec_for
 
-from sweeps.analysis import AnalysisInput, TrialResult, build_report, cells_to_extend
+from sweeps.analysis import TrialResult, build_report, cells_to_extend
+from sweeps.spec import SweepSpec
 
 SIGMA, TOL, REF = 0.05, 0.02, 3.0
 MIN, MAX, STEP = 2, 6, 2
 LOOKS = 1 + (MAX - MIN) // STEP  # 3
 
 
-def _inputs(looks: int) -> AnalysisInput:
-    return AnalysisInput(
-        sweep="sim", batch_sizes=(8, 16), optimizers=("adamw",), baseline="adamw", tolerance=TOL,
-        lr_min=1e-4, lr_max=1e-1, seeds=MIN, seq_len=1, noise_looks=looks,
-    )  # fmt: skip
+def _spec(looks: int) -> SweepSpec:
+    return spec_for(name="sim", batch_sizes=(8, 16), tolerance=TOL, lr=(1e-4, 1e-1), seeds=MIN, looks=looks, seq_len=2)
 
 
 def _rows(samples: dict[int, list[float]]) -> list[TrialResult]:
@@ -45,9 +44,9 @@ def run_sweep(gap_sigmas: float, rng: np.random.Generator, *, looks: int = LOOKS
     """One simulated sweep; returns the final noise check of batch 16 and the confirmation runs spent."""
     true = {8: REF, 16: (1 + TOL) * REF + gap_sigmas * SIGMA}
     samples = {b: list(rng.normal(m, SIGMA, MIN)) for b, m in true.items()}
-    inputs = _inputs(looks)
+    spec = _spec(looks)
     while True:
-        report = build_report(_rows(samples), inputs=inputs)
+        report = build_report(_rows(samples), spec=spec)
         extend = cells_to_extend(report, seeds_max=MAX) if looks > 1 else []
         if not extend:
             (check,) = report.optimizers["adamw"].noise_checks.self
@@ -67,7 +66,7 @@ def test_on_the_line_a_cleared_verdict_is_wrong_in_at_most_5_percent() -> None:
         true = {8: REF, 16: (1 + TOL) * REF}
         samples = {b: list(rng.normal(m, SIGMA, MIN)) for b, m in true.items()}
         while True:
-            (check,) = build_report(_rows(samples), inputs=_inputs(1)).optimizers["adamw"].noise_checks.self
+            (check,) = build_report(_rows(samples), spec=_spec(1)).optimizers["adamw"].noise_checks.self
             if check.straddles_zero is False or len(samples[16]) >= MAX:
                 naive += check.straddles_zero is False
                 break
@@ -96,10 +95,10 @@ def test_spread_gaps_wrong_verdicts_under_5_percent_at_a_fraction_of_max_seeds(
 
 
 def test_a_plain_number_of_seeds_never_extends() -> None:
-    report = build_report(_rows({8: [3.0, 3.1], 16: [3.06, 3.0]}), inputs=_inputs(1))
+    report = build_report(_rows({8: [3.0, 3.1], 16: [3.06, 3.0]}), spec=_spec(1))
     (check,) = report.optimizers["adamw"].noise_checks.self
     assert check.straddles_zero is True  # within noise...
     assert cells_to_extend(report, seeds_max=2) == []  # ...but max = min: nothing to add
     assert cells_to_extend(report, seeds_max=6) == [("adamw", 8), ("adamw", 16)]
     assert "Welch 95%" in report.noise_rule
-    assert "Bonferroni" in build_report(_rows({8: [3.0, 3.1], 16: [3.06, 3.0]}), inputs=_inputs(3)).noise_rule
+    assert "Bonferroni" in build_report(_rows({8: [3.0, 3.1], 16: [3.06, 3.0]}), spec=_spec(3)).noise_rule

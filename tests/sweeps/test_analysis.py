@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
+from spec_helpers import spec_for
 
 from sweeps import report as report_models
 from sweeps.analysis import (
     LR_EDGE_FACTOR,
-    AnalysisInput,
     CellReport,
     Report,
     TrialResult,
@@ -32,17 +32,16 @@ from sweeps.stats import mean_ci95, sample_variance, t_quantile, welch_diff_ci95
 BATCHES = (16, 32, 64, 128)
 SEQ_LEN = 128
 TOL = 0.01
-INPUTS = AnalysisInput(
-    sweep="merit-vs-adamw",
-    batch_sizes=BATCHES,
-    optimizers=("adamw", "merit"),
-    baseline="adamw",
-    tolerance=TOL,
-    lr_min=1e-4,
-    lr_max=3e-2,
-    seeds=3,
-    seq_len=SEQ_LEN,
-)
+NUMBERS: dict[str, Any] = {
+    "name": "merit-vs-adamw",
+    "batch_sizes": BATCHES,
+    "optimizers": ("adamw", "merit"),
+    "tolerance": TOL,
+    "lr": (1e-4, 3e-2),
+    "seeds": 3,
+    "seq_len": SEQ_LEN,
+}
+SPEC = spec_for(**NUMBERS)
 LR = 1e-3  # a best lr well inside [1e-4, 3e-2]
 
 
@@ -179,7 +178,7 @@ def test_welch_diff_ci95_exact():
 
 def test_flat_losses_give_the_largest_batch():
     # every cell 3.0 (3 equal seeds): 3.0 <= 1.01 x 3.0 everywhere, for self and baseline -> 128
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), inputs=INPUTS)
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), spec=SPEC)
     for opt in ("adamw", "merit"):
         assert answer(report, opt) == {"self": 128, "baseline": 128}
         # boundary = the answer 128 only (no larger batch); its samples have sd 0 on both sides, so the
@@ -199,7 +198,7 @@ def test_flat_losses_give_the_largest_batch():
 def test_degradation_at_the_third_batch_size():
     # merit: reference 3.00, threshold 1.01 x 3.00 = 3.03; 32: 3.02 ok; 64: 3.10 fails; 128: 3.00 is
     # below 64, which the monotone fit cannot be: both pooled to 3.05 (equal seeds), over 3.03 -> answer 32
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.02, 3.10, 3.00]}), inputs=INPUTS)
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.02, 3.10, 3.00]}), spec=SPEC)
     merit = report.optimizers["merit"]
     assert answer(report, "merit")["self"] == 32
     assert [c.degradation_free.self for c in merit.cells] == [True, True, False, False]
@@ -216,7 +215,7 @@ def test_degradation_at_the_third_batch_size():
 def test_one_noisy_cell_is_pooled_with_its_neighbour_instead_of_ending_the_walk():
     # merit: threshold 3.03; 32 reads 3.04 (noise), 64 reads 3.01, 128 3.10. Walking the means stopped at
     # 32; the monotone fit pools 32 and 64 to 3.025 <= 3.03 -> answer 64, 128 degraded
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.04, 3.01, 3.10]}), inputs=INPUTS)
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.04, 3.01, 3.10]}), spec=SPEC)
     merit = report.optimizers["merit"]
     assert answer(report, "merit")["self"] == 64
     assert [c.val_loss_fitted.self for c in merit.cells][1:] == [
@@ -233,7 +232,7 @@ def test_a_reference_that_noise_made_high_is_pooled_with_the_sizes_above_it():
     # merit reads 3.04 at its reference 16 and 3.00 at 32: a monotone curve cannot fall, so the reference's
     # value is their pooled mean 3.02 (equal seeds), the threshold 1.01 x 3.02 = 3.0502, and 64 at 3.06 is
     # degraded. Against its plain mean (threshold 1.01 x 3.04 = 3.0704) 64 passed: answer 64, not 32.
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.04, 3.00, 3.06, 3.10]}), inputs=INPUTS)
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.04, 3.00, 3.06, 3.10]}), spec=SPEC)
     merit = report.optimizers["merit"]
     assert answer(report, "merit") == {"self": 32, "baseline": 32}
     assert merit.cells[0].val_loss_fitted.self == pytest.approx(3.02)
@@ -243,7 +242,7 @@ def test_a_reference_that_noise_made_high_is_pooled_with_the_sizes_above_it():
     assert report.optimizers["adamw"].cells[0].val_loss_fitted.baseline == pytest.approx(3.0)
     assert [c.val_loss_fitted.baseline for c in merit.cells] == [pytest.approx(v) for v in (3.02, 3.02, 3.06, 3.10)]
     # a reference that reads low is not raised: 3.00 then 3.04 keep 3.00
-    low = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.04, 3.06, 3.10]}), inputs=INPUTS)
+    low = build_report(table({"adamw": [3.0] * 4, "merit": [3.00, 3.04, 3.06, 3.10]}), spec=SPEC)
     assert low.optimizers["merit"].cells[0].val_loss_fitted.self == pytest.approx(3.0)
 
 
@@ -264,9 +263,7 @@ def test_baseline_is_stricter_than_self():
     # adamw at 16: 2.98 -> baseline threshold 1.01 x 2.98 = 3.0098
     # merit: 3.000, 3.020, 3.025, 3.500; self threshold 3.03 -> 16, 32, 64 ok, 128 fails -> self 64
     # against the baseline: 16 (3.000 <= 3.0098) ok, 32 (3.020 > 3.0098) fails -> baseline 16
-    report = build_report(
-        table({"adamw": [2.98, 2.98, 2.98, 2.98], "merit": [3.000, 3.020, 3.025, 3.500]}), inputs=INPUTS
-    )
+    report = build_report(table({"adamw": [2.98, 2.98, 2.98, 2.98], "merit": [3.000, 3.020, 3.025, 3.500]}), spec=SPEC)
     assert answer(report, "merit") == {"self": 64, "baseline": 16}
     assert report.optimizers["merit"].reference_val_loss.model_dump() == {"self": 3.0, "baseline": 2.98}
     # the baseline optimizer judged against itself: the same answer twice
@@ -276,14 +273,14 @@ def test_baseline_is_stricter_than_self():
 def test_baseline_answer_null_when_the_smallest_batch_already_fails():
     # merit at 16: 3.10 > 1.01 x 2.98 = 3.0098 -> nothing is degradation-free against the baseline,
     # while against itself the reference cell is degradation-free by definition
-    report = build_report(table({"adamw": [2.98] * 4, "merit": [3.10, 3.50, 3.50, 3.50]}), inputs=INPUTS)
+    report = build_report(table({"adamw": [2.98] * 4, "merit": [3.10, 3.50, 3.50, 3.50]}), spec=SPEC)
     assert answer(report, "merit") == {"self": 16, "baseline": None}
     assert report.optimizers["merit"].cells[0].degradation_free.model_dump() == {"self": True, "baseline": False}
 
 
 def test_missing_cell_breaks_the_chain():
     # merit has no trial at 32; 64 and 128 pass on their own, but the chain stops at 32 -> answer 16
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]}), inputs=INPUTS)
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]}), spec=SPEC)
     merit = report.optimizers["merit"]
     assert answer(report, "merit") == {"self": 16, "baseline": 16}
     c32 = merit.cells[1]
@@ -299,7 +296,7 @@ def test_missing_cell_breaks_the_chain():
 def test_diverged_only_cell_has_no_result_and_breaks_the_chain():
     rows = table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, None, 3.0]})
     rows += [search("merit", 64, None, lr=lr, seed=i, status="diverged") for i, lr in enumerate((1e-2, 2e-2, 3e-2))]
-    report = build_report(rows, inputs=INPUTS)
+    report = build_report(rows, spec=SPEC)
     c64 = report.optimizers["merit"].cells[2]
     assert c64.trial_status.model_dump() == {"completed": 0, "pruned": 0, "diverged": 3, "failed": 0}
     assert c64.trials == 3 and c64.seeds == 0
@@ -313,7 +310,7 @@ def test_diverged_only_cell_has_no_result_and_breaks_the_chain():
 def test_a_cell_whose_search_trained_no_lr_to_the_end_says_what_happened_to_each():
     rows = table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, None, 3.0]})
     rows += [search("merit", 64, None, lr=2e-2, status="diverged"), search("merit", 64, 3.5, lr=1e-4, status="pruned")]
-    report = build_report(rows, inputs=INPUTS)
+    report = build_report(rows, spec=SPEC)
     c64 = report.optimizers["merit"].cells[2]
     assert c64.best_lr is None and c64.degradation_free.model_dump() == {"self": None, "baseline": None}
     assert c64.unstable_reason == "no lr trained to the end (1 diverged, 1 pruned; diverged at lr=0.02)"
@@ -321,7 +318,7 @@ def test_a_cell_whose_search_trained_no_lr_to_the_end_says_what_happened_to_each
 
 def test_missing_reference_cell_nulls_everything_judged_against_it():
     # adamw (the baseline) has nothing at 16: every baseline verdict of every optimizer is null
-    report = build_report(table({"adamw": [None, 3.0, 3.0, 3.0], "merit": [3.0] * 4}), inputs=INPUTS)
+    report = build_report(table({"adamw": [None, 3.0, 3.0, 3.0], "merit": [3.0] * 4}), spec=SPEC)
     merit = report.optimizers["merit"]
     assert merit.reference_val_loss.model_dump() == {"self": 3.0, "baseline": None}
     assert answer(report, "merit") == {"self": 128, "baseline": None}
@@ -340,7 +337,7 @@ def test_best_lr_ignores_pruned_diverged_and_failed_trials():
         search("merit", 16, None, lr=8e-3, seed=3, status="failed"),
     ]
     rows += [seed_run("merit", 16, 3.1, seed=1, lr=1e-3)]
-    report = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 1}))
+    report = build_report(rows, spec=spec_for(**{**NUMBERS, "seeds": 1}))
     c = report.optimizers["merit"].cells[0]
     # the search only chose the lr: the one sample is the confirmation run's
     assert c.best_lr == 1e-3 and c.val_losses == [3.1] and c.search_best_val_loss == 3.0
@@ -359,7 +356,7 @@ def test_cell_samples_are_the_completed_runs_at_the_best_lr():
         seed_run("merit", 16, None, seed=4, lr=1e-3, status="failed"),  # not completed: not a sample
     ]
     rows += [seed_run("merit", 16, 3.0, seed=3, lr=1e-3)]
-    c = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 4})).optimizers["merit"].cells[0]
+    c = build_report(rows, spec=spec_for(**{**NUMBERS, "seeds": 4})).optimizers["merit"].cells[0]
     # confirmation runs at the best lr by seed: [3.1, 3.2, 3.0], mean 3.1; the search trial's 3.0 is not one
     assert c.val_losses == [3.1, 3.2, 3.0] and c.search_best_val_loss == 3.0
     assert c.seeds == 3 and c.trials == 7
@@ -376,7 +373,7 @@ def test_best_lr_tie_breaks_on_the_smaller_lr_whatever_the_order():
     a = search("merit", 16, 3.0, lr=2e-3, seed=0)
     b = search("merit", 16, 3.0, lr=1e-3, seed=1)
     for rows in ([a, b], [b, a]):
-        assert build_report(rows, inputs=INPUTS).optimizers["merit"].cells[0].best_lr == 1e-3
+        assert build_report(rows, spec=SPEC).optimizers["merit"].cells[0].best_lr == 1e-3
 
 
 # ---- within noise ---------------------------------------------------------------------------------
@@ -391,7 +388,7 @@ def test_within_noise_true_when_the_boundary_interval_straddles_zero():
     # 32: [3.1, 3.3, 3.5] mean 3.3 > 3.232 -> fails -> answer 16; boundary = 16 (reference, skipped) and 32
     # d = 3.3 - 3.232 = 0.068; var = 0.04/3 + 1.01^2 x 0.04/3 = 0.013333 + 0.013601 = 0.026935, se 0.1641
     # df = 0.026935^2 / (0.013333^2/2 + 0.013601^2/2) = 3.9997, t ~ 2.7765, half ~ 0.4557 -> [-0.388, 0.524]
-    report = build_report(_noise_rows([3.0, 3.2, 3.4], [3.1, 3.3, 3.5]), inputs=INPUTS)
+    report = build_report(_noise_rows([3.0, 3.2, 3.4], [3.1, 3.3, 3.5]), spec=SPEC)
     merit = report.optimizers["merit"]
     assert merit.largest_degradation_free_batch_size.self == 16
     [check] = merit.noise_checks.self
@@ -406,7 +403,7 @@ def test_within_noise_false_when_the_gap_is_clear():
     # ref 16: [3.00, 3.01, 3.02] mean 3.01, sd 0.01 -> threshold 3.0401
     # 32: [3.20, 3.21, 3.22] mean 3.21; d = 0.1699; var = 1e-4/3 x (1 + 1.0201) = 6.7337e-5, se 0.008206,
     # df ~ 4, half ~ 2.776 x 0.008206 = 0.0228 -> [0.147, 0.193], clear of 0
-    report = build_report(_noise_rows([3.00, 3.01, 3.02], [3.20, 3.21, 3.22]), inputs=INPUTS)
+    report = build_report(_noise_rows([3.00, 3.01, 3.02], [3.20, 3.21, 3.22]), spec=SPEC)
     merit = report.optimizers["merit"]
     [check] = merit.noise_checks.self
     assert check.diff_ci95 == (pytest.approx(0.147, abs=1e-3), pytest.approx(0.193, abs=1e-3))
@@ -416,7 +413,7 @@ def test_within_noise_false_when_the_gap_is_clear():
 
 def test_within_noise_null_without_two_seeds():
     # seeds: 1 -> one sample per cell: no variance, no interval -> within_noise is null, not false
-    report = build_report(_noise_rows([3.0], [3.5]), inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 1}))
+    report = build_report(_noise_rows([3.0], [3.5]), spec=spec_for(**{**NUMBERS, "seeds": 1}))
     merit = report.optimizers["merit"]
     [check] = merit.noise_checks.self
     assert check.diff_ci95 is None and check.straddles_zero is None
@@ -436,7 +433,7 @@ def test_lr_at_edge():
         + cell("merit", 64, [3.0], lr=1.9e-2)
         + cell("merit", 128, [3.0], lr=2.1e-2, worse=4.0)
     )
-    cells = build_report(rows, inputs=INPUTS).optimizers["merit"].cells
+    cells = build_report(rows, spec=SPEC).optimizers["merit"].cells
     assert [c.lr_at_edge for c in cells] == [True, False, False, True]
 
 
@@ -446,7 +443,7 @@ def test_steps_and_tokens_to_reference():
     # 32: first confirmation (seed 1; curve unsorted on purpose) first <= 3.03 at 81920 -> steps 20;
     #     the search trials' curves reach 3.0 at 4096 tokens, but only the confirmation's counts
     # 64: its first confirmation never gets below 3.1 -> null
-    one = AnalysisInput(**{**INPUTS.__dict__, "seeds": 1})
+    one = spec_for(**{**NUMBERS, "seeds": 1})
     rows = [
         search("merit", 16, 2.9, curve=((4096, 2.9),)),
         seed_run("merit", 16, 3.0, 1, curve=((20480, 3.1), (40960, 3.0))),
@@ -456,7 +453,7 @@ def test_steps_and_tokens_to_reference():
         search("merit", 64, 2.9, curve=((4096, 3.0),)),
         seed_run("merit", 64, 3.1, 1, curve=((81920, 3.2), (122880, 3.1))),
     ]
-    cells = build_report(rows, inputs=one).optimizers["merit"].cells
+    cells = build_report(rows, spec=one).optimizers["merit"].cells
     assert [(c.steps_to_reference, c.tokens_to_reference) for c in cells] == [
         (20, 40960),
         (20, 81920),
@@ -466,7 +463,7 @@ def test_steps_and_tokens_to_reference():
 
 
 def test_report_schema_keys_are_stable():
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), inputs=INPUTS)
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0] * 4}), spec=SPEC)
     written = json.loads(report_to_json(report))  # the keys as report.json holds them, in order
     assert list(written) == [
         "schema_version",
@@ -537,7 +534,7 @@ def test_report_schema_keys_are_stable():
 
 
 def test_report_json_round_trip_and_validation():
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.1, 3.0]}), inputs=INPUTS)
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.1, 3.0]}), spec=SPEC)
     text = report_to_json(report)
     assert json.loads(text) == report.model_dump(mode="json")
     assert validate_report(json.loads(text)) == report  # read back, the same report
@@ -593,9 +590,11 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
     a check judges (no verdict moved); `verdict_rule` naming the second lr of a best lr at a cliff (no other
     value moved). The data is of schema 2: the model's report is compared with it as
     `upgrade_report` makes it schema 3 (`token_budget` gone into `trained_tokens`, each optimizer's
-    `target_loss` added), every other value as stored."""
+    `target_loss` added), every other value as stored. Each case's `spec` (a SweepSpec mapping) gives the
+    analysis the numbers the report was made with; the retreat case's `warmup`, empty when it was made, is its
+    spec's schedule in words, as every spec's report has it."""
     data = json.loads((Path(__file__).parent / "data" / "report_baseline.json").read_text())[case]
-    report = build_report(data["results"], inputs=AnalysisInput(**data["inputs"]), steps=data["steps"])
+    report = build_report(data["results"], spec=SweepSpec.from_mapping(data["spec"]), steps=data["steps"])
     assert isinstance(report, Report)
     assert data["report"]["schema_version"] == 2
     upgraded = upgrade_report(data["report"])
@@ -607,7 +606,7 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
 
 
 def test_a_report_reads_in_schema_3_or_2_and_nothing_else():
-    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, 3.1, 3.3]}), inputs=INPUTS)
+    report = build_report(table({"adamw": [3.0] * 4, "merit": [3.0, 3.0, 3.1, 3.3]}), spec=SPEC)
     written = report.model_dump(mode="json")
     assert read_report(written) == report and written["schema_version"] == 3
     merit = report.optimizers["merit"]
@@ -638,19 +637,20 @@ def test_the_json_names_are_the_attribute_names():
             assert f.alias is None and f.serialization_alias is None and f.validation_alias is None, (model, name)
 
 
-def test_keyword_inputs_equal_analysis_input():
+def test_a_spec_read_back_and_results_as_dicts_give_the_same_report():
     rows = table({"adamw": [3.0] * 4, "merit": [3.0] * 4})
-    kwargs = {k: getattr(INPUTS, k) for k in INPUTS.__dataclass_fields__}
-    assert build_report(rows, **kwargs) == build_report(rows, inputs=INPUTS)
+    # the spec as the service stores it (its JSON), validated again
+    stored = SweepSpec.from_stored(SPEC.model_dump(mode="json"))
+    assert build_report(rows, spec=stored) == build_report(rows, spec=SPEC)
     # and results may come as dicts (the wire form)
-    assert build_report([r.to_dict() for r in rows], inputs=INPUTS) == build_report(rows, inputs=INPUTS)
+    assert build_report([r.to_dict() for r in rows], spec=SPEC) == build_report(rows, spec=SPEC)
 
 
 def test_results_outside_the_sweep_are_refused():
     with pytest.raises(ValueError, match=r"outside the sweep \[\('lion', 16\)\]"):
-        build_report([search("lion", 16, 3.0)], inputs=INPUTS)
+        build_report([search("lion", 16, 3.0)], spec=SPEC)
     with pytest.raises(ValueError, match=r"\('merit', 24\)"):
-        build_report([search("merit", 24, 3.0)], inputs=INPUTS)
+        build_report([search("merit", 24, 3.0)], spec=SPEC)
 
 
 def test_trial_result_checks_itself():
@@ -662,31 +662,27 @@ def test_trial_result_checks_itself():
         search("merit", 16, float("nan"))
 
 
-def test_analysis_input_from_the_demo_spec():
+def test_the_report_of_the_demo_spec_carries_its_numbers():
     from pathlib import Path
 
     import sweeps
 
     spec = SweepSpec.load(Path(sweeps.__file__).parent / "examples" / "demo.yaml")
-    inputs = AnalysisInput.from_spec(spec)
-    assert inputs == AnalysisInput(
-        sweep="demo",
-        batch_sizes=(8, 32, 128),
-        optimizers=("adamw", "merit"),
-        baseline="adamw",
-        tolerance=0.02,
-        lr_min=1e-4,
-        lr_max=3e-2,
-        seeds=4,
-        seq_len=64,
-        trained_tokens=81920,
-        noise_looks=1,
-        lr_extend=4.0,
-        warmup="linear warm-up over 5% of each trial's steps: the same tokens at every batch size, fewer steps at a larger one; only the peak lr is searched",
-    )
     # with no results at all every cell is empty and every answer null
-    report = build_report([], inputs=inputs)
+    report = build_report([], spec=spec)
     assert answer(report, "merit") == {"self": None, "baseline": None}
+    assert (report.sweep, report.baseline, report.tolerance) == ("demo", "adamw", 0.02)
+    assert list(report.optimizers) == ["adamw", "merit"]
+    assert [c.batch_size for c in report.optimizers["merit"].cells] == [8, 32, 128]
+    assert report.reference_batch_size == 8 and report.batch_search is None
+    assert report.lr_range == (1e-4, 3e-2)
+    assert report.lr_bounds == (1e-4 / 4.0, 3e-2 * 4.0)  # lr.extend 4
+    assert (report.seeds_planned, report.seq_len, report.trained_tokens) == (4, 64, 81920)
+    assert report.noise_rule == "Welch 95% interval of each boundary difference, one look"  # one look
+    assert report.warmup == (
+        "linear warm-up over 5% of each trial's steps: the same tokens at every batch size, fewer steps at a "
+        "larger one; only the peak lr is searched"
+    )
 
 
 # ---- every failure at the chosen lr counts --------------------------------------------------------
@@ -694,12 +690,12 @@ def test_analysis_input_from_the_demo_spec():
 
 def test_confirmation_runs_that_diverge_at_the_chosen_lr_break_the_chain():
     # merit at 32: its search found lr 1e-3 at a fine 3.0, but both planned confirmation runs there
-    # diverged (INPUTS plans 3: the third is missing). The cell is unstable at its best lr: a
+    # diverged (SPEC plans 3: the third is missing). The cell is unstable at its best lr: a
     # degradation, whatever the search sample says; the chain stops at 16.
     rows = table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]})
     rows += [search("merit", 32, 3.0), search("merit", 32, 3.5, lr=2e-3, seed=1)]
     rows += [seed_run("merit", 32, None, s, status="diverged") for s in (1, 2)]
-    report = build_report(rows, inputs=INPUTS)
+    report = build_report(rows, spec=SPEC)
     c32 = report.optimizers["merit"].cells[1]
     assert c32.best_lr == LR and c32.search_best_val_loss == 3.0
     assert c32.val_loss_mean is None and c32.seeds == 0 and c32.stable is False
@@ -716,7 +712,7 @@ def test_confirmation_runs_that_diverge_at_the_chosen_lr_break_the_chain():
     # stable for every seed (nothing lies below the lowest divergence, so the cell stays at its best lr)
     rows += [search("merit", 32, 3.1, lr=LR / 2, seed=0)]
     rows += [seed_run("merit", 32, None, s, lr=LR / 2, status="diverged") for s in (1, 2, 3)]
-    c32 = build_report(rows, inputs=INPUTS).optimizers["merit"].cells[1]
+    c32 = build_report(rows, spec=SPEC).optimizers["merit"].cells[1]
     assert c32.best_lr == LR and c32.retreated_from_lr is None
     assert "no lower lr" not in c32.unstable_reason
     assert c32.verdict.model_dump() == {"self": "degraded", "baseline": "degraded"}
@@ -727,7 +723,7 @@ def test_a_cell_with_fewer_confirmations_than_planned_is_a_degradation_even_with
     # failed: unstable -> degradation-free false, answer 16; the other cells are as before
     rows = table({"adamw": [3.0] * 4, "merit": [3.0, None, 3.0, 3.0]}) + cell("merit", 32, [3.0, 3.0])
     rows += [seed_run("merit", 32, None, 3, status="failed")]
-    merit = build_report(rows, inputs=INPUTS).optimizers["merit"]
+    merit = build_report(rows, spec=SPEC).optimizers["merit"]
     c32 = merit.cells[1]
     assert c32.val_loss_mean == 3.0 and c32.stable is False and "1 failed" in c32.unstable_reason
     assert [c.degradation_free.self for c in merit.cells] == [True, False, True, True]
@@ -743,7 +739,7 @@ def test_the_report_names_the_runs_it_is_about():
         TrialResult("merit", 16, 1e-3, 2, "seed", "completed", 3.1, 1000, 10, number=7, run_id="run-s2"),
         TrialResult("merit", 16, 1e-3, 1, "seed", "completed", 3.1, 1000, 10, number=6, run_id="run-s1"),
     ]
-    c = build_report(rows, inputs=AnalysisInput(**{**INPUTS.__dict__, "seeds": 2})).optimizers["merit"].cells[0]
+    c = build_report(rows, spec=spec_for(**{**NUMBERS, "seeds": 2})).optimizers["merit"].cells[0]
     assert (c.search_best_run_id, c.search_best_trial_number) == ("run-best", 4)
     assert c.confirmation_run_ids == ["run-s1", "run-s2"]
     assert c.tokens_trained == 1000

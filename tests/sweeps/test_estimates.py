@@ -14,34 +14,41 @@ import math
 import statistics
 
 import numpy as np
+from spec_helpers import spec_for
 
-from sweeps.analysis import AnalysisInput, TrialResult, build_report
+from sweeps.analysis import CellReport, TrialResult, build_report
 
 SIGMA, CELLS, SEEDS = 0.05, 2000, 3
 LRS = (2.5e-3, 3e-3, 3.6e-3)  # close enough that noise decides between them
+# "batch sizes" 1..SIZES of one report, each a simulated cell: a spec lists at most 32 (sweeps.spec.MAX_BATCH_SIZES),
+# so the CELLS cells are CELLS / SIZES reports of the same spec
+SIZES = 25
+SPEC = spec_for(
+    name="sim", batch_sizes=tuple(range(1, SIZES + 1)), tolerance=0.02, lr=(1e-4, 1e-1), seeds=SEEDS, seq_len=2
+)
 
 
 def true_loss(lr: float) -> float:
     return 3.0 + 0.5 * (math.log(lr) - math.log(3e-3)) ** 2
 
 
-def simulate(seed: int = 0) -> tuple[dict, list[float]]:
+def simulate(seed: int = 0) -> tuple[list[CellReport], list[float]]:
+    """The CELLS cells, as their reports judge them, and the true loss at each one's best lr."""
     rng = np.random.default_rng(seed)
-    rows: list[TrialResult] = []
-    for b in range(1, CELLS + 1):  # one simulated cell per "batch size": the analysis treats each alone
+    reports: list[list[TrialResult]] = []
+    for n in range(CELLS):  # one simulated cell per "batch size": the analysis treats each alone
+        b = n % SIZES + 1
+        if b == 1:
+            reports.append([])
+        rows = reports[-1]
         for i, lr in enumerate(LRS):
             rows.append(_result(b, lr, i, "search", true_loss(lr) + rng.normal(0, SIGMA), number=i))
         # which lr the confirmations go to is decided by the report's own rule below; simulate all three
         for lr in LRS:
             for s in range(1, SEEDS + 1):
                 rows.append(_result(b, lr, s, "seed", true_loss(lr) + rng.normal(0, SIGMA)))
-    inputs = AnalysisInput(
-        sweep="sim", batch_sizes=tuple(range(1, CELLS + 1)), optimizers=("adamw",), baseline="adamw",
-        tolerance=0.02, lr_min=1e-4, lr_max=1e-1, seeds=SEEDS, seq_len=1,
-    )  # fmt: skip
-    report = build_report(rows, inputs=inputs)
-    cells = report.optimizers["adamw"].cells
-    return report, [true_loss(c.best_lr) for c in cells]
+    cells = [c for rows in reports for c in build_report(rows, spec=SPEC).optimizers["adamw"].cells]
+    return cells, [true_loss(c.best_lr) for c in cells]
 
 
 def _result(b: int, lr: float, seed: int, role: str, loss: float, number: int | None = None) -> TrialResult:
@@ -52,8 +59,7 @@ def _result(b: int, lr: float, seed: int, role: str, loss: float, number: int | 
 
 
 def test_cell_estimate_is_unbiased_and_its_95_ci_covers_the_true_mean() -> None:
-    report, truth = simulate()
-    cells = report.optimizers["adamw"].cells
+    cells, truth = simulate()
     errors = [c.val_loss_mean - t for c, t in zip(cells, truth, strict=True)]
     # unbiased: the mean error is within 4 standard errors of 0 (se of one cell's mean: sigma / sqrt(3))
     se = SIGMA / math.sqrt(SEEDS) / math.sqrt(CELLS)
@@ -64,8 +70,7 @@ def test_cell_estimate_is_unbiased_and_its_95_ci_covers_the_true_mean() -> None:
 
 
 def test_the_search_minimum_is_biased_low_and_kept_out_of_the_statistics() -> None:
-    report, truth = simulate(seed=1)
-    cells = report.optimizers["adamw"].cells
+    cells, truth = simulate(seed=1)
     bias = statistics.fmean(c.search_best_val_loss - t for c, t in zip(cells, truth, strict=True))
     # the minimum of noisy runs sits below the truth at the lr it picked (about -0.8 sigma here, where
     # the three true losses are within 0.33 sigma of each other); the confirmation mean does not

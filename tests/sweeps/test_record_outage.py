@@ -18,7 +18,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sweeps import layout
-from sweeps.analysis import AnalysisInput, TrialResult, build_report
+from sweeps.analysis import TrialResult, build_report
 from sweeps.layout import Tag
 from sweeps.record import TRIES_WHILE_ANSWERING, MlflowAway, OutageRetries, SweepRecorder
 from sweeps.spec import SweepSpec
@@ -204,7 +204,7 @@ def test_the_summary_is_written_once_through_an_outage_and_again_by_a_relaunched
         TrialResult("adamw", 4, 1e-3, seed, "seed" if seed else "search", "completed", 3.0 + seed / 100, 4096, 256)
         for seed in range(spec.seeds_min + 1)
     ]
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report = build_report(results, spec=spec)
 
     first = recorder.write_summary(report, status="succeeded")
     assert clock.slept, "the outage was waited out"

@@ -164,7 +164,7 @@ def test_a_snapshot_fits_the_best_trial_once_and_a_new_one_after_a_write(
 
 
 def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: optuna.storages.BaseStorage) -> None:
-    from sweeps.analysis import AnalysisInput, build_report
+    from sweeps.analysis import build_report
     from sweeps.driver import collect_results
 
     spec = SweepSpec.from_yaml(SPEC)
@@ -182,7 +182,7 @@ def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: o
     # the search sends the confirmation runs to the smaller lr of the tie, not to the first trial's
     assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(tied[0])
     results, _ = collect_results(s)
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report = build_report(results, spec=spec)
     assert report.optimizers["adamw"].cells[0].best_lr == pytest.approx(tied[0])
 
 

@@ -73,7 +73,7 @@ def test_the_true_answer_of_a_hand_checked_problem(bench: ModuleType) -> None:
 
 def _answers_of_noiseless_runs(bench: ModuleType, problem: Any) -> dict[str, dict[str, int | None]]:
     """The analysis itself, fed runs at every cell's optimum lr with the noiseless optimum loss."""
-    from sweeps.analysis import AnalysisInput, TrialResult, build_report
+    from sweeps.analysis import TrialResult, build_report
 
     spec = bench.make_spec()
     results = []
@@ -83,7 +83,7 @@ def _answers_of_noiseless_runs(bench: ModuleType, problem: Any) -> dict[str, dic
             results.append(
                 TrialResult(opt, b, lr, seed, role, "completed", loss, spec.trained_tokens, 1, number=0)  # type: ignore[arg-type]
             )
-    report = build_report(results, inputs=AnalysisInput.from_spec(spec))
+    report = build_report(results, spec=spec)
     return {o: r.largest_degradation_free_batch_size.model_dump() for o, r in report.optimizers.items()}
 
 

@@ -607,12 +607,12 @@ def test_a_run_config_is_grouped_in_the_spec_s_sections() -> None:
 def test_warmup_is_given_one_way_and_travels_to_every_trial_and_the_report() -> None:
     from harness import tiny_spec
 
-    from sweeps.analysis import AnalysisInput, build_report
+    from sweeps.analysis import build_report
 
     spec = SweepSpec.from_mapping(tiny_spec(schedule={"warmup_tokens": 4096}))
     cfg = spec.train_config(spec.optimizer_names[0], spec.batch_sizes[-1], 1e-3, 1)
     assert (cfg.schedule.warmup_tokens, cfg.schedule.warmup_steps) == (4096, None)
-    report = build_report([], inputs=AnalysisInput.from_spec(spec))
+    report = build_report([], spec=spec)
     assert report.warmup == (
         "linear warm-up over 4,096 tokens at every batch size (fewer steps at a larger one); only the peak lr is searched"
     )

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 from harness import tiny_spec
+from spec_helpers import spec_for
 
 from sweeps.analysis import (
-    AnalysisInput,
     Report,
     TrialResult,
     build_report,
@@ -37,11 +37,10 @@ from sweeps.spec import SweepSpec, cell_search_trials
 BATCHES = (8, 16, 32, 64, 128)
 
 
-def inputs(*, looks: int = 1, seeds: int = 2, batches: tuple[int, ...] = BATCHES) -> AnalysisInput:
-    return AnalysisInput(
-        sweep="verdicts", batch_sizes=batches, optimizers=("adamw",), baseline="adamw", tolerance=0.01,
-        lr_min=1e-4, lr_max=1e-1, seeds=seeds, seq_len=1, noise_looks=looks,
-    )  # fmt: skip
+def spec_of(*, looks: int = 1, seeds: int = 2, batches: tuple[int, ...] = BATCHES) -> SweepSpec:
+    return spec_for(
+        name="verdicts", batch_sizes=batches, tolerance=0.01, lr=(1e-4, 1e-1), seeds=seeds, looks=looks, seq_len=2
+    )
 
 
 def rows(samples: dict[int, list[float]], lr: float = 1e-3) -> list[TrialResult]:
@@ -108,7 +107,7 @@ def test_the_point_estimate_compares_cells_on_the_same_seeds() -> None:
     mu = {8: 3.0, 16: 3.05, 32: 3.2}
     seeds = {8: range(1, 7), 16: range(1, 3), 32: range(1, 7)}
     report = build_report(
-        rows({b: [mu[b] + alpha[s] for s in seeds[b]] for b in mu}), inputs=inputs(looks=3, batches=(8, 16, 32))
+        rows({b: [mu[b] + alpha[s] for s in seeds[b]] for b in mu}), spec=spec_of(looks=3, batches=(8, 16, 32))
     )
     adamw = report.optimizers["adamw"]
     assert adamw.largest_degradation_free_batch_size.self == 8
@@ -152,7 +151,7 @@ def test_fine_ends_at_a_one_look_level_and_degraded_at_the_bonferroni_one() -> N
     # 4 sizes compared, 3 seeds: the upper end of each interval at 95%, the lower at 1 - 0.05 / 4
     seed_effect = [0.01, -0.01, 0.0]
     true = {8: 3.0, 16: 3.0, 32: 3.0, 64: 3.0, 128: 3.2}
-    report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), inputs=inputs(seeds=3))
+    report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), spec=spec_of(seeds=3))
     intervals = [c.verdict_diff_ci.self for c in report.optimizers["adamw"].cells[1:]]
     ref = [3.0 + e for e in seed_effect]
     for (lo, hi), b in zip(intervals, (16, 32, 64, 128), strict=True):
@@ -169,7 +168,7 @@ def test_clear_cases_are_decided_and_the_bracket_is_tight() -> None:
     # seed effects shared across batch sizes (same init, same data order) cancel in the pairing
     seed_effect = [0.03, -0.02, 0.01, -0.01]
     true = {8: 3.0, 16: 3.0, 32: 3.005, 64: 3.2, 128: 3.4}
-    report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), inputs=inputs(seeds=4))
+    report = build_report(rows({b: [m + e for e in seed_effect] for b, m in true.items()}), spec=spec_of(seeds=4))
     assert cells(report) == {8: "fine", 16: "fine", 32: "fine", 64: "degraded", 128: "degraded"}
     opt = report.optimizers["adamw"]
     assert opt.bracket.self.model_dump() == {
@@ -187,7 +186,7 @@ def test_clear_cases_are_decided_and_the_bracket_is_tight() -> None:
 def test_near_the_line_and_with_independent_noise_it_is_undecided_not_guessed() -> None:
     rng = np.random.default_rng(1)
     samples = {b: list(3.0 * (1.01 if b == 16 else 1.0) + rng.normal(0, 0.05, 2)) for b in (8, 16)}
-    report = build_report(rows(samples), inputs=inputs(batches=(8, 16)))
+    report = build_report(rows(samples), spec=spec_of(batches=(8, 16)))
     assert cells(report) == {8: "fine", 16: "undecided"}
     assert report.optimizers["adamw"].bracket.self.model_dump() == {
         "largest_fine": 8,
@@ -206,7 +205,7 @@ def test_a_cell_unstable_at_every_lr_trained_is_degraded_and_a_fine_one_above_it
     results.append(TrialResult("adamw", 16, 1e-3, 2, "seed", "diverged", None, 1, 1))
     results.append(TrialResult("adamw", 16, 5e-4, 0, "search", "completed", 3.2, 1, 2))
     results.append(TrialResult("adamw", 16, 5e-4, 2, "seed", "diverged", None, 1, 3))
-    report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16, 32)))
+    report = build_report(results, spec=spec_of(seeds=3, batches=(8, 16, 32)))
     # 32 is fine by its own interval, but not claimed past the degraded 16: it contradicts monotonicity
     assert cells(report) == {8: "fine", 16: "degraded", 32: "undecided"}
     assert report.optimizers["adamw"].bracket.self.model_dump() == {
@@ -217,7 +216,7 @@ def test_a_cell_unstable_at_every_lr_trained_is_degraded_and_a_fine_one_above_it
     }
     # without the lower lr, nothing measured says whether 16 is worse or its lr too high: undecided
     results = results[:-2]
-    report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16, 32)))
+    report = build_report(results, spec=spec_of(seeds=3, batches=(8, 16, 32)))
     assert cells(report) == {8: "fine", 16: "undecided", 32: "undecided"}  # 32: past the undecided 16
     assert report.optimizers["adamw"].bracket.self.model_dump() == {
         "largest_fine": 8,
@@ -237,14 +236,14 @@ def test_adaptive_seeds_extend_only_the_undecided_sizes_that_decide_the_answer()
         64: [3.04, 3.08, 3.05],
         128: [3.50, 3.52, 3.51],
     }
-    report = build_report(rows(samples), inputs=inputs(looks=3, seeds=3))
+    report = build_report(rows(samples), spec=spec_of(looks=3, seeds=3))
     opt = report.optimizers["adamw"]
     assert cells(report) == {8: "fine", 16: "undecided", 32: "undecided", 64: "undecided", 128: "degraded"}
     assert opt.largest_degradation_free_batch_size.self == 32
     assert cells_to_extend(report, seeds_max=6) == [("adamw", 8), ("adamw", 32), ("adamw", 64)]
     # no answer at all: the smallest size decides it
     samples = {8: [3.00, 3.02, 3.01], 16: [3.03, 3.08, 3.05], 32: [3.04, 3.10, 3.06], 64: [3.5, 3.52, 3.51]}
-    report = build_report(rows(samples), inputs=inputs(looks=3, seeds=3, batches=(8, 16, 32, 64)))
+    report = build_report(rows(samples), spec=spec_of(looks=3, seeds=3, batches=(8, 16, 32, 64)))
     assert cells(report)[16] == cells(report)[32] == "undecided"
     assert cells_to_extend(report, seeds_max=6) == [("adamw", 8), ("adamw", 16)]
 
@@ -253,7 +252,7 @@ def test_adaptive_seeds_extend_the_undecided_cells_inside_the_bracket_and_their_
     rng = np.random.default_rng(2)
     true = {8: 3.0, 16: 3.0, 32: 3.03, 64: 3.5}
     samples = {b: list(m + rng.normal(0, 0.02, 2)) for b, m in true.items()}
-    report = build_report(rows(samples), inputs=inputs(looks=3, batches=(8, 16, 32, 64)))
+    report = build_report(rows(samples), spec=spec_of(looks=3, batches=(8, 16, 32, 64)))
     verdicts = cells(report)
     undecided = {b for b, v in verdicts.items() if v == "undecided"}
     assert undecided, verdicts
@@ -282,7 +281,7 @@ def run_sweep(
     own = math.sqrt(1 - shared) * sigma
     samples = {b: [m + effects[s] + rng.normal(0, own) for s in range(2)] for b, m in true.items()}
     while True:
-        report = build_report(rows(samples), inputs=inputs(looks=looks, batches=tuple(true)))
+        report = build_report(rows(samples), spec=spec_of(looks=looks, batches=tuple(true)))
         extend = cells_to_extend(report, seeds_max=seeds_max)
         if not extend:
             opt = report.optimizers["adamw"]
@@ -354,7 +353,7 @@ def test_the_report_judges_the_retreated_lr_and_names_where_it_came_from() -> No
         TrialResult("adamw", 8, 2e-3, 1, "seed", "completed", 3.1, 1, 1),
         TrialResult("adamw", 8, 2e-3, 2, "seed", "completed", 3.11, 1, 1),
     ]
-    cell = build_report(results, inputs=inputs(batches=(8,))).optimizers["adamw"].cells[0]
+    cell = build_report(results, spec=spec_of(batches=(8,))).optimizers["adamw"].cells[0]
     assert cell.best_lr == 2e-3 and cell.retreated_from_lr == 4e-3
     assert cell.stable is True and cell.val_losses == [3.1, 3.11]
     assert cell.trial_status.diverged == 1
@@ -474,20 +473,20 @@ def test_a_degraded_verdict_checked_at_a_second_lr_is_judged_by_the_better_of_th
     seed_effect = [0.03, -0.02, 0.01, -0.01]
     base = {8: 3.0, 16: 3.0, 32: 3.075}
     results = rows({b: [m + e for e in seed_effect] for b, m in base.items()})
-    report = build_report(results, inputs=inputs(seeds=4, batches=(8, 16, 32)))
+    report = build_report(results, spec=spec_of(seeds=4, batches=(8, 16, 32)))
     assert cells(report) == {8: "fine", 16: "fine", 32: "degraded"}
     assert report.optimizers["adamw"].bracket.self.lr_checked is False  # no second lr ran
     far = TrialResult("adamw", 32, 1.3e-3, 0, "search", "completed", 3.2, 1, 1, number=1)
-    report = build_report([*results, far], inputs=inputs(seeds=4, batches=(8, 16, 32)))
+    report = build_report([*results, far], spec=spec_of(seeds=4, batches=(8, 16, 32)))
     # the search's run there read 0.145 worse than at 1e-3 (3.055), more than 32's excess over the line
     # (3.0775 - 1.01 x 3.0025 = 0.045): a check could not make it fine, none is asked
     assert report.optimizers["adamw"].cells[2].lr_check.search_val_loss == 3.2  # type: ignore[union-attr]
     assert cells_to_check(report) == []
     near = TrialResult("adamw", 32, 1.3e-3, 0, "search", "completed", 3.08, 1, 1, number=1)
-    report = build_report([*results, near], inputs=inputs(seeds=4, batches=(8, 16, 32)))
+    report = build_report([*results, near], spec=spec_of(seeds=4, batches=(8, 16, 32)))
     assert cells_to_check(report) == []  # 0.025 worse: within the excess, but past the runs' sd (0.022)
     results.append(TrialResult("adamw", 32, 1.3e-3, 0, "search", "completed", 3.07, 1, 1, number=1))
-    report = build_report(results, inputs=inputs(seeds=4, batches=(8, 16, 32)))
+    report = build_report(results, spec=spec_of(seeds=4, batches=(8, 16, 32)))
     assert cells_to_check(report) == [("adamw", 32)]  # 0.015 worse: within both
 
     def checked(second: float) -> Any:
@@ -495,7 +494,7 @@ def test_a_degraded_verdict_checked_at_a_second_lr_is_judged_by_the_better_of_th
             TrialResult("adamw", 32, 1.3e-3, s + 1, "seed", "completed", second + e, 1, 1)
             for s, e in enumerate(seed_effect)
         ]
-        return build_report(results + runs, inputs=inputs(seeds=4, batches=(8, 16, 32)))
+        return build_report(results + runs, spec=spec_of(seeds=4, batches=(8, 16, 32)))
 
     better = checked(3.0)  # fine at the second lr
     cell = better.optimizers["adamw"].cells[2]
@@ -592,11 +591,11 @@ def test_a_cell_at_a_cliff_is_judged_at_the_better_of_the_search_s_best_two_lrs(
             for s, e in enumerate(seed_effect, start=1)
         ]
 
-    report = build_report(results + seeds(1e-3, 3.075), inputs=inputs(seeds=4, batches=(8, 16, 32)))
+    report = build_report(results + seeds(1e-3, 3.075), spec=spec_of(seeds=4, batches=(8, 16, 32)))
     cell = report.optimizers["adamw"].cells[2]
     assert cell.lr_check is not None and cell.lr_check.lr == 7e-4 and cell.lr_check.runs == 0
     assert cells(report) == {8: "fine", 16: "fine", 32: "degraded"}
-    report = build_report(results + seeds(1e-3, 3.075) + seeds(7e-4, 3.0), inputs=inputs(seeds=4, batches=(8, 16, 32)))
+    report = build_report(results + seeds(1e-3, 3.075) + seeds(7e-4, 3.0), spec=spec_of(seeds=4, batches=(8, 16, 32)))
     cell = report.optimizers["adamw"].cells[2]
     assert cells(report) == {8: "fine", 16: "fine", 32: "fine"}
     assert cell.best_lr == 1e-3 and cell.val_loss_mean == pytest.approx(3.0775) and cell.lr_check.runs == 4  # type: ignore[union-attr]
@@ -606,7 +605,7 @@ def test_a_cell_at_a_cliff_is_judged_at_the_better_of_the_search_s_best_two_lrs(
     assert cells_to_check(report) == []
     # seed 2 diverged at 1e-3: the cell retreats to 7e-4, where its 4 seeds ran; no second lr is left
     report = build_report(
-        results + seeds(1e-3, 3.0, diverged=2) + seeds(7e-4, 3.0), inputs=inputs(seeds=4, batches=(8, 16, 32))
+        results + seeds(1e-3, 3.0, diverged=2) + seeds(7e-4, 3.0), spec=spec_of(seeds=4, batches=(8, 16, 32))
     )
     cell = report.optimizers["adamw"].cells[2]
     assert cell.best_lr == 7e-4 and cell.retreated_from_lr == 1e-3 and cell.stable and cell.seeds == 4
@@ -688,7 +687,7 @@ def test_missing_confirmation_runs_leave_a_batch_size_undecided_not_degraded() -
         TrialResult("adamw", 16, 5e-4, 0, "search", "completed", 3.2, 1, 1, number=1),
         TrialResult("adamw", 16, 1e-3, 1, "seed", "diverged", None, 1, 1),
     ]
-    report = build_report(results, inputs=inputs(seeds=3, batches=(8, 16)))
+    report = build_report(results, spec=spec_of(seeds=3, batches=(8, 16)))
     cell = report.optimizers["adamw"].cells[1]
     assert cell.best_lr == 5e-4 and cell.retreated_from_lr == 1e-3 and cell.stable is False
     assert cells(report) == {8: "fine", 16: "undecided"}
@@ -708,7 +707,7 @@ def test_an_answer_within_noise_names_the_sizes_the_seeds_cannot_tell_apart() ->
         (near_below, 2, [8, 16], "8 or 16, within noise"),
     ]
     for samples, seeds, sizes, words in expected:
-        opt = build_report(rows(samples), inputs=inputs(batches=tuple(samples), seeds=seeds)).optimizers["adamw"]
+        opt = build_report(rows(samples), spec=spec_of(batches=tuple(samples), seeds=seeds)).optimizers["adamw"]
         assert opt.largest_degradation_free_batch_size.self == 16
         assert opt.within_noise.self is (sizes is not None)
         assert noise_allows(opt, "self") == sizes
@@ -725,7 +724,7 @@ def test_the_terminal_and_the_page_say_what_the_noise_allows(tmp_path: Any) -> N
     from sweeps.analysis import report_to_json
 
     samples = {8: [3.000, 3.001, 3.002, 3.000], 16: [3.000, 3.001, 3.002, 3.001], 32: [3.02, 3.06, 3.01, 3.07]}
-    report = build_report(rows(samples), inputs=inputs(batches=(8, 16, 32), seeds=4))
+    report = build_report(rows(samples), spec=spec_of(batches=(8, 16, 32), seeds=4))
     path = tmp_path / "report.json"
     path.write_text(report_to_json(report))
     out = CliRunner().invoke(app, ["show", str(path)], env={"COLUMNS": "200"})

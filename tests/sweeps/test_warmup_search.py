@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from harness import tiny_spec
 from ray.tune.search import Searcher
+from spec_helpers import spec_for
 
-from sweeps.analysis import AnalysisInput, TrialResult, build_report, pick_warmup, validate_report
+from sweeps.analysis import TrialResult, build_report, pick_warmup, validate_report
 from sweeps.plan import BRACKET_STEP, run_name
 from sweeps.search import CellSearcher
 from sweeps.simulate import Run, simulate
@@ -150,10 +151,7 @@ def result(role: str, loss: float | None, *, warmup: float, seed: int = 0, lr: f
 
 
 def test_the_report_judges_a_cell_by_its_confirmation_runs_at_the_chosen_warmup_only() -> None:
-    inputs = AnalysisInput(
-        sweep="w", batch_sizes=(4,), optimizers=("adamw",), baseline="adamw", tolerance=0.01,
-        lr_min=1e-4, lr_max=1e-1, seeds=2, seq_len=32,
-    )  # fmt: skip
+    spec = spec_for(name="w", batch_sizes=(4,), tolerance=0.01, lr=(1e-4, 1e-1), seeds=2, seq_len=32)
     trials = [
         result("search", 3.0, warmup=0.05, number=0),
         result("search", 3.5, warmup=0.05, lr=1e-2, number=1),
@@ -163,13 +161,13 @@ def test_the_report_judges_a_cell_by_its_confirmation_runs_at_the_chosen_warmup_
         result("seed", 2.97, warmup=0.2, seed=2),
         result("seed", 3.4, warmup=0.05, seed=1),  # at the spec's own warm-up (before a resume changed it)
     ]
-    cell = build_report(trials, inputs=inputs).optimizers["adamw"].cells[0]
+    cell = build_report(trials, spec=spec).optimizers["adamw"].cells[0]
     assert cell.warmup == 0.2 and cell.best_lr == 1e-3
     assert cell.warmups_tried == [(0.05, 3.0), (0.2, 2.9), (0.5, None)]
     assert cell.val_losses == [2.95, 2.97] and cell.stable is True
     # the diverged warm-up run says the warm-up is too long at that lr, not that the batch size is unstable
     trials[2] = result("warmup", 3.2, warmup=0.2, number=2)
-    cell = build_report(trials[:4] + [result("seed", 3.01, warmup=0.05, seed=s) for s in (1, 2)], inputs=inputs)
+    cell = build_report(trials[:4] + [result("seed", 3.01, warmup=0.05, seed=s) for s in (1, 2)], spec=spec)
     assert cell.optimizers["adamw"].cells[0].warmup == 0.05
     assert cell.optimizers["adamw"].cells[0].val_losses == [3.01, 3.01]
 
