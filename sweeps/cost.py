@@ -191,7 +191,7 @@ def price(spec: SweepSpec, config: PriceConfig | None = None) -> SweepCost:
     opt = spec.optimizers[0].name  # evaluations do not depend on the optimizer
     evals_at = {b: evaluations_per_trial(spec.train_config(opt, b, spec.lr.min, seed=0)) for b in spec.lattice}
     if spec.batch_search is None:
-        reference = spec.lattice[0]  # its cells may search REFERENCE_EXTRA_TRIALS more (cell_search_trials)
+        reference = spec.reference_batch_size  # its cells may search REFERENCE_EXTRA_TRIALS more (cell_search_trials)
         evaluations = {
             k: sum(
                 evals_at[b] * n_opt * (cell_search_trials(search, reference=b == reference) + s) for b in spec.lattice

@@ -132,7 +132,7 @@ class CellSearcher(DriverOnly, Searcher):
                 attrs["optimizer"], attrs["batch_size"], attrs.get("chosen", "listed"), attrs.get("why", "")
             )
             cell.abandoned = bool(attrs.get("abandoned", False))
-        ref = self.spec.lattice[0]
+        ref = self.spec.reference_batch_size
         for opt in self.spec.optimizer_names:
             if self._cell(cell_key(opt, ref)) is None:
                 self._open_cell(opt, ref, "reference", f"the reference batch size {ref}")

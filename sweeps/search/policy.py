@@ -217,7 +217,7 @@ class _BatchAxis:
         spec = look.spec
         assert spec.batch_search is not None
         self.look, self.spec, self.search = look, spec, spec.batch_search
-        self.against, self.ref_b, self.cap = self.search.against, spec.lattice[0], spec.sizes_per_optimizer[1]
+        self.against, self.ref_b, self.cap = self.search.against, spec.reference_batch_size, spec.sizes_per_optimizer[1]
         self.rows = {(o, c.batch_size): c for o, r in report.optimizers.items() for c in r.cells}
         refs = (self.against,)
         self.extend = cells_to_extend(report, seeds_max=spec.seeds_max, references=refs) if spec.seeds_step else []
