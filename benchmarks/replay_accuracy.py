@@ -145,7 +145,7 @@ def grid_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> Any:
                 final = rec.run(opt, b, lr, seed + seed_offset)(tokens)
                 done = math.isfinite(final)
                 status = "completed" if done else "diverged"
-                runs.append(TrialResult(opt, b, lr, seed, "seed", status, final if done else None, tokens, 1))
+                runs.append(TrialResult(opt, b, lr, seed, "confirm", status, final if done else None, tokens, 1))
             runs_at[lr] = runs
             done = all(r.status == "completed" for r in runs)
             mean = statistics.fmean(r.val_loss for r in runs) if done else None  # type: ignore[misc]
@@ -186,7 +186,7 @@ def tpe_report(rec: Recording, spec: SweepSpec, seed_offset: int, sampler_seed: 
             cell.append(t)
         best = pick_best(cell, lambda t: (t.val_loss, t.lr, t.number) if t.val_loss is not None else None)
         if best is not None:
-            cell += [run(opt, b, best.lr, s, "seed", None) for s in range(1, spec.seeds_min + 1)]
+            cell += [run(opt, b, best.lr, s, "confirm", None) for s in range(1, spec.seeds_min + 1)]
         results += cell
     return build_report(results, spec=spec)
 
@@ -216,7 +216,7 @@ def ceiling_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> tuple[A
         seeds = range(1, min(ORACLE_SEEDS, len(rec.cells[(opt, b)][lr])) + 1)
         short += len(seeds) < ORACLE_SEEDS
         runs = [
-            TrialResult(opt, b, lr, s, "seed", "completed", rec.run(opt, b, lr, s + seed_offset)(tokens), tokens, 1)
+            TrialResult(opt, b, lr, s, "confirm", "completed", rec.run(opt, b, lr, s + seed_offset)(tokens), tokens, 1)
             for s in seeds
         ]
         mean = statistics.fmean(r.val_loss for r in runs)  # type: ignore[misc]

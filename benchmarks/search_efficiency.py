@@ -563,7 +563,7 @@ def run_grid(problem: Problem, spec: Any) -> MethodOutcome:
         by_lr = []
         for lr in lrs:
             seeds = [
-                _trial_result(opt, b, lr, seed, "seed", simulate_run(problem, opt, b, lr, seed, sched[b]), None)
+                _trial_result(opt, b, lr, seed, "confirm", simulate_run(problem, opt, b, lr, seed, sched[b]), None)
                 for seed in range(1, spec.seeds_min + 1)
             ]
             tokens += sum(t.tokens for t in seeds)
@@ -617,7 +617,7 @@ def run_grid_once(problem: Problem, spec: Any) -> MethodOutcome:
         if best is not None:
             for seed in range(1, spec.seeds_min + 1):
                 reports = simulate_run(problem, opt, b, best.lr, seed, sched[b])
-                cell.append(_trial_result(opt, b, best.lr, seed, "seed", reports, None))
+                cell.append(_trial_result(opt, b, best.lr, seed, "confirm", reports, None))
         tokens += sum(t.tokens for t in cell)
         results += cell
     report = build_report(results, spec=spec)
@@ -648,7 +648,7 @@ def run_tpe(problem: Problem, spec: Any) -> MethodOutcome:
             for seed in range(1, spec.seeds_min + 1):
                 cell.append(
                     _trial_result(
-                        opt, b, best.lr, seed, "seed", simulate_run(problem, opt, b, best.lr, seed, sched[b]), None
+                        opt, b, best.lr, seed, "confirm", simulate_run(problem, opt, b, best.lr, seed, sched[b]), None
                     )
                 )
         tokens += sum(t.tokens for t in cell)
@@ -669,7 +669,7 @@ def run_oracle(problem: Problem, spec: Any) -> MethodOutcome:
     for number, (opt, b) in enumerate(spec.cells()):
         lr, seed, done = problem.best_lr(opt, b), 1, []
         while len(done) < ORACLE_SEEDS and seed <= 10 * ORACLE_SEEDS:
-            run = _trial_result(opt, b, lr, seed, "seed", simulate_run(problem, opt, b, lr, seed, sched[b]), None)
+            run = _trial_result(opt, b, lr, seed, "confirm", simulate_run(problem, opt, b, lr, seed, sched[b]), None)
             tokens += run.tokens
             if run.status == "completed":
                 done.append(run)
@@ -1002,7 +1002,9 @@ def _real(spec_path: Path, concurrency: int | None, data_dir: Path | None) -> li
     start = time.perf_counter()
     # the simulation's grid (`run_grid`): every lr with seeds 1..n, judged by its seed mean
     with ThreadPoolExecutor(max_workers=spec.resources.max_concurrent_trials) as pool:
-        jobs = [(opt, b, lr, s, "seed", None) for opt, b in spec.cells() for lr in lrs for s in range(1, n_seeds + 1)]
+        jobs = [
+            (opt, b, lr, s, "confirm", None) for opt, b in spec.cells() for lr in lrs for s in range(1, n_seeds + 1)
+        ]
         runs = list(pool.map(lambda job: run(*job), jobs))
     grid_wall = time.perf_counter() - start
     grid_tokens = sum(t.tokens for t in runs)

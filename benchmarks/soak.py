@@ -481,7 +481,7 @@ def planned_trials(body: dict[str, Any]) -> dict[tuple[str, str], int]:
         for b in sweep.lattice:
             cell = cell_key(optimizer, b)
             planned[(cell, "search")] = cell_search_trials(sweep.search_trials, reference=b == reference)
-            planned[(cell, "seed")] = sweep.seeds_min
+            planned[(cell, "confirm")] = sweep.seeds_min
     if sum(planned.values()) != sweep.total_trials:
         raise ValueError(f"the cells plan {sum(planned.values())} trials, total_trials {sweep.total_trials}: {planned}")
     return planned
@@ -489,12 +489,14 @@ def planned_trials(body: dict[str, Any]) -> dict[tuple[str, str], int]:
 
 def optuna_record(cell: str, trial: Any) -> TrialRecord:
     """An Optuna FrozenTrial of the cell's study."""
+    from sweeps.layout import role_of
+
     attrs = trial.user_attrs
     trial_id = attrs.get("tune_trial_id")
     return TrialRecord(
         None if trial_id is None else str(trial_id),
         cell,
-        str(attrs.get("role")),
+        str(role_of(attrs.get("role"))),
         int(attrs.get("seed", 0)),
         trial.number,
     )
@@ -502,13 +504,13 @@ def optuna_record(cell: str, trial: Any) -> TrialRecord:
 
 def mlflow_record(tags: dict[str, str]) -> TrialRecord:
     """An MLflow trial run, from its tags (sweeps.layout.trial_tags)."""
-    from sweeps.layout import Tag
+    from sweeps.layout import Tag, role_of
 
     number = tags.get(Tag.optuna_number, "")
     return TrialRecord(
         tags.get(Tag.tune_trial_id),
         tags.get(Tag.cell, "?"),
-        tags.get(Tag.role, "?"),
+        str(role_of(tags.get(Tag.role)) or "?"),
         int(tags.get(Tag.seed, 0)),
         int(number) if number.isdigit() else None,
     )
@@ -553,7 +555,7 @@ def check_records(soak: Soak, urls: dict[str, str], statuses: dict[str, str]) ->
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from sweeps.layout import TRIAL_ROLES, Tag
+    from sweeps.layout import TRIAL_ROLES, Tag, role_of
     from sweeps.status import RERUN_STATUSES
 
     storage = optuna.storages.RDBStorage(urls["optuna"])
@@ -583,7 +585,7 @@ def check_records(soak: Soak, urls: dict[str, str], statuses: dict[str, str]) ->
         mlflow_trials = [
             mlflow_record(r.data.tags)
             for r in runs
-            if r.data.tags.get(Tag.role) in TRIAL_ROLES and r.data.tags.get(Tag.status) not in RERUN_STATUSES
+            if role_of(r.data.tags.get(Tag.role)) in TRIAL_ROLES and r.data.tags.get(Tag.status) not in RERUN_STATUSES
         ]
         out += compare_records(sweep_id, status, optuna_trials, mlflow_trials, planned)
     return out

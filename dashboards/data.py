@@ -5,7 +5,7 @@
 figures (`dashboards.figures`) only draw what these tables hold.
 
 Layout read (written by `sweeps.record`): the experiment named by the sweep id holds cell runs
-(tag batchsweep.role=cell), trial runs nested under them (role search|seed|warmup, tags optimizer,
+(tag batchsweep.role=cell), trial runs nested under them (role search|confirm|warmup, tags optimizer,
 batch_size, lr, seed, status, optuna_number; metrics logged with step = tokens seen) and one summary
 run (role=summary) whose artifact report.json is the sweep's answer (`sweeps.analysis.Report`,
 schema version 2).
@@ -102,7 +102,7 @@ class TrialRun:
     batch_size: int
     lr: float
     seed: int
-    role: str  # search | seed | warmup (sweeps.layout.Role)
+    role: str  # search | confirm | warmup (sweeps.layout.Role)
     status: str  # completed | pruned | diverged | failed | cancelled | interrupted | running
     metrics: Mapping[str, float] = field(default_factory=dict)
     history: Mapping[str, Curve] = field(default_factory=dict)
@@ -234,7 +234,8 @@ def _read_report(client: Any, run_id: str, sweep_id: str) -> tuple[Report, list[
 
 def _trial_of(run: Any) -> TrialRun | None:
     tags = run.data.tags
-    if tags.get(Tag.role) not in TRIAL_ROLES:
+    role = layout.role_of(tags.get(Tag.role))
+    if role not in TRIAL_ROLES:
         return None
     try:
         return TrialRun(
@@ -244,7 +245,7 @@ def _trial_of(run: Any) -> TrialRun | None:
             batch_size=int(tags[Tag.batch_size]),
             lr=float(tags[Tag.lr]),
             seed=int(tags.get(Tag.seed, "0")),
-            role=tags[Tag.role],
+            role=str(role),
             status=tags.get(Tag.status, TrialStatus.running),
             metrics={k: float(v) for k, v in run.data.metrics.items()},
             number=_int_or_none(tags.get(Tag.optuna_number)),

@@ -15,7 +15,7 @@ from typing import TypeVar
 from sweeps.plan import PARABOLA_WINDOW, check_lr, cliff_pair, neighbourhood, parabola_vertex
 from sweeps.results import TrialResult
 
-LR_REL_TOL = 1e-9  # seed runs match the best lr up to float round-off (it travels through JSON/MLflow)
+LR_REL_TOL = 1e-9  # confirmation runs match the best lr up to float round-off (it travels through JSON/MLflow)
 
 X = TypeVar("X")
 W = TypeVar("W")
@@ -136,7 +136,7 @@ class Cell:
         """Confirmation runs ran at an lr other than the best too: a check (`check_runs`), or a retreat or
         probe's lrs where runs diverged."""
         return self.best is not None and any(
-            t.role == "seed" and not math.isclose(t.lr, self.best.lr, rel_tol=LR_REL_TOL) for t in self.trials
+            t.role == "confirm" and not math.isclose(t.lr, self.best.lr, rel_tol=LR_REL_TOL) for t in self.trials
         )
 
     @functools.cached_property
@@ -182,7 +182,7 @@ def _no_lr_reason(searched: list[TrialResult]) -> str | None:
 
 def make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planned: int) -> Cell:
     cell = Cell(optimizer, batch_size, trials, planned=planned)
-    diverged = [t.lr for t in trials if t.role == "seed" and t.status == "diverged"]
+    diverged = [t.lr for t in trials if t.role == "confirm" and t.status == "diverged"]
     cell.best = pick_stable(trials, search_score, diverged)
     if cell.best is not None:
         lr = cell.best.lr
@@ -209,7 +209,7 @@ def make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planne
                 (
                     t
                     for t in trials
-                    if t.role == "seed"
+                    if t.role == "confirm"
                     and math.isclose(t.lr, x, rel_tol=LR_REL_TOL)
                     and (t.warmup == cell.warmup or not at_lr)
                 ),

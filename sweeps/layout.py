@@ -4,7 +4,7 @@ spells a tag or a filter.
 
   experiment  <sweep id>                     tags: batchsweep.sweep_id, batchsweep.spec_name, mlflow.experimentKind
     run  "merit bs=64"                       role=cell; its trials nest under it (mlflow.parentRunId)
-      run  "merit bs=64 lr=3.1e-03 seed=0"   role=search|seed|warmup; metrics with step = tokens seen
+      run  "merit bs=64 lr=3.1e-03 seed=0"   role=search|confirm|warmup; metrics with step = tokens seen
     run  "summary"                           role=summary: spec.yaml, report.json, cells.csv, figures/
 
 A study (`sweeps study`) keeps its own experiment beside its sweeps' (MLflow nests runs, not experiments):
@@ -65,22 +65,36 @@ class Tag(enum.StrEnum):
 class Role(enum.StrEnum):
     cell = "cell"
     search = "search"
-    seed = "seed"  # a confirmation run at the cell's best lr
+    confirm = "confirm"  # a confirmation run at the cell's best lr (its samples)
     warmup = "warmup"  # at the cell's best lr with another warm-up (the spec's schedule.warmup_search)
     summary = "summary"
     study = "study"  # a study's own run: its law
     scale = "scale"  # one scale of a study: its sweep, nested under the study's run
 
 
-TRIAL_ROLES = (Role.search, Role.seed, Role.warmup)
+TRIAL_ROLES = (Role.search, Role.confirm, Role.warmup)
+# the other value a role has in records (Optuna user attrs, MLflow tags) of sweeps that named the
+# confirmation role "seed"; `role_of` reads it as the role, `runs_of` finds it
+OLD_VALUES = {Role.confirm: ("seed",)}
 SUMMARY_RUN_NAME = "summary"
 SPEC_FILE, REPORT_FILE, CELLS_FILE, FIGURES_DIR = "spec.yaml", "report.json", "cells.csv", "figures"
 STUDY_FILE, LAW_FILE = "study.yaml", "law.json"
 
 
-def role_filter(role: Role) -> str:
-    """MLflow's search filter for the runs of one role (its filter language has no IN for tags)."""
-    return f"tags.`{Tag.role}` = '{role}'"
+def role_of(value: object) -> Role | None:
+    """The role a record gives (an Optuna trial's user attr "role", an MLflow run's tag), None for none
+    or an unknown one: the one reading of a recorded role, where "seed" is the confirmation role."""
+    if not isinstance(value, str):
+        return None
+    for role, old in OLD_VALUES.items():
+        if value in old:
+            return role
+    return Role(value) if value in Role.__members__.values() else None
+
+
+def role_filter(value: str) -> str:
+    """MLflow's search filter for the runs tagged with one role value (its filter language has no IN for tags)."""
+    return f"tags.`{Tag.role}` = '{value}'"
 
 
 def experiment_tags(sweep_id: str, spec_name: str) -> dict[str, str]:
@@ -151,17 +165,19 @@ def find_experiment(client: Any, sweep_id: str) -> Any | None:
 
 
 def runs_of(client: Any, experiment_id: str, role: Role | None = None) -> list[Any]:
-    """Every run of the experiment (of one role when given), all pages."""
+    """Every run of the experiment (of one role when given: tagged with any of its values, `OLD_VALUES`
+    too), all pages."""
+    filters = [role_filter(v) for v in (role, *OLD_VALUES.get(role, ()))] if role else [""]
     out: list[Any] = []
-    token = None
-    while True:
-        page = client.search_runs(
-            [experiment_id], role_filter(role) if role else "", max_results=1000, page_token=token
-        )
-        out.extend(page)
-        token = page.token
-        if not token:
-            return out
+    for query in filters:
+        token = None
+        while True:
+            page = client.search_runs([experiment_id], query, max_results=1000, page_token=token)
+            out.extend(page)
+            token = page.token
+            if not token:
+                break
+    return out
 
 
 def trial_runs(client: Any, experiment_id: str) -> list[Any]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sweeps.layout import role_of
 from sweeps.plan import cell_key
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ class TrialCurve(_Read):
     cell: str
     lr: float
     seed: int = Field(description="0: a search trial; 1, 2, ...: confirmation runs")
-    role: str = Field(description="search, seed or warmup (another warm-up at the best lr)")
+    role: str = Field(description="search, confirm or warmup (another warm-up at the best lr)")
     status: str = Field(description="running, completed, pruned, diverged, failed, ...")
     best: bool = Field(
         default=False, description="the cell's best search trial so far (its lr gets the confirmation runs)"
@@ -121,6 +122,13 @@ class TrialCurve(_Read):
     warmup: int | float | None = Field(
         default=None, description="the warm-up it trained with, in the spec's unit (schedule.warmup_unit)"
     )
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, value: object) -> object:
+        """The progress the store keeps names roles as `sweeps.layout.role_of` reads them."""
+        role = role_of(value)
+        return str(role) if role is not None else value
 
 
 class DriverProgress(Progress):

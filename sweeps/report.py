@@ -97,7 +97,7 @@ class CellReport(_Schema):
     stable: bool | None  # every planned confirmation run completed; None: no best lr
     unstable_reason: str | None  # what diverged, failed or is missing; None when stable
     tokens_trained: int | None  # tokens each completed confirmation run trained on: equal in every cell
-    trials: int  # all trials of the cell, search and seed, any status
+    trials: int  # all trials of the cell, search, warm-up and confirmation, any status
     trial_status: TrialStatusCounts  # sums to trials
     lr_at_edge: bool | None  # at the edge of the lr bounds (the optimum may lie beyond); None: no best lr
     lr_outside_range: bool | None = None  # the search stepped past lr.min or lr.max to find it

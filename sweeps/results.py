@@ -7,11 +7,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sweeps.layout import role_of
 from sweeps.status import RESULT_STATUSES
 
 # "search": chooses the lr; "warmup": at the best lr with another warm-up (the spec's schedule.warmup_search);
-# "seed": a confirmation run at the best lr and warm-up
-ROLES = ("search", "seed", "warmup")
+# "confirm": a confirmation run at the best lr and warm-up
+ROLES = ("search", "confirm", "warmup")
 STATUSES = tuple(str(s) for s in RESULT_STATUSES)  # the statuses a trial of the analysis may have
 
 
@@ -24,7 +25,7 @@ class TrialResult:
     batch_size: int
     lr: float
     seed: int
-    role: Literal["search", "seed", "warmup"]
+    role: Literal["search", "confirm", "warmup"]
     status: Literal["completed", "pruned", "diverged", "failed"]
     val_loss: float | None
     tokens: int
@@ -50,7 +51,11 @@ class TrialResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrialResult:
-        return cls(**{**d, "curve": tuple(tuple(p) for p in d.get("curve", ()))})
+        """A result from its dict (`to_dict`), its role as `sweeps.layout.role_of` reads it."""
+        fields = {**d, "curve": tuple(tuple(p) for p in d.get("curve", ()))}
+        if (role := role_of(d.get("role"))) is not None:
+            fields["role"] = str(role)
+        return cls(**fields)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -60,7 +60,7 @@ class Run:
     lr: float
     seed: int  # 0: a search trial; 1, 2, ...: confirmation runs (the same seed has the same init and data order)
     eval_tokens: tuple[int, ...]  # tokens seen at each evaluation, ascending; the last is the trial's budget
-    # "search" (chooses the lr), "warmup" (another warm-up at the best lr) or "seed" (a confirmation run)
+    # "search" (chooses the lr), "warmup" (another warm-up at the best lr) or "confirm" (a confirmation run)
     role: str = "search"
     warmup_tokens: int = 0  # tokens of the linear warm-up (worker.schedule.warmup_steps x tokens per step)
     params: int = 0  # the model's parameters at the sweep's vocabulary: a study's scale (with eval_tokens[-1])

@@ -533,7 +533,7 @@ def real_report() -> dict[str, Any]:
     results = [
         TrialResult("adamw", bs, lr, seed, role, "completed", loss + 0.01 * seed, 4096, 4096 // (bs * 32))
         for bs, loss in ((4, 5.12), (8, 5.30))
-        for lr, seed, role in ((3e-3, 0, "search"), (1e-2, 0, "search"), (3e-3, 1, "seed"), (3e-3, 2, "seed"))
+        for lr, seed, role in ((3e-3, 0, "search"), (1e-2, 0, "search"), (3e-3, 1, "confirm"), (3e-3, 2, "confirm"))
     ]
     spec = spec_for(
         name="cli", batch_sizes=(4, 8), tolerance=0.05, lr=(1e-3, 1e-2), seeds=2, seq_len=32, token_budget=4096

@@ -1,9 +1,9 @@
 """The search: one Optuna study per cell (optimizer, batch size), all cells' trials in one Ray Tune run.
 
 Why not `ray.tune.search.optuna.OptunaSearch`: it drives one study per searcher, hard-codes the
-`NopPruner`, records ASHA-stopped trials as COMPLETE with their partial loss and cannot add the seed
-re-runs a cell needs after its search. Running one Tuner per cell instead would leave trial slots idle
-at every cell's tail. So `CellSearcher` talks to Optuna directly (ask/tell, TPE over log lr, the
+`NopPruner`, records ASHA-stopped trials as COMPLETE with their partial loss and cannot add the
+confirmation runs a cell needs after its search. Running one Tuner per cell instead would leave trial
+slots idle at every cell's tail. So `CellSearcher` talks to Optuna directly (ask/tell, TPE over log lr, the
 studies in a persistent RDB storage) and multiplexes every cell through one Tuner, and
 `PerCellASHA` prunes search trials against trials of their own cell only, at equal tokens seen.
 

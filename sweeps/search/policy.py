@@ -52,9 +52,9 @@ def next_run(cells: Cells, key: str, spec: SweepSpec) -> Ask | Run | None:
     if cell.warmups_wanted:
         return Run("warmup", 0, lr, cell.warmups_wanted[0])
     if cell.seeds_wanted:
-        return Run("seed", cell.seeds_wanted[0], lr, cell.best_warmup)
+        return Run("confirm", cell.seeds_wanted[0], lr, cell.best_warmup)
     if cell.checks_wanted and (second := cell.check_lr) is not None:
-        return Run("seed", cell.checks_wanted[0], second, cell.best_warmup)
+        return Run("confirm", cell.checks_wanted[0], second, cell.best_warmup)
     return None
 
 

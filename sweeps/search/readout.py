@@ -96,7 +96,7 @@ def progress_of(cells: Sequence[CellState], running: Iterable[tuple[str, Run, li
     and the curves (`running`: (cell key, run, curve so far) of each running trial, in the order started)."""
     rows = [_progress_row(c) for c in cells]
     # confirmation runs at an lr the cell retreated from count as done and as planned
-    retired = sum(len(cell.trials("seed")) - row.seeds_done for cell, row in zip(cells, rows, strict=True))
+    retired = sum(len(cell.trials("confirm")) - row.seeds_done for cell, row in zip(cells, rows, strict=True))
     return DriverProgress(
         cells_done=sum(row.finished for row in rows),
         cells_total=len(rows),

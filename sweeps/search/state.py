@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeps import plan
 from sweeps.analysis import ROLES, pick_best, pick_stable, pick_warmup
+from sweeps.layout import role_of
 from sweeps.status import OUT_OF_MEMORY, RERUN_STATUSES, TrialStatus
 
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -51,7 +52,7 @@ def score(t: FrozenTrial) -> tuple[float, float, int] | None:
 @dataclass(frozen=True)
 class Run:
     """A running trial: a search trial (asked of Optuna; `design` is the point it was enqueued as, "" for
-    TPE's draw) or a confirmation ("seed") or warm-up ("warmup") run, recorded whole when it ends."""
+    TPE's draw) or a confirmation ("confirm") or warm-up ("warmup") run, recorded whole when it ends."""
 
     role: str
     seed: int
@@ -75,7 +76,7 @@ class StudyRead:
         """Role -> its finished trials, but not the ones to run again (`RERUN_STATUSES`)."""
         out: dict[str, list[FrozenTrial]] = {role: [] for role in ROLES}
         for t in self.all_trials:
-            role = t.user_attrs.get("role")
+            role = role_of(t.user_attrs.get("role"))
             if role in out and t.state in FINISHED_STATES and t.user_attrs.get("status") not in RERUN_STATUSES:
                 out[role].append(t)
         return {role: tuple(trials) for role, trials in out.items()}
@@ -90,7 +91,7 @@ class StudyRead:
     @cached_property
     def confirmations_diverged(self) -> list[float]:
         """The lrs of the cell's diverged confirmation runs (a retreat goes below the lowest; a probe below it)."""
-        return [lr_of(t) for t in self.trials("seed") if t.user_attrs.get("status") == "diverged"]
+        return [lr_of(t) for t in self.trials("confirm") if t.user_attrs.get("status") == "diverged"]
 
     @cached_property
     def best(self) -> FrozenTrial | None:
@@ -188,7 +189,7 @@ class CellState:
         """Seeds of the finished confirmation runs, at `lr` and `warmup` where given."""
         return {
             int(t.user_attrs["seed"])
-            for t in self.trials("seed")
+            for t in self.trials("confirm")
             if (lr is None or same_lr(lr_of(t), lr)) and (warmup is None or self.warmup_of(t) == warmup)
         }
 
@@ -200,7 +201,7 @@ class CellState:
             return []
         return [
             float(t.value)  # type: ignore[arg-type]
-            for t in self.read.completed("seed")
+            for t in self.read.completed("confirm")
             if t.value is not None and same_lr(lr_of(t), lr) and self.warmup_of(t) == warmup
         ]
 
@@ -227,7 +228,7 @@ class CellState:
         return tuple(r for r in self.running if r.role == "search")
 
     def running_as(self, role: str) -> list[Run]:
-        """The running confirmation ("seed") or warm-up ("warmup") runs."""
+        """The running confirmation ("confirm") or warm-up ("warmup") runs."""
         return [r for r in self.running if r.role == role]
 
     @property
@@ -249,7 +250,7 @@ class CellState:
     def _runs_elsewhere(self) -> int:
         """Confirmation runs, finished or running, at an lr other than the best (a retreat's, a check's)."""
         lr = self.best_lr
-        at = [lr_of(t) for t in self.trials("seed")] + [r.lr for r in self.running_as("seed")]
+        at = [lr_of(t) for t in self.trials("confirm")] + [r.lr for r in self.running_as("confirm")]
         return sum(1 for x in at if lr is None or not same_lr(x, lr))
 
     def budget(self, probes: int = 0) -> int:
@@ -379,7 +380,7 @@ class CellState:
         if self.searching:
             return ()  # a search trial (a probe) is running: its result may move the best lr
         warmup = self.best_warmup
-        running = {r.seed for r in self.running_as("seed") if same_lr(r.lr, lr) and r.warmup == warmup}
+        running = {r.seed for r in self.running_as("confirm") if same_lr(r.lr, lr) and r.warmup == warmup}
         recorded = self.seeds_recorded(lr, warmup)
         wanted = [s for s in range(1, self.n_seeds + 1) if s not in recorded and s not in running]
         return tuple(wanted[: max(0, self.budget() - self.spent)])
@@ -395,7 +396,7 @@ class CellState:
         if self.searching:
             return ()  # a search trial (a probe) is running: its result may move the best lr
         warmup = self.best_warmup
-        runs = [r for r in self.running_as("seed") if r.warmup == warmup]
+        runs = [r for r in self.running_as("confirm") if r.warmup == warmup]
         there = self.seeds_recorded(second, warmup) | {r.seed for r in runs if same_lr(r.lr, second)}
         if not self.check and not self.at_cliff and not there:
             return ()

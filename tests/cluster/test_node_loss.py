@@ -130,8 +130,8 @@ def test_a_trial_survives_losing_its_node_and_a_new_node_is_used(
         "SELECT r.run_uuid, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ?",
         Tag.role.value,
     )
-    trial_runs = [r for r in runs if r[1] in (Role.search, Role.seed)]
-    assert sorted(r[1] for r in trial_runs) == ["search", "search", "seed"], runs
+    trial_runs = [r for r in runs if r[1] in (Role.search, Role.confirm)]
+    assert sorted(r[1] for r in trial_runs) == ["search", "search", "confirm"], runs
     tags_of = {r[0]: dict(mlflow_rows(db, "SELECT key, value FROM tags WHERE run_uuid = ?", r[0])) for r in trial_runs}
     (search_run,) = [run for run, t in tags_of.items() if t.get(Tag.restarts, "0") != "0"]  # the one restarted
     tags = tags_of[search_run]
@@ -162,7 +162,7 @@ def test_a_trial_survives_losing_its_node_and_a_new_node_is_used(
     assert [(t.user_attrs["role"], t.state) for t in trials] == [
         ("search", TrialState.COMPLETE),
         ("search", TrialState.COMPLETE),
-        ("seed", TrialState.COMPLETE),
+        ("confirm", TrialState.COMPLETE),
     ]
     search = trials[0]  # the first, the one that lost its node (one trial at a time)
     assert tags[Tag.optuna_number] == str(search.number)

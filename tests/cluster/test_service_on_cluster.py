@@ -92,7 +92,7 @@ def test_a_sweep_through_the_service_runs_across_the_cluster_into_shared_stores(
 
         client = MlflowClient(mlflow.url)
         runs = client.search_runs([state["experiment_id"]], max_results=100)
-        trials = [r for r in runs if r.data.tags.get(Tag.role) in (Role.search, Role.seed)]
+        trials = [r for r in runs if r.data.tags.get(Tag.role) in (Role.search, Role.confirm)]
         assert len(trials) == 7  # 2 cells x (2 search trials + 1 confirmation run) + the reference's one more
         workers = {n.node_id for n in multinode.worker_nodes()}
         # every trial ran on a worker node, and both worker nodes trained

@@ -3,7 +3,7 @@ them by the real analysis (`sweeps.analysis.build_report`), and a writer that re
 in MLflow with the recorder's layout (tags, nesting, step = tokens) without Ray.
 
 A hand-made cell is like a real one: search trials (role "search", seed 0) choose the lr, and
-confirmation runs (role "seed", seeds 1..`seeds`, `confirmations`) at that lr give its loss; with
+confirmation runs (role "confirm", seeds 1..`seeds`, `confirmations`) at that lr give its loss; with
 `seeds=2` (the default) a cell is stable only with 2 completed confirmation runs at its best lr.
 Every trial run has a run id of its own (`trial(run_id=...)` where two would share the default), and
 the report names the runs by these ids, as the driver names MLflow runs."""
@@ -71,9 +71,9 @@ def trial(
 
 
 def confirmations(optimizer: str, batch_size: int, lr: float, *vals: Curve, **kwargs: Any) -> list[TrialRun]:
-    """The confirmation runs of a cell at `lr`: one completed run (role "seed") per val curve, seeds
+    """The confirmation runs of a cell at `lr`: one completed run (role "confirm") per val curve, seeds
     1, 2, ... in order; `kwargs` go to every `trial` (a `status`, `noise`, `attn`, `train`)."""
-    return [trial(optimizer, batch_size, lr, seed=i, role="seed", val=v, **kwargs) for i, v in enumerate(vals, 1)]
+    return [trial(optimizer, batch_size, lr, seed=i, role="confirm", val=v, **kwargs) for i, v in enumerate(vals, 1)]
 
 
 def _numbered(trials: Sequence[TrialRun]) -> tuple[TrialRun, ...]:
@@ -224,7 +224,7 @@ def rich_sweep(sweep_id: str = "rich") -> SweepData:
                     bs,
                     best_lr,
                     seed=1,
-                    role="seed",
+                    role="confirm",
                     val=decay(final, final + 1.0),
                     train=decay(final + 0.05, final + 1.2),
                     noise=noise,
@@ -237,7 +237,7 @@ def rich_sweep(sweep_id: str = "rich") -> SweepData:
                     bs,
                     best_lr,
                     seed=2,
-                    role="seed",
+                    role="confirm",
                     val=decay(final + 0.01, final + 1.0),
                     train=decay(final + 0.06, final + 1.2),
                     noise=[(s, v * 1.1) for s, v in noise],

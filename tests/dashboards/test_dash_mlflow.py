@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from dashboards import SweepDataError, dashboard_page, load_sweep, publish
 from dashboards.data import best_runs, sample_runs
 from dashboards.page import inline_plotlyjs
 from dashboards.publish import publish_figures
+from sweeps import layout
 
 FIGURE_NAMES = ["scaling", "lr_sensitivity", "best_lr", "loss_curves", "attention_logits", "steps_to_target"]
 
@@ -62,6 +64,26 @@ def test_load_sweep_reads_back_what_was_recorded(recorded: tuple) -> None:
         assert run.history["val_loss"] == best_runs(original)[key_].history["val_loss"]
     for key_, runs in sample_runs(s).items():
         assert [r.history["val_loss"] for r in runs] == [r.history["val_loss"] for r in sample_runs(original)[key_]]
+
+
+def test_runs_tagged_with_the_role_seed_read_as_confirmation_runs(recorded: tuple, tmp_path: Path) -> None:
+    """Trial runs tagged batchsweep.role=seed (the value the confirmation role has in sweeps recorded before
+    it was "confirm") are confirmation runs to the data layer and to the layout's queries."""
+    uri = recorded[0]
+    sweep = rich_sweep("old-roles")
+    old = replace(sweep, trials=tuple(replace(t, role="seed") if t.role == "confirm" else t for t in sweep.trials))
+    exp_id, _, written = record_sweep(uri, old, tmp_path / "artifacts")
+    confirmations = {t.run_id for t in written.trials if t.role == "seed"}
+    client = MlflowClient(uri)
+    assert confirmations and {r.data.tags[layout.Tag.role] for r in layout.runs_of(client, exp_id)} >= {"seed"}
+    assert {r.info.run_id for r in layout.runs_of(client, exp_id, layout.Role.confirm)} == confirmations
+    assert {r.info.run_id for r in layout.trial_runs(client, exp_id)} == {t.run_id for t in written.trials}
+    s = load_sweep(uri, "old-roles")
+    assert len(s.trials) == len(written.trials)
+    assert {t.run_id for t in s.trials if t.role == "confirm"} == confirmations
+    assert {t.role for t in s.trials} <= {"search", "confirm", "warmup"}
+    samples = [t for runs in sample_runs(s).values() for t in runs]
+    assert samples and all(t.role == "confirm" and t.history["val_loss"] for t in samples)
 
 
 def test_load_sweep_refuses_what_it_cannot_draw(recorded: tuple, tmp_path: Path) -> None:

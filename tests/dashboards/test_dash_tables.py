@@ -74,8 +74,8 @@ def test_best_run_and_sample_runs_are_the_runs_the_report_names() -> None:
         search,
         trial("adamw", 4, lr * 2, val=[(100, 3.2)]),
         # the confirmation runs, given out of seed order: the report's order (by seed) is the one kept
-        trial("adamw", 4, lr, seed=2, role="seed", val=[(100, 3.05)]),
-        trial("adamw", 4, lr, seed=1, role="seed", val=[(100, 2.9)]),  # lower, but a seed run: never "best"
+        trial("adamw", 4, lr, seed=2, role="confirm", val=[(100, 3.05)]),
+        trial("adamw", 4, lr, seed=1, role="confirm", val=[(100, 2.9)]),  # lower, but a confirmation run: never "best"
         trial("adamw", 4, lr * 3, status="pruned", val=[(50, 2.5)]),  # lower, but pruned: never "best"
         trial("adamw", 8, lr, val=[(100, 3.1)]),
         *confirmations("adamw", 8, lr, [(100, 3.12)], [(100, 3.14)]),
@@ -91,7 +91,7 @@ def test_best_run_and_sample_runs_are_the_runs_the_report_names() -> None:
     # the samples are the confirmation runs only (the search trial is none), by seed: the report's val_losses
     samples = sample_runs(s)[("adamw", 4)]
     assert [t.run_id for t in samples] == cell.confirmation_run_ids == [ts[3].run_id, ts[2].run_id]
-    assert [(t.role, t.seed) for t in samples] == [("seed", 1), ("seed", 2)]
+    assert [(t.role, t.seed) for t in samples] == [("confirm", 1), ("confirm", 2)]
     assert [t.final_val_loss for t in samples] == cell.val_losses == [2.9, 3.05]
     assert [t.final_val_loss for t in sample_runs(s)[("adamw", 8)]] == [3.12, 3.14]
 
@@ -211,8 +211,8 @@ def test_diverged_confirmation_runs_are_named_but_are_not_samples(caplog: pytest
     s = make_sweep(
         [
             trial("adamw", 4, lr, val=[(100, 3.0)]),
-            trial("adamw", 4, lr, seed=1, role="seed", status="diverged", val=[(50, 3.4)]),
-            trial("adamw", 4, lr, seed=2, role="seed", val=[(100, 3.02)]),
+            trial("adamw", 4, lr, seed=1, role="confirm", status="diverged", val=[(50, 3.4)]),
+            trial("adamw", 4, lr, seed=2, role="confirm", val=[(100, 3.02)]),
         ],
         optimizers=("adamw",),
         batch_sizes=(4,),
@@ -297,8 +297,8 @@ def test_lr_points_statuses_and_losses() -> None:
     }
     assert {p.run_name for p in t.points if p.is_best} == {by_id[c.search_best_run_id].run_name for _, c in cells}  # type: ignore[index]
     # every confirmation run is drawn too (figure 2 shows every trial), unstarred
-    assert sum(p.role == "seed" for p in t.points) == 2 * 7 and not any(
-        p.is_best and p.role == "seed" for p in t.points
+    assert sum(p.role == "confirm" for p in t.points) == 2 * 7 and not any(
+        p.is_best and p.role == "confirm" for p in t.points
     )
     assert t.lr_range == (1e-4, 1e-1)
 
@@ -346,7 +346,7 @@ def test_loss_curves_are_the_first_confirmation_runs_histories() -> None:
     assert {(p.optimizer, p.batch_size) for p in pts} == set(cells)
     for key, cell in cells.items():
         run = by_id[cell.confirmation_run_ids[0]]  # type: ignore[index]
-        assert (run.role, run.seed) == ("seed", 1)
+        assert (run.role, run.seed) == ("confirm", 1)
         mine = [p for p in pts if (p.optimizer, p.batch_size) == key]
         for metric in ("val_loss", "train_loss"):
             got = [(p.tokens, p.value) for p in mine if p.metric == metric]
@@ -475,12 +475,12 @@ def test_noise_scale_critical_batch_is_the_mean_final_estimate_at_the_smallest_m
             *confirmations("adamw", 4, lr, [(100, 3.0)], [(100, 3.01)]),
             # B=8: the search trials' B_simple is not a sample (their lr was chosen by them): ignored
             trial("adamw", 8, lr, val=[(100, 3.0)], noise=[(100, 99.0)]),
-            trial("adamw", 8, lr, seed=1, role="seed", val=[(100, 3.0)], noise=[(50, 20.0), (100, 10.0)]),
-            trial("adamw", 8, lr, seed=2, role="seed", val=[(100, 3.01)], noise=[(50, 9.0), (100, 14.0)]),
+            trial("adamw", 8, lr, seed=1, role="confirm", val=[(100, 3.0)], noise=[(50, 20.0), (100, 10.0)]),
+            trial("adamw", 8, lr, seed=2, role="confirm", val=[(100, 3.01)], noise=[(50, 9.0), (100, 14.0)]),
             trial("adamw", 8, lr * 2, val=[(100, 3.5)], noise=[(100, 98.0)]),
             trial("adamw", 16, lr, val=[(100, 3.0)], noise=[(100, 97.0)]),
-            trial("adamw", 16, lr, seed=1, role="seed", val=[(100, 3.0)], noise=[(100, 50.0)]),
-            trial("adamw", 16, lr, seed=2, role="seed", val=[(100, 3.02)]),
+            trial("adamw", 16, lr, seed=1, role="confirm", val=[(100, 3.0)], noise=[(100, 50.0)]),
+            trial("adamw", 16, lr, seed=2, role="confirm", val=[(100, 3.02)]),
             trial("merit", 4, lr, val=[(100, 3.0)]),
             *confirmations("merit", 4, lr, [(100, 3.0)], [(100, 3.01)]),
         ],

@@ -28,7 +28,7 @@ def tiny(tiny_sweep):  # -> (SweepOutcome, SweepData, {name: FigureSpec})
 def _trial_runs(outcome) -> list:
     client = MlflowClient(outcome.tracking_uri)
     runs = client.search_runs([outcome.experiment_id], max_results=1000)
-    return [r for r in runs if r.data.tags.get("batchsweep.role") in ("search", "seed")]
+    return [r for r in runs if r.data.tags.get("batchsweep.role") in ("search", "confirm")]
 
 
 def test_the_sweep_read_back_is_the_drivers_report(tiny) -> None:
@@ -118,7 +118,7 @@ def test_curves_of_the_runs_the_report_names(tiny) -> None:
         named = cells[(opt, bs)].confirmation_run_ids
         assert [r.run_id for r in runs] == [i for i in named if i in by_id and by_id[i].final_val_loss is not None]
         run = runs[0]  # figure 4 draws the first completed confirmation run
-        assert run.role == "seed"
+        assert run.role == "confirm"
         val = [(p.tokens, p.value) for p in curves if (p.optimizer, p.batch_size, p.metric) == (opt, bs, "val_loss")]
         assert val and val[-1] == (budget, pytest.approx(run.final_val_loss))
         assert val[-1][1] == pytest.approx(cells[(opt, bs)].val_losses[0], rel=1e-9)

@@ -439,7 +439,7 @@ def test_a_search_of_the_batch_axis_in_the_browser(stack: Stack, browser: Browse
     chosen = {int(r.data.tags["batchsweep.batch_size"]): r.data.tags["batchsweep.chosen"] for r in cells}
     assert chosen == {st["batch_size"]: st["chosen"] for st in steps}
     assert all(r.data.tags["batchsweep.chosen_why"] for r in cells)
-    trials = client.search_runs([s["experiment_id"]], "tags.`batchsweep.role` = 'seed'", max_results=100)
+    trials = client.search_runs([s["experiment_id"]], "tags.`batchsweep.role` = 'confirm'", max_results=100)
     assert trials and all(
         t.data.tags["batchsweep.chosen"] == chosen[int(t.data.tags["batchsweep.batch_size"])] for t in trials
     )

@@ -65,7 +65,7 @@ def assert_recorded_once(
         kept = [t for t in study.trials if t.user_attrs.get("status") not in RERUN_STATUSES]
         roles = Counter(t.user_attrs["role"] for t in kept)
         searched = cell_search_trials(search, reference=int(name.rsplit("/bs", 1)[1]) == smallest)
-        assert roles == {"search": searched, "seed": seeds}, (name, roles)
+        assert roles == {"search": searched, "confirm": seeds}, (name, roles)
         planned += searched + seeds
         for t in kept:
             optuna_trials[(name.split("/", 1)[1], t.user_attrs["role"], int(t.user_attrs["seed"]))] += 1
@@ -74,7 +74,7 @@ def assert_recorded_once(
     exp = client.get_experiment_by_name(sweep_id)
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     assert [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []
-    trial_runs = [r for r in runs if r.data.tags.get("batchsweep.role") in ("search", "seed")]
+    trial_runs = [r for r in runs if r.data.tags.get("batchsweep.role") in ("search", "confirm")]
     kept_runs = [r for r in trial_runs if r.data.tags.get("batchsweep.status") not in RERUN_STATUSES]
     assert len(kept_runs) == planned, describe_runs(trial_runs)
     # one MLflow run per kept Optuna trial, each Tune trial once (a restarted trial keeps its run)

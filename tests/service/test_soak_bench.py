@@ -77,9 +77,9 @@ def test_the_plan_is_the_products_rule_with_the_references_extra_search_trial(so
     assert reference > other  # the refined reference searches more: a count of its own would miss it
     assert planned == {
         ("adamw/bs4", "search"): reference,
-        ("adamw/bs4", "seed"): soak.SEEDS,
+        ("adamw/bs4", "confirm"): soak.SEEDS,
         ("adamw/bs8", "search"): other,
-        ("adamw/bs8", "seed"): soak.SEEDS,
+        ("adamw/bs8", "confirm"): soak.SEEDS,
     }
     assert sum(planned.values()) == SweepSpec.model_validate(soak.spec("soak-plan")).total_trials
     # each optimizer's smallest size is its reference
@@ -125,7 +125,7 @@ def test_a_trial_lost_doubled_or_told_apart_is_found(soak: ModuleType) -> None:
     assert "more than once in MLflow" in check(o, [*m, m[-1]], status="cancelled")
     assert "only in Optuna ['" in check(o, m[1:], status="cancelled")
     assert "without a Tune trial id in Optuna" in check([replace(o[0], trial_id=None), *o[1:]], m)
-    for change in ({"cell": "adamw/bs8"}, {"role": "seed"}, {"seed": 3}, {"number": 7}):
+    for change in ({"cell": "adamw/bs8"}, {"role": "warmup"}, {"seed": 3}, {"number": 7}):
         assert f"trial {m[0].trial_id} is" in check(o, [replace(m[0], **change), *m[1:]]), change
 
 

@@ -36,7 +36,7 @@ def _rows(samples: dict[int, list[float]]) -> list[TrialResult]:
     rows = []
     for b, losses in samples.items():
         rows.append(TrialResult("adamw", b, 1e-3, 0, "search", "completed", min(losses), 1, 1, number=0))
-        rows += [TrialResult("adamw", b, 1e-3, s + 1, "seed", "completed", v, 1, 1) for s, v in enumerate(losses)]
+        rows += [TrialResult("adamw", b, 1e-3, s + 1, "confirm", "completed", v, 1, 1) for s, v in enumerate(losses)]
     return rows
 
 

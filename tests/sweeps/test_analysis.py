@@ -66,7 +66,7 @@ def seed_run(opt, b, loss, seed, *, lr=LR, status="completed", curve=()):
         batch_size=b,
         lr=lr,
         seed=seed,
-        role="seed",
+        role="confirm",
         status=status,
         val_loss=loss,
         tokens=1000,
@@ -736,8 +736,8 @@ def test_the_report_names_the_runs_it_is_about():
     rows = [
         TrialResult("merit", 16, 1e-3, 0, "search", "completed", 3.0, 1000, 10, number=4, run_id="run-best"),
         TrialResult("merit", 16, 2e-3, 0, "search", "completed", 3.2, 1000, 10, number=5, run_id="run-other"),
-        TrialResult("merit", 16, 1e-3, 2, "seed", "completed", 3.1, 1000, 10, number=7, run_id="run-s2"),
-        TrialResult("merit", 16, 1e-3, 1, "seed", "completed", 3.1, 1000, 10, number=6, run_id="run-s1"),
+        TrialResult("merit", 16, 1e-3, 2, "confirm", "completed", 3.1, 1000, 10, number=7, run_id="run-s2"),
+        TrialResult("merit", 16, 1e-3, 1, "confirm", "completed", 3.1, 1000, 10, number=6, run_id="run-s1"),
     ]
     c = build_report(rows, spec=spec_for(**{**NUMBERS, "seeds": 2})).optimizers["merit"].cells[0]
     assert (c.search_best_run_id, c.search_best_trial_number) == ("run-best", 4)

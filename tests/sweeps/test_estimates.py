@@ -46,7 +46,7 @@ def simulate(seed: int = 0) -> tuple[list[CellReport], list[float]]:
         # which lr the confirmations go to is decided by the report's own rule below; simulate all three
         for lr in LRS:
             for s in range(1, SEEDS + 1):
-                rows.append(_result(b, lr, s, "seed", true_loss(lr) + rng.normal(0, SIGMA)))
+                rows.append(_result(b, lr, s, "confirm", true_loss(lr) + rng.normal(0, SIGMA)))
     cells = [c for rows in reports for c in build_report(rows, spec=SPEC).optimizers["adamw"].cells]
     return cells, [true_loss(c.best_lr) for c in cells]
 

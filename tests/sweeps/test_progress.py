@@ -101,6 +101,9 @@ def test_a_stored_progress_of_another_version_reads() -> None:
     assert curve == TrialCurve(cell="adamw/bs4", lr=3e-3, seed=0, role="search", status="completed",
                                points=[(512, 5.1), (1024, 4.7)])  # fmt: skip
     assert curve.warmup is None and curve.best is False
+    # the progress the store kept of a sweep that named the confirmation role "seed" reads with its role now
+    confirmation = {**old["curves"][0], "seed": 1, "role": "seed"}
+    assert DriverProgress.model_validate({**old, "curves": [confirmation]}).curves[0].role == "confirm"
     # what the driver sends (its JSON) reads back as it was sent
     sent = DriverProgress(cells=p.cells, curves=[curve], trials_total=7)
     assert DriverProgress.model_validate(sent.model_dump(mode="json")) == sent

@@ -201,7 +201,7 @@ def test_the_summary_is_written_once_through_an_outage_and_again_by_a_relaunched
     recorder.client = Flaky(recorder.client)  # type: ignore[assignment]
     spec = recorder.spec
     results = [
-        TrialResult("adamw", 4, 1e-3, seed, "seed" if seed else "search", "completed", 3.0 + seed / 100, 4096, 256)
+        TrialResult("adamw", 4, 1e-3, seed, "confirm" if seed else "search", "completed", 3.0 + seed / 100, 4096, 256)
         for seed in range(spec.seeds_min + 1)
     ]
     report = build_report(results, spec=spec)

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from sweeps.plan import BRACKET_STEP
-from sweeps.search import CellSearcher
+from sweeps.search import CellSearcher, collect_results
 from sweeps.spec import SweepSpec
 from sweeps.stores import open_storage
 
@@ -62,7 +62,10 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     best_lr = study4.trials[1].params["lr"]  # t2's, the final best of bs4
     # bs4's search is over: its confirmation runs (seeds 1 and 2, never the search seed 0) use that lr
     confirm = [s.suggest("t4"), s.suggest("t5")]
-    assert [(c["role"], c["seed"], c["cell"]) for c in confirm] == [("seed", 1, "adamw/bs4"), ("seed", 2, "adamw/bs4")]
+    assert [(c["role"], c["seed"], c["cell"]) for c in confirm] == [
+        ("confirm", 1, "adamw/bs4"),
+        ("confirm", 2, "adamw/bs4"),
+    ]
     assert all(c["lr"] == pytest.approx(best_lr) for c in confirm)
     # warm start: bs16's first lrs bracket bs4's final best sqrt(16/4)=2x scaled, 0.5 either side in ln lr
     b = s.suggest("t6")
@@ -95,7 +98,7 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     s.suggest("t8")
     s.on_trial_complete("t8", done(3.9))
     last = [s.suggest("t9"), s.suggest("t10")]
-    assert [x["role"] for x in last] == ["seed", "seed"] and {x["cell"] for x in last} == {"adamw/bs16"}
+    assert [x["role"] for x in last] == ["confirm", "confirm"] and {x["cell"] for x in last} == {"adamw/bs16"}
     s.on_trial_complete("t9", done(3.75))
     s.on_trial_complete("t10", done(3.76))
     assert s.suggest("t11") == Searcher.FINISHED
@@ -103,6 +106,39 @@ def test_cells_search_then_confirm_with_warm_start_from_the_final_best(storage: 
     # 2 cells x (3 search + 2 confirmations), and the reference's one more search trial
     assert progress.trials_done == progress.trials_total == 11
     assert progress.cells_done == 2
+
+
+def test_a_confirmation_run_stored_with_the_role_seed_reads_as_one(storage: optuna.storages.BaseStorage) -> None:
+    """An Optuna trial whose user attr "role" is "seed" (the value the confirmation role has in the studies
+    of sweeps recorded before it was "confirm") is a confirmation run to a resumed sweep: it counts, is
+    not run again, and reaches the analysis with the role "confirm"."""
+    spec = SweepSpec.from_yaml(SPEC)
+    s = CellSearcher(spec, "unit", storage)
+    for trial_id in ("t1", "t2", "t3"):
+        s.suggest(trial_id)
+    s.on_trial_complete("t1", done(4.0))
+    s.on_trial_complete("t2", done(3.5))
+    s.on_trial_complete("t3", done(None, status="diverged", tokens=1024))
+    s.suggest("t3b")
+    s.on_trial_complete("t3b", done(3.55))
+    study = s.cells[0].study
+    best_lr = study.trials[1].params["lr"]
+    attrs = {"status": "completed", "tokens": 4096, "steps": 10, "curve": "[[4096, 3.52]]", "train_time_s": 1.0}
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"lr": best_lr},
+            distributions={"lr": s.distribution},
+            value=3.52,
+            state=TrialState.COMPLETE,
+            user_attrs={"role": "seed", "seed": 1, "warmup": s.warmups[0], "tune_trial_id": "old", **attrs},
+        )
+    )
+    resumed = CellSearcher(spec, "unit", storage)
+    cell = resumed.states()["adamw/bs4"]
+    assert len(cell.trials("confirm")) == 1 and cell.seeds_recorded(best_lr) == {1} and cell.confirmed == [3.52]
+    assert cell.seeds_wanted == (2,)  # seed 1 is not run again
+    (old,) = [r for r in collect_results(resumed)[0] if r.batch_size == 4 and r.seed == 1]
+    assert (old.role, old.lr, old.val_loss) == ("confirm", best_lr, 3.52)
 
 
 def test_a_suggest_reads_each_cells_trials_from_the_storage_once(
@@ -180,7 +216,7 @@ def test_search_and_analysis_pick_the_same_best_trial_on_an_exact_tie(storage: o
     s.on_trial_complete("t3b", done(4.0))
     confirm = s.suggest("t4")
     # the search sends the confirmation runs to the smaller lr of the tie, not to the first trial's
-    assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(tied[0])
+    assert confirm["role"] == "confirm" and confirm["lr"] == pytest.approx(tied[0])
     results, _ = collect_results(s)
     report = build_report(results, spec=spec)
     assert report.optimizers["adamw"].cells[0].best_lr == pytest.approx(tied[0])
@@ -229,7 +265,7 @@ def test_a_line_search_step_follows_its_bracket_and_converges_early(storage: opt
     s.on_trial_complete("t5", done(loss(up["lr"])))
     # converged after 5 of its 7 trials (6 + the reference's one more), confirmation runs follow
     confirm = s.suggest("t6")
-    assert confirm["role"] == "seed" and confirm["lr"] == pytest.approx(optimum)
+    assert confirm["role"] == "confirm" and confirm["lr"] == pytest.approx(optimum)
     cell = s.progress().cells[0]
     assert cell.search_done == cell.search_total == 5
 
@@ -326,7 +362,7 @@ def test_adaptive_confirmation_adds_runs_only_at_boundary_cells_within_noise(
     # first look, 2 runs each: the paired differences by seed (3.55 - 1.05 x 3.60, 3.72 - 1.05 x 3.50)
     # = (-0.23, +0.045) disagree, and at 97.5% (Bonferroni over 2 looks) with 1 degree of freedom the
     # interval is about [-3.6, 3.4]: undecided, so bs16 and its reference get 2 more runs (seeds 3, 4)
-    seeds = [(c, seed) for c, role, seed in asked if role == "seed"]
+    seeds = [(c, seed) for c, role, seed in asked if role == "confirm"]
     assert sorted(seeds) == [(c, k) for c in ("adamw/bs16", "adamw/bs4") for k in (1, 2, 3, 4)]
     assert s.progress().trials_total == 15 == len(asked)
 
@@ -335,7 +371,7 @@ def test_adaptive_confirmation_stops_where_the_pairing_already_decides(storage: 
     spec = SweepSpec.from_yaml(SPEC.replace("seeds: 2", "seeds: {min: 2, max: 4, step: 2}"))
     # seed 2 is worse than seed 1 in both cells by the same 0.06: the pairs agree (d = -0.125, -0.118)
     asked = drive(CellSearcher(spec, "unit", storage), {"adamw/bs4": [3.50, 3.56], "adamw/bs16": [3.55, 3.62]})
-    seeds = [seed for _, role, seed in asked if role == "seed"]
+    seeds = [seed for _, role, seed in asked if role == "confirm"]
     assert sorted(seeds) == [1, 1, 2, 2]  # decided (fine) at the first look: no runs added
 
 
@@ -352,7 +388,7 @@ def drive(s: CellSearcher, confirm: dict[str, list[float]]) -> list[tuple[str, s
             return asked
         assert config is not None
         asked.append((config["cell"], config["role"], config["seed"]))
-        value = next(runs[config["cell"]]) if config["role"] == "seed" else losses[config["cell"]].pop(0)
+        value = next(runs[config["cell"]]) if config["role"] == "confirm" else losses[config["cell"]].pop(0)
         s.on_trial_complete(f"t{i}", done(value))
     raise AssertionError(f"the search did not finish in 40 trials: {asked}")
 

@@ -79,7 +79,7 @@ def _answers_of_noiseless_runs(bench: ModuleType, problem: Any) -> dict[str, dic
     results = []
     for opt, b in spec.cells():
         lr, loss = problem.lr_opt(opt, b), problem.loss_min(opt, b)
-        for seed, role in [(0, "search"), *((s, "seed") for s in range(1, spec.seeds + 1))]:
+        for seed, role in [(0, "search"), *((s, "confirm") for s in range(1, spec.seeds + 1))]:
             results.append(
                 TrialResult(opt, b, lr, seed, role, "completed", loss, spec.trained_tokens, 1, number=0)  # type: ignore[arg-type]
             )
@@ -141,7 +141,7 @@ def test_the_searcher_runs_at_most_the_spec_s_trials_and_its_tokens_are_counted(
             cell = [t for t in s.results if (t.optimizer, t.batch_size) == (opt, b)]
             most = cell_search_trials(spec.lr.trials_per_batch_size, reference=b == spec.lattice[0])
             assert 3 <= sum(t.role == "search" for t in cell) <= most
-            seeds = [t for t in cell if t.role == "seed"]
+            seeds = [t for t in cell if t.role == "confirm"]
             assert sorted(t.seed for t in seeds) == list(range(1, spec.seeds + 1))
             assert all(t.status in ("completed", "diverged") for t in seeds)  # confirmation runs are never pruned
             assert {t.lr for t in seeds} == {s.best_lrs[(opt, b)]}
@@ -159,7 +159,7 @@ def test_the_searcher_runs_at_most_the_spec_s_trials_and_its_tokens_are_counted(
         assert once.trials == len(spec.cells()) * (bench.GRID_POINTS + spec.seeds) == len(once.results)
         assert once.tokens == once.recorded_tokens
         for grid in (g, once):
-            assert all(t.tokens == budget for t in grid.results if t.status == "completed" and t.role == "seed")
+            assert all(t.tokens == budget for t in grid.results if t.status == "completed" and t.role == "confirm")
             assert {t.status for t in grid.results} <= {"completed", "diverged"}
         assert 0 < s.tokens < once.tokens < g.tokens
         for opt in spec.optimizer_names:
@@ -177,7 +177,7 @@ def test_the_grid_judges_each_lr_by_its_seed_mean(bench: ModuleType, simulated: 
         means = [t for t in entries if t.role == "search"]
         assert [t.lr for t in means] == pytest.approx(bench.grid_lrs(spec.lr.min, spec.lr.max))
         best = o.grid.best_lrs[(opt, b)]
-        runs = [t for t in entries if t.role == "seed"]
+        runs = [t for t in entries if t.role == "confirm"]
         at_best = [t for t in runs if t.lr == best]
         assert sorted(t.seed for t in at_best) == list(range(1, spec.seeds + 1))
         m = next(t for t in means if t.lr == best)
@@ -210,7 +210,7 @@ def test_the_noise_ceiling_trains_only_at_the_true_best_lr(bench: ModuleType, si
     outcomes, spec = simulated
     for o in outcomes:
         for opt, b in spec.cells():
-            runs = [t for t in o.oracle.results if (t.optimizer, t.batch_size, t.role) == (opt, b, "seed")]
+            runs = [t for t in o.oracle.results if (t.optimizer, t.batch_size, t.role) == (opt, b, "confirm")]
             assert len(runs) == bench.ORACLE_SEEDS and all(t.status == "completed" for t in runs)
             assert {t.lr for t in runs} == {o.problem.best_lr(opt, b)} == {o.oracle.best_lrs[(opt, b)]}
     # without seed noise it knows the truth

@@ -67,7 +67,9 @@ def test_a_rehearsal_writes_the_report_a_sweep_writes_with_the_known_answer() ->
         assert run.eval_tokens[-1] == spec.trained_tokens
         assert all(t % train.tokens_per_step == 0 for t in run.eval_tokens)
         assert list(run.eval_tokens) == sorted(set(run.eval_tokens))
-    assert {r.seed for r in seen if r.role == "seed"} == {1, 2} and {r.seed for r in seen if r.role == "search"} == {0}
+    assert {r.seed for r in seen if r.role == "confirm"} == {1, 2} and {r.seed for r in seen if r.role == "search"} == {
+        0
+    }
     # tokens: every trial's, as trained; with pruning some stopped early, none trained past the budget
     assert result.tokens_trained == sum(t.tokens for t in result.results)
     assert result.tokens_trained <= result.trials * spec.trained_tokens

@@ -48,7 +48,7 @@ def rows(samples: dict[int, list[float]], lr: float = 1e-3) -> list[TrialResult]
     out = []
     for b, losses in samples.items():
         out.append(TrialResult("adamw", b, lr, 0, "search", "completed", min(losses), 1, 1, number=0))
-        out += [TrialResult("adamw", b, lr, s + 1, "seed", "completed", v, 1, 1) for s, v in enumerate(losses)]
+        out += [TrialResult("adamw", b, lr, s + 1, "confirm", "completed", v, 1, 1) for s, v in enumerate(losses)]
     return out
 
 
@@ -202,9 +202,9 @@ def test_a_cell_unstable_at_every_lr_trained_is_degraded_and_a_fine_one_above_it
     # batch 16: seed 2 diverged at the best lr, and at the lower lr the search also trained (so there was
     # a retreat, and seed 2 diverged there too): no lr stable for every seed, a degradation
     results = [r for r in results if not (r.batch_size == 16 and r.seed == 2)]
-    results.append(TrialResult("adamw", 16, 1e-3, 2, "seed", "diverged", None, 1, 1))
+    results.append(TrialResult("adamw", 16, 1e-3, 2, "confirm", "diverged", None, 1, 1))
     results.append(TrialResult("adamw", 16, 5e-4, 0, "search", "completed", 3.2, 1, 2))
-    results.append(TrialResult("adamw", 16, 5e-4, 2, "seed", "diverged", None, 1, 3))
+    results.append(TrialResult("adamw", 16, 5e-4, 2, "confirm", "diverged", None, 1, 3))
     report = build_report(results, spec=spec_of(seeds=3, batches=(8, 16, 32)))
     # 32 is fine by its own interval, but not claimed past the degraded 16: it contradicts monotonicity
     assert cells(report) == {8: "fine", 16: "degraded", 32: "undecided"}
@@ -348,10 +348,10 @@ def test_the_report_judges_the_retreated_lr_and_names_where_it_came_from() -> No
         for i, (lr, loss) in enumerate([(1e-3, 3.2), (2e-3, 3.1), (4e-3, 3.05)])
     ]
     results += [
-        TrialResult("adamw", 8, 4e-3, 1, "seed", "completed", 3.04, 1, 1),
-        TrialResult("adamw", 8, 4e-3, 2, "seed", "diverged", None, 1, 1),
-        TrialResult("adamw", 8, 2e-3, 1, "seed", "completed", 3.1, 1, 1),
-        TrialResult("adamw", 8, 2e-3, 2, "seed", "completed", 3.11, 1, 1),
+        TrialResult("adamw", 8, 4e-3, 1, "confirm", "completed", 3.04, 1, 1),
+        TrialResult("adamw", 8, 4e-3, 2, "confirm", "diverged", None, 1, 1),
+        TrialResult("adamw", 8, 2e-3, 1, "confirm", "completed", 3.1, 1, 1),
+        TrialResult("adamw", 8, 2e-3, 2, "confirm", "completed", 3.11, 1, 1),
     ]
     cell = build_report(results, spec=spec_of(batches=(8,))).optimizers["adamw"].cells[0]
     assert cell.best_lr == 2e-3 and cell.retreated_from_lr == 4e-3
@@ -378,7 +378,7 @@ def retreat_sweep(searched: int, seeds: Any) -> tuple[SweepSpec, dict[int, float
     chosen: dict[int, float] = {}
 
     def objective(run: Run) -> list[float]:
-        if run.role == "seed":
+        if run.role == "confirm":
             chosen.setdefault(run.batch_size, run.lr)
         u = math.log(run.lr / lr_star)
         final = 3.0 + 0.05 * u * u
@@ -460,7 +460,7 @@ def test_a_cell_probes_just_below_a_diverged_confirmation_lr_where_the_search_le
         assert len(probes) == 1 and probes[0].status == "completed"
         assert cell.best_lr == pytest.approx(probes[0].lr) and cell.stable and cell.seeds == 2
         # no confirmation run went to the far lr while the probe ran: 4 search, 2 diverged, the probe, 2 seeds
-        assert cell.trials == 9 and all(t.lr > 5e-3 for t in result.results if t.role == "seed")
+        assert cell.trials == 9 and all(t.lr > 5e-3 for t in result.results if t.role == "confirm")
 
 
 def test_a_degraded_verdict_checked_at_a_second_lr_is_judged_by_the_better_of_the_two() -> None:
@@ -491,7 +491,7 @@ def test_a_degraded_verdict_checked_at_a_second_lr_is_judged_by_the_better_of_th
 
     def checked(second: float) -> Any:
         runs = [
-            TrialResult("adamw", 32, 1.3e-3, s + 1, "seed", "completed", second + e, 1, 1)
+            TrialResult("adamw", 32, 1.3e-3, s + 1, "confirm", "completed", second + e, 1, 1)
             for s, e in enumerate(seed_effect)
         ]
         return build_report(results + runs, spec=spec_of(seeds=4, batches=(8, 16, 32)))
@@ -585,9 +585,9 @@ def test_a_cell_at_a_cliff_is_judged_at_the_better_of_the_search_s_best_two_lrs(
 
     def seeds(lr: float, mean: float, diverged: int | None = None) -> list[TrialResult]:
         return [
-            TrialResult("adamw", 32, lr, s, "seed", "diverged", None, 1, 1)
+            TrialResult("adamw", 32, lr, s, "confirm", "diverged", None, 1, 1)
             if s == diverged
-            else TrialResult("adamw", 32, lr, s, "seed", "completed", mean + e, 1, 1)
+            else TrialResult("adamw", 32, lr, s, "confirm", "completed", mean + e, 1, 1)
             for s, e in enumerate(seed_effect, start=1)
         ]
 
@@ -643,7 +643,7 @@ def test_a_sweep_whose_best_lr_sits_at_a_cliff_runs_its_seeds_at_the_search_s_be
     best, second = 5.68365e-3, 4.4814e-3
     diverged = sorted(t.lr for t in result.results if t.role == "search" and t.status == "diverged")
     assert diverged == [pytest.approx(7.20843e-3, rel=1e-5), pytest.approx(1.15949e-2, rel=1e-5)]
-    seeds = sorted((round(t.lr, 8), t.seed, t.status) for t in result.results if t.role == "seed")
+    seeds = sorted((round(t.lr, 8), t.seed, t.status) for t in result.results if t.role == "confirm")
     stable = edge == 6e-3
     assert seeds == [
         (round(second, 8), 1, "completed"),
@@ -681,11 +681,11 @@ def test_the_bracket_in_words() -> None:
 def test_missing_confirmation_runs_leave_a_batch_size_undecided_not_degraded() -> None:
     """A retreat the cell's budget had no room for (or a cancelled sweep): no evidence either way."""
     samples = {8: [3.0, 3.01, 3.0], 16: [3.0, 3.01, 3.0]}
-    results = [r for r in rows(samples) if not (r.batch_size == 16 and r.role == "seed")]
+    results = [r for r in rows(samples) if not (r.batch_size == 16 and r.role == "confirm")]
     # batch 16: its confirmation at 1e-3 diverged; the search's lower lr is where it retreated, unconfirmed
     results += [
         TrialResult("adamw", 16, 5e-4, 0, "search", "completed", 3.2, 1, 1, number=1),
-        TrialResult("adamw", 16, 1e-3, 1, "seed", "diverged", None, 1, 1),
+        TrialResult("adamw", 16, 1e-3, 1, "confirm", "diverged", None, 1, 1),
     ]
     report = build_report(results, spec=spec_of(seeds=3, batches=(8, 16)))
     cell = report.optimizers["adamw"].cells[1]

@@ -95,7 +95,7 @@ def test_a_batch_size_degraded_only_by_its_warmup_is_fine_once_warmup_is_searche
         steps = max(1, round(LONG / (r.batch_size * 32)))
         assert r.warmup_tokens == steps * r.batch_size * 32
     for t in searched.results:
-        if t.role == "seed":
+        if t.role == "confirm":
             assert t.warmup == best[(t.optimizer, t.batch_size)].warmup
     # the warm-up runs are the spec's counted trials: the cap and the price include them
     # (and one more search trial at each optimizer's reference)
@@ -157,9 +157,9 @@ def test_the_report_judges_a_cell_by_its_confirmation_runs_at_the_chosen_warmup_
         result("search", 3.5, warmup=0.05, lr=1e-2, number=1),
         result("warmup", 2.9, warmup=0.2, number=2),
         result("warmup", None, warmup=0.5, status="diverged", number=3),
-        result("seed", 2.95, warmup=0.2, seed=1),
-        result("seed", 2.97, warmup=0.2, seed=2),
-        result("seed", 3.4, warmup=0.05, seed=1),  # at the spec's own warm-up (before a resume changed it)
+        result("confirm", 2.95, warmup=0.2, seed=1),
+        result("confirm", 2.97, warmup=0.2, seed=2),
+        result("confirm", 3.4, warmup=0.05, seed=1),  # at the spec's own warm-up (before a resume changed it)
     ]
     cell = build_report(trials, spec=spec).optimizers["adamw"].cells[0]
     assert cell.warmup == 0.2 and cell.best_lr == 1e-3
@@ -167,7 +167,7 @@ def test_the_report_judges_a_cell_by_its_confirmation_runs_at_the_chosen_warmup_
     assert cell.val_losses == [2.95, 2.97] and cell.stable is True
     # the diverged warm-up run says the warm-up is too long at that lr, not that the batch size is unstable
     trials[2] = result("warmup", 3.2, warmup=0.2, number=2)
-    cell = build_report(trials[:4] + [result("seed", 3.01, warmup=0.05, seed=s) for s in (1, 2)], spec=spec)
+    cell = build_report(trials[:4] + [result("confirm", 3.01, warmup=0.05, seed=s) for s in (1, 2)], spec=spec)
     assert cell.optimizers["adamw"].cells[0].warmup == 0.05
     assert cell.optimizers["adamw"].cells[0].val_losses == [3.01, 3.01]
 
@@ -210,8 +210,8 @@ def test_warmup_runs_come_after_the_lr_search_and_a_resume_repeats_none(tmp_path
     resumed.on_trial_complete("w2", done(None, status="diverged"))
     seeds = [resumed.suggest("s1"), resumed.suggest("s2")]
     assert [(c["role"], c["seed"], c["warmup"], c["lr"]) for c in seeds] == [
-        ("seed", 1, 0.2, best_lr),
-        ("seed", 2, 0.2, best_lr),
+        ("confirm", 1, 0.2, best_lr),
+        ("confirm", 2, 0.2, best_lr),
     ]
     assert seeds[0]["train"]["schedule"]["warmup_fraction"] == 0.2
     resumed.on_trial_complete("s1", done(2.95))
@@ -350,7 +350,7 @@ def test_a_retreat_after_a_diverged_confirmation_tries_the_warmups_again_only_wi
         assert (warm["role"], warm["warmup"]) == ("warmup", 0.2)
         s.on_trial_complete("w", done(2.9))
         seed = s.suggest("s")
-        assert (seed["role"], seed["lr"], seed["warmup"]) == ("seed", warm["lr"], 0.2)
+        assert (seed["role"], seed["lr"], seed["warmup"]) == ("confirm", warm["lr"], 0.2)
         s.on_trial_complete("s", done(None, status="diverged"))  # too high at that lr: retreat
         runs = []
         while (c := s.suggest(f"r{len(runs)}")) not in (None, Searcher.FINISHED):
@@ -364,11 +364,11 @@ def test_a_retreat_after_a_diverged_confirmation_tries_the_warmups_again_only_wi
     cell = s.states()["adamw/bs4"]
     assert cell.best_lr < high and [(r["role"], r["lr"]) for r in runs] == [  # type: ignore[operator]
         ("warmup", cell.best_lr),
-        ("seed", cell.best_lr),
+        ("confirm", cell.best_lr),
     ]
     assert len(cell.read.all_trials) == 7 + 1 + 1  # the cell's budget: search, the other warm-up, seeds
     # 5 of 6 ran: the one left goes to the confirmation run, at the spec's own warm-up
     s, high, runs = sweep(5)
-    assert [(r["role"], r["warmup"]) for r in runs] == [("seed", 0.05)]
+    assert [(r["role"], r["warmup"]) for r in runs] == [("confirm", 0.05)]
     cell = s.states()["adamw/bs4"]
     assert cell.confirmed == [3.05] and len(cell.read.all_trials) == 6 + 1 + 1
