@@ -131,7 +131,7 @@ def test_a_trial_survives_losing_its_node_and_a_new_node_is_used(
         Tag.role.value,
     )
     trial_runs = [r for r in runs if r[1] in (Role.search, Role.confirm)]
-    assert sorted(r[1] for r in trial_runs) == ["search", "search", "confirm"], runs
+    assert sorted(r[1] for r in trial_runs) == ["confirm", "search", "search"], runs
     tags_of = {r[0]: dict(mlflow_rows(db, "SELECT key, value FROM tags WHERE run_uuid = ?", r[0])) for r in trial_runs}
     (search_run,) = [run for run, t in tags_of.items() if t.get(Tag.restarts, "0") != "0"]  # the one restarted
     tags = tags_of[search_run]
