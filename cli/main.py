@@ -21,38 +21,30 @@ Client of the HTTP service (--url or $SWEEPS_URL, --token or $SWEEPS_TOKEN):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
-
-from sweeps.status import FINAL_SWEEP_STATUSES, RESULT_STATUSES, SweepStatus
 
 if TYPE_CHECKING:  # each command imports these where it needs them (the report models load scipy)
-    from sweeps.analysis import Report
     from sweeps.progress import DriverProgress
-    from sweeps.progress import Progress as SweepProgress
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Batch-size sweeps: how large can the batch get?")
-console = Console()
-err = Console(stderr=True)
-
-
-@app.callback()
-def _entry() -> None:
-    """Before any command: a Ray cluster this process starts or joins on this machine is on loopback only,
-    with token auth (worker/local_ray.py; it must come before ray is imported)."""
-    from worker.local_ray import use_local_ray
-
-    use_local_ray()
+import cli.client  # noqa: F401  (registers the service client's commands on the app)
+from cli.common import (
+    _GPU,
+    _MFU,
+    _PEAK,
+    _leaders,
+    _print_cost,
+    _print_report,
+    _print_study,
+    app,
+    console,
+    err,
+)
 
 
 def _load_spec(path: Path) -> Any:
@@ -326,11 +318,6 @@ def _print_law(laws: list[Any]) -> None:
             console.print(f"  lr: no law: {law.no_lr}")
 
 
-_GPU = typer.Option(None, "--gpu", help="GPU to price on (default H100; see worker/hardware.py for the table)")
-_MFU = typer.Option(None, "--mfu", help="model FLOPs utilisation to assume, in (0, 1] (default 0.4)")
-_PEAK = typer.Option(None, "--peak-tflops", help="the GPU's dense bf16 peak in TFLOP/s (overrides the table)")
-
-
 @app.command()
 def price(
     spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
@@ -362,35 +349,6 @@ def price(
         console.print_json(data=cost)
     else:
         _print_cost(spec.name, cost)
-
-
-def _si(n: float) -> str:
-    """7.77e12 -> '7.77T' (tokens, parameters): K, M, B, T."""
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:g}"
-
-
-def _hours(h: float) -> str:
-    return f"{h:,.0f}" if h >= 10 else f"{h:.3g}"
-
-
-def _span(r: dict[str, float], fmt: Any) -> str:
-    """A cost range as text: one value, or min - max (adaptive seeds)."""
-    return fmt(r["max"]) if r["min"] == r["max"] else f"{fmt(r['min'])} - {fmt(r['max'])}"
-
-
-def _is_study_file(path: Path, kind: str) -> bool:
-    """`path` holds a study (it has `scales`), read as the service will read it; False where it does not parse
-    (the service names what is wrong)."""
-    from sweeps.spec import SpecLoadError, parse_document
-    from sweeps.study import is_study
-
-    try:
-        return is_study(parse_document(path.read_text(encoding="utf-8"), "json" if kind.endswith("json") else "yaml"))
-    except (OSError, UnicodeDecodeError, SpecLoadError):
-        return False
 
 
 def _load_study(path: Path) -> Any:
@@ -436,58 +394,6 @@ def _price_study(study: Any, config: Any, as_json: bool) -> None:
     )
 
 
-def _print_study(name: str, priced: dict[str, Any]) -> None:
-    """A study's price (`POST /studies/dry-run`'s answer, or the same built here) as a table."""
-    confirmation = priced.get("confirmation")  # its sweep comes from the fitted law: priced at the most it can train
-    sweeps = f"{len(priced['sweeps'])} sweeps{' and its confirmation' if confirmation else ''}"
-    table = Table(title=f"{name}: a study of {sweeps}, priced before it runs", title_justify="left")
-    for column in ("sweep", "model", "tokens a trial", "trials", "GPU-hours"):
-        table.add_column(column, justify="right" if column != "sweep" else "left")
-    rows = [(s, "") for s in priced["sweeps"]] + ([(confirmation, " (confirmation, at most)")] if confirmation else [])
-    for s, label in [*rows, (priced["target"], " (what the study replaces)")]:
-        hours = _span(s["cost"]["gpu_hours"], _hours)
-        trials = _span(s["cost"]["trials"], lambda n: f"{n:,}")
-        table.add_row(s["name"] + label, s["model"], f"{s['trained_tokens']:.3g}", trials, hours)
-    console.print(table)
-    ratio = priced["ratio"]
-    console.print(
-        f"the scales: {_span(priced['gpu_hours'], _hours)} GPU-hours, "
-        f"{ratio['max']:.2f} of the sweep at the target ({ratio['min']:.2f} at the fewest trials of each)"
-    )
-    if confirmation:
-        console.print(
-            f"confirmation (at most): {_hours(confirmation['cost']['gpu_hours']['max'])} GPU-hours more, the target's "
-            "spec at the reference and the sizes its predictions can pick"
-        )
-
-
-def _print_cost(name: str, c: dict[str, Any]) -> None:
-    """The dry run's `cost` (sweeps.cost.SweepCost as JSON) as a table."""
-    hours = _span(c["gpu_hours"], _hours)
-    table = Table(title=f"{name}: cost before it runs", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    peak = f"{c['peak_flops'] / 1e12:g} TFLOP/s dense bf16 ({'given' if c['peak_from'] == 'peak_tflops' else 'table'})"
-    table.add_row("GPU", f"{c['gpu']}: {peak}, at MFU {c['mfu']:g}")
-    table.add_row(
-        "model",
-        f"{_si(c['parameters'])} parameters ({_si(c['flop_parameters'])} in 6N); "
-        f"{c['training_flops_per_token'] / 1e9:.3g} GFLOP per trained token (6N + 12 L T d)",
-    )
-    table.add_row("trials", f"{_span(c['trials'], str)} ({c['search_trials']} of them lr search)")
-    table.add_row("tokens per trial", _si(c["trained_tokens"]))
-    pruned = f"; pruning can cut up to {_si(c['prunable_training_tokens'])} of it" if c["pruning"] else ""
-    table.add_row("training tokens", f"{_span(c['training_tokens'], _si)}{pruned}")
-    table.add_row(
-        "evaluation tokens", f"{_span(c['evaluation_tokens'], _si)} ({_span(c['evaluations'], str)} evaluations)"
-    )
-    table.add_row("model FLOPs", _span(c["total_flops"], lambda f: f"{f:.3g}"))
-    table.add_row("GPU-hours", f"[bold]{hours}[/]" + (" (upper bound)" if c["pruning"] else ""))
-    console.print(table)
-    for note in c.get("notes", []):
-        console.print(f"  [dim]{note}[/]")
-
-
 @app.command()
 def plots(
     sweep_id: str = typer.Argument(..., help="the sweep id (its MLflow experiment name)"),
@@ -509,396 +415,6 @@ def plots(
     console.print(
         f"logged under figures/ of the summary run of MLflow experiment [bold]{sweep_id}[/] ({runtime.tracking_uri})"
     )
-
-
-def _leaders(progress: SweepProgress) -> str:
-    """The last cells' val loss so far: the confirmation runs' mean once there is one, else the
-    search's minimum, marked as such (it is biased low)."""
-    leaders = []
-    for c in progress.cells:
-        if c.confirmed_val_loss_mean is not None:
-            leaders.append(f"{c.cell} {c.confirmed_val_loss_mean:.3f}")
-        elif c.search_best_val_loss is not None:
-            leaders.append(f"{c.cell} {c.search_best_val_loss:.3f} (search)")
-    return "val loss so far: " + (", ".join(leaders[-4:]) or "-")
-
-
-def _print_report(report: dict[str, Any] | Report) -> None:
-    """The report's cells and answer as tables: a sweep's `Report`, or its JSON read through the model
-    (`sweeps.analysis.read_report`: a newer writer's added top-level keys are left out); JSON that does not
-    match is refused by name (exit 2), never half printed."""
-    from pydantic import ValidationError
-
-    from sweeps.analysis import describe_bracket, read_report
-    from sweeps.report import describe_noise
-
-    try:
-        r = read_report(report)
-    except ValidationError as exc:
-        version = report.get("schema_version") if isinstance(report, dict) else None
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the report"
-        err.print(
-            f"[red]not a report of this version (schema_version {version!r}):[/] "
-            f"{where}: {first['msg']} ({exc.error_count()} problems)"
-        )
-        raise typer.Exit(2) from None
-    for name, opt in r.optimizers.items():
-        t = Table(title=f"{name}", title_justify="left")
-        for col in (
-            "batch", "best lr", "val loss (mean of confirmations)", "95% CI", "seeds", "trials c/p/d/f", "lr at edge",
-            "stable",
-        ):  # fmt: skip
-            t.add_column(col)
-        searched = any(c.warmups_tried for c in opt.cells)  # schedule.warmup_search: each cell's winner
-        if searched:
-            t.add_column("warm-up")
-        for c in opt.cells:
-            lo, hi = c.val_loss_ci95
-            warmup = [f"{c.warmup:g}" if c.warmup is not None else "-"] if searched else []
-            t.add_row(
-                str(c.batch_size),
-                f"{c.best_lr:.2e}" if c.best_lr else "-",
-                f"{c.val_loss_mean:.4f}" if c.val_loss_mean is not None else "-",
-                f"[{lo:.4f}, {hi:.4f}]" if lo is not None and hi is not None else "-",
-                str(c.seeds),
-                "/".join(str(getattr(c.trial_status, k)) for k in RESULT_STATUSES),
-                "yes" if c.lr_at_edge else "",
-                {True: "yes", False: "[red]no[/]", None: "-"}[c.stable],
-                *warmup,
-            )
-        console.print(t)
-        for st in opt.search_steps:  # a search of the batch axis: the sizes in the order chosen
-            seeds = f", {st.seeds_added} more seeds" if st.seeds_added else ""
-            console.print(f"  {st.order}. bs={st.batch_size} {st.chosen}: {st.why}{seeds}")
-        for c in opt.cells:
-            if c.unstable_reason:
-                console.print(f"[yellow]{name} bs={c.batch_size}:[/] {c.unstable_reason}")
-    if r.warmup:
-        console.print(f"warm-up: {r.warmup}")
-    answer = Table(
-        title=f"largest degradation-free batch size (tolerance {r.tolerance:.1%}, reference batch {r.reference_batch_size})"
-        f": decided with 95% confidence, and the point estimate",
-        title_justify="left",
-    )
-    for col in ("optimizer", "vs itself: decided", "estimate", f"vs {r.baseline}: decided", "estimate"):
-        answer.add_column(col)
-    for name, opt in r.optimizers.items():
-        ans = opt.largest_degradation_free_batch_size
-        answer.add_row(
-            name,
-            describe_bracket(opt.bracket.self),
-            str(ans.self if ans.self is not None else "none"),
-            describe_bracket(opt.bracket.baseline),
-            str(ans.baseline if ans.baseline is not None else "none"),
-        )
-    console.print(answer)
-    for name, opt in r.optimizers.items():  # where the seeds cannot tell the answer from its neighbour
-        for ref, against in (("self", "itself"), ("baseline", r.baseline)):
-            if (noise := describe_noise(opt, ref)) and not (ref == "baseline" and name == r.baseline):
-                console.print(f"{name} vs {against}: {noise} (more seeds at those sizes would decide it)")
-    if r.verdict_rule:
-        console.print(f"[dim]{r.verdict_rule}[/]")
-    for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-
-
-# --------------------------------------------------------------------------------------------------
-# Client of the HTTP service (service/): submit, list, status, cancel, report; and serve to start it
-# --------------------------------------------------------------------------------------------------
-
-_URL = typer.Option("http://127.0.0.1:8000", "--url", envvar="SWEEPS_URL", help="service URL")
-_TOKEN = typer.Option(None, "--token", envvar="SWEEPS_TOKEN", help="bearer token (see SWEEPS_TOKENS of the service)")
-_FINAL = tuple(FINAL_SWEEP_STATUSES)
-
-
-def _client(url: str, token: Optional[str]) -> Any:
-    import httpx
-
-    if not token:
-        err.print("[red]no token:[/] pass --token or set SWEEPS_TOKEN")
-        raise typer.Exit(2)
-    return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=30)
-
-
-def _call(client: Any, method: str, path: str, **kw: Any) -> Any:
-    """The response of a successful call; an error answer is printed (code, message, fields) and exits."""
-    import httpx
-
-    try:
-        resp = client.request(method, path, **kw)
-    except httpx.TransportError as exc:
-        err.print(f"[red]cannot reach the service at {client.base_url}:[/] {exc}")
-        raise typer.Exit(3) from None
-    if resp.is_success:
-        return resp
-    try:
-        e = resp.json()["error"]
-        err.print(f"[red]{resp.status_code} {e['code']}:[/] {e['message']}")
-        for d in e.get("details", []):
-            field, value = d.get("field") or "(spec)", json.dumps(d.get("value"))
-            err.print(f"  [bold]{field}[/]: {d.get('message')} (value: {value})")
-    except (ValueError, KeyError, TypeError):
-        err.print(f"[red]{resp.status_code}:[/] {resp.text[:500]}")
-    raise typer.Exit(2 if resp.status_code == 422 else 1)
-
-
-def _progress_of(s: dict[str, Any]) -> SweepProgress:
-    """The progress of a sweep's JSON (`GET /sweeps/{id}`, its events), read through the driver's model."""
-    from sweeps.progress import Progress as SweepProgress
-
-    return SweepProgress.model_validate(s["progress"])
-
-
-def _progress_line(p: SweepProgress) -> str:
-    return f"{p.trials_done}/{p.trials_total} trials, {p.cells_done}/{p.cells_total} cells"
-
-
-@app.command()
-def submit(
-    spec_path: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
-    watch: bool = typer.Option(False, "--watch", help="follow the progress, then print the answer"),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="validate only and print the cost: nothing is stored or started"
-    ),
-    gpu: Optional[str] = _GPU,
-    mfu: Optional[float] = _MFU,
-    peak_tflops: Optional[float] = _PEAK,
-    idempotency_key: Optional[str] = typer.Option(
-        None, "--idempotency-key", help="a retry with the same key returns the same sweep"
-    ),
-    url: str = _URL,
-    token: Optional[str] = _TOKEN,
-) -> None:
-    """Submit a sweep to the service; prints its id (with --watch: its progress and answer). A study file
-    (sweeps/study.py) is priced by the service with --dry-run; `sweeps study` runs one."""
-    pricing = {k: v for k, v in {"gpu": gpu, "mfu": mfu, "peak_tflops": peak_tflops}.items() if v is not None}
-    if pricing and not dry_run:
-        err.print("[red]--gpu, --mfu and --peak-tflops price a --dry-run;[/] add --dry-run")
-        raise typer.Exit(2)
-    try:
-        body = spec_path.read_bytes()
-    except OSError as exc:
-        err.print(f"[red]cannot read {spec_path}:[/] {exc}")
-        raise typer.Exit(2) from None
-    kind = "application/json" if spec_path.suffix.lower() == ".json" else "application/yaml"
-    headers = {"Content-Type": kind} | ({"Idempotency-Key": idempotency_key} if idempotency_key else {})
-    if _is_study_file(spec_path, kind):
-        if not dry_run:
-            err.print(f"[red]{spec_path} is a study:[/] the service prices one (--dry-run); `sweeps study` runs it")
-            raise typer.Exit(2)
-        with _client(url, token) as client:
-            out = _call(client, "POST", "/studies/dry-run", content=body, headers=headers, params=pricing).json()
-        _print_study(out["study"]["name"], out)
-        from service.verdicts import GpuHoursCaps
-
-        caps = GpuHoursCaps.model_validate(out["caps"])
-        console.print(caps.summary(), style=None if caps.passes else "red", markup=False)
-        return
-    with _client(url, token) as client:
-        params = {"dry_run": "true", **pricing} if dry_run else None
-        resp = _call(client, "POST", "/sweeps", content=body, headers=headers, params=params)
-        out = resp.json()
-        if dry_run:
-            console.print(f"valid: [bold]{out['spec']['name']}[/], {out['cells']} cells, {out['total_trials']} trials")
-            _print_cost(out["spec"]["name"], out["cost"])
-            from service.verdicts import ClusterFit, GpuHoursCaps
-
-            caps = GpuHoursCaps.model_validate(out["caps"])
-            console.print(caps.summary(), style=None if caps.passes else "red", markup=False)
-            if out.get("cluster") is not None:
-                fit = ClusterFit.model_validate(out["cluster"])
-                console.print(fit.summary(), style=None if fit.passes else "red", markup=False)
-            return
-        if not watch:
-            console.print(out["id"])  # bare, for scripts: ID=$(sweeps submit spec.yaml)
-        else:
-            console.print(f"submitted [bold]{out['id']}[/]{' (replayed)' if out['replayed'] else ''}")
-            _watch(client, out["id"])
-
-
-@contextlib.contextmanager
-def _progress_display() -> Iterator[Callable[[dict[str, Any]], None]]:
-    """What --watch shows of each progress event: bars on a terminal; elsewhere (a log file, a pipe) one
-    plain line whenever the progress changed, so `make demo > log` shows the sweep moving."""
-    if not console.is_terminal:
-        last: list[str] = [""]
-
-        def line(s: dict[str, Any]) -> None:
-            p = _progress_of(s)
-            text = f"{s['status']}: {_progress_line(p)}; {_leaders(p)}"
-            if text != last[0]:
-                print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
-                last[0] = text
-
-        yield line
-        return
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as bars:
-        trials = bars.add_task("trials", total=None)
-        cells = bars.add_task("cells", total=None)
-        best = bars.add_task("", total=None, start=False)
-
-        def update(s: dict[str, Any]) -> None:
-            p = _progress_of(s)
-            bars.update(trials, total=p.trials_total, completed=p.trials_done, description=f"trials ({s['status']})")
-            bars.update(cells, total=p.cells_total, completed=p.cells_done)
-            bars.update(best, description=_leaders(p))
-
-        yield update
-
-
-def _watch(client: Any, sweep_id: str) -> None:
-    """Progress from the event stream; reconnects if the service restarts meanwhile."""
-    import httpx
-    from httpx_sse import connect_sse
-
-    final: dict[str, Any] | None = None
-    with _progress_display() as show:
-        failures = 0
-        while final is None:
-            try:
-                # httpx-sse parses the stream (fields, multi-line data, comments) to the SSE spec
-                with connect_sse(
-                    client, "GET", f"/sweeps/{sweep_id}/events", timeout=httpx.Timeout(30, read=None)
-                ) as source:
-                    resp = source.response
-                    if resp.status_code != 200:
-                        resp.read()
-                        _call(client, "GET", f"/sweeps/{sweep_id}")  # prints the error and exits
-                    failures = 0
-                    for sse in source.iter_sse():
-                        if sse.event not in ("progress", "end"):
-                            continue  # the `retry:` hint (and nameless events)
-                        s = sse.json()
-                        if s.get("progress"):
-                            show(s)
-                        if sse.event == "end":
-                            final = s
-                            break
-            except httpx.TransportError as exc:
-                failures += 1
-                if failures > 30:
-                    err.print(f"[red]lost the service:[/] {exc}")
-                    raise typer.Exit(3) from None
-                time.sleep(min(10.0, 0.5 * failures))  # the service may be restarting
-    _print_final(client, final)
-
-
-def _print_final(client: Any, s: dict[str, Any]) -> None:
-    console.print(f"[bold]{s['id']}[/]: {s['status']} ({_progress_line(_progress_of(s))})")
-    if s.get("error"):
-        console.print(f"[red]error:[/] {s['error']}")
-    if s["status"] in (SweepStatus.succeeded, SweepStatus.cancelled):
-        report = client.get(f"/sweeps/{s['id']}/report")
-        if report.is_success:
-            _print_report(report.json())
-    if s.get("mlflow_url"):
-        console.print(f"MLflow: {s['mlflow_url']}")
-    elif s.get("experiment_id"):
-        console.print(f"MLflow experiment id {s['experiment_id']} (name {s['id']})")
-
-
-@app.command("list")
-def list_sweeps(
-    status: Optional[list[str]] = typer.Option(None, "--status", help="only these statuses (repeat the flag)"),
-    limit: int = typer.Option(20, "--limit", min=1, max=100),
-    offset: int = typer.Option(0, "--offset", min=0),
-    url: str = _URL,
-    token: Optional[str] = _TOKEN,
-) -> None:
-    """Your sweeps, newest first."""
-    with _client(url, token) as client:
-        page = _call(client, "GET", "/sweeps", params={"status": status or [], "limit": limit, "offset": offset}).json()
-    t = Table(title=f"sweeps {offset + 1}-{offset + len(page['items'])} of {page['total']}", title_justify="left")
-    for col in ("id", "status", "trials", "cells", "created"):
-        t.add_column(col)
-    for s in page["items"]:
-        p = _progress_of(s)
-        t.add_row(
-            s["id"],
-            s["status"],
-            f"{p.trials_done}/{p.trials_total}",
-            f"{p.cells_done}/{p.cells_total}",
-            s["created_at"][:19],
-        )
-    console.print(t)
-
-
-def _done_of(done: int, total: int | None) -> str:
-    """Runs done against those planned ("3/6"), or done alone ("3") where none are planned yet."""
-    return str(done) if total is None else f"{done}/{total}"
-
-
-@app.command()
-def status(
-    sweep_id: str = typer.Argument(...),
-    as_json: bool = typer.Option(False, "--json", help="print the sweep JSON"),
-    url: str = _URL,
-    token: Optional[str] = _TOKEN,
-) -> None:
-    """A sweep's status and progress: per cell, trials done and the best val loss so far."""
-    with _client(url, token) as client:
-        s = _call(client, "GET", f"/sweeps/{sweep_id}").json()
-    if as_json:
-        console.print_json(data=s)
-        return
-    cancelling = " (cancel requested)" if s["cancel_requested"] and s["status"] not in _FINAL else ""
-    progress = _progress_of(s)
-    console.print(f"[bold]{s['id']}[/]: {s['status']}{cancelling}, {_progress_line(progress)}")
-    console.print(f"created {s['created_at']}, started {s['started_at'] or '-'}, finished {s['finished_at'] or '-'}")
-    t = Table()
-    for col in ("cell", "search", "seeds", "best lr", "search best (biased low)", "confirmed mean", "done"):
-        t.add_column(col)
-    for c in progress.cells:
-        t.add_row(
-            c.cell,
-            _done_of(c.search_done, c.search_total),
-            _done_of(c.seeds_done, c.seeds_total),
-            f"{c.best_lr:.2e}" if c.best_lr else "-",
-            f"{c.search_best_val_loss:.4f}" if c.search_best_val_loss is not None else "-",
-            f"{c.confirmed_val_loss_mean:.4f}" if c.confirmed_val_loss_mean is not None else "-",
-            f"stopped: {c.stopped}" if c.stopped else "yes" if c.finished else "",
-        )
-    console.print(t)
-    if s.get("error"):
-        console.print(f"[red]error:[/] {s['error']}")
-    if s.get("mlflow_url") or s.get("experiment_id"):
-        console.print(f"MLflow: {s.get('mlflow_url') or 'experiment id ' + str(s['experiment_id'])}")
-
-
-@app.command()
-def cancel(sweep_id: str = typer.Argument(...), url: str = _URL, token: Optional[str] = _TOKEN) -> None:
-    """Stop a sweep's Ray work; finished trials are kept and reported."""
-    with _client(url, token) as client:
-        s = _call(client, "POST", f"/sweeps/{sweep_id}/cancel").json()
-    console.print(f"{s['id']}: {s['status']}{'' if s['status'] in _FINAL else ', cancelling'}")
-
-
-@app.command()
-def report(
-    sweep_id: str = typer.Argument(...),
-    out: Optional[Path] = typer.Option(None, "--out", help="also write the report JSON here"),
-    as_json: bool = typer.Option(False, "--json", help="print the report JSON instead of tables"),
-    url: str = _URL,
-    token: Optional[str] = _TOKEN,
-) -> None:
-    """A finished sweep's answer (the service answers 409 while it runs)."""
-    with _client(url, token) as client:
-        rep = _call(client, "GET", f"/sweeps/{sweep_id}/report").json()
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(rep, indent=2))
-    if as_json:
-        console.print_json(data=rep)
-    else:
-        _print_report(rep)
 
 
 @app.command()

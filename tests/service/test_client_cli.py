@@ -156,7 +156,7 @@ def test_without_a_token_the_client_says_so(
 
 
 def test_status_counts_runs_done_against_those_planned_and_only_those() -> None:
-    from cli.main import _done_of
+    from cli.client import _done_of
 
     assert _done_of(3, 6) == "3/6"
     assert _done_of(0, 0) == "0/0"

@@ -10,7 +10,8 @@ from harness import tiny_spec
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from cli.main import _hours, app
+from cli.common import _hours
+from cli.main import app
 from sweeps.cost import price
 from sweeps.study import StudySpec, confirm_bound_spec, confirm_spec, is_study, price_study
 
