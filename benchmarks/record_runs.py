@@ -8,7 +8,9 @@ Every run is the project's own training loop (`worker.loop.train`, one process, 
 on this machine, no Ray: for each configuration of the grid file, each optimizer, batch size, lr and seed,
 the val loss at every evaluation and how the run ended (completed or diverged). Phase 1 trains every grid
 point at `seeds` seeds; phase 2, once a cell's phase 1 is whole, `best_seeds` seeds at its `best_lrs` lrs
-of lowest mean final loss (the noise at the optimum is what decides a boundary). Cells go from the smallest
+of lowest mean final loss (the noise at the optimum is what decides a boundary); phase 3, `truth_seeds` more
+seeds at the same lrs, held out: the truth is judged on them alone and no replayed sweep plays them, so that
+neither a sweep nor the noise ceiling shares the truth's noise. Cells go from the smallest
 batch size up, so a partial recording is whole cells that a sweep of the sizes recorded can replay.
 
 Resumable: each finished run is one line of `benchmarks/real_runs/<config>.jsonl`, written whole (flushed)
@@ -92,7 +94,8 @@ def planned(grid: dict[str, Any], runs: dict[tuple[str, int, float, int], dict[s
             continue
         mean = [sum(final_loss(runs[k]) for k in row) / len(row) for row in keys]
         best = sorted(range(len(lrs)), key=lambda i: mean[i])[: grid["best_lrs"]]
-        for seed in range(grid["seeds"], grid["best_seeds"]):
+        # phase 2's seeds, then phase 3's: `truth_seeds` more at the same lrs, which no replayed sweep plays
+        for seed in range(grid["seeds"], grid["best_seeds"] + grid.get("truth_seeds", 0)):
             for i in best:
                 if math.isfinite(mean[i]) and (key := run_key(opt, b, lrs[i], seed)) not in runs:
                     todo.append(key)

@@ -1,6 +1,7 @@
 """Is the answer right on real training? The sweep's own decisions replayed on recorded runs.
 
     python benchmarks/replay_accuracy.py [--problems 40] [--config nano-t64] [--optimizers adamw,merit]
+                                         [--truth held-out|shared]
 
 The problems are `benchmarks/real_runs/<config>.jsonl`, dense grids of real runs of the project's own
 training loop (`benchmarks/record_runs.py`): their truth nobody here wrote. Each problem draws what users
@@ -9,8 +10,11 @@ sub-range of the recorded one, 1 to 3.5 decades: sometimes missing the optimum),
 2 %), which recorded seeds play the sweep's (`replay_objective`'s seed offset), and the search's sampler
 seed; `sweeps.simulate` sweeps it with the project's default search (2-9 adaptive confirmation seeds).
 Against the truth the grid supports (`Recording.truth`: each cell's best stable lr at its most seeds, the
-analysis's rule), whose own uncertainty is stated: the share of bootstrap resamples of the recorded seeds
-(within each lr) that give the same truth:
+analysis's rule), judged on the seeds held out for it (the recorder's phase 3, `truth_seeds`), which no sweep
+or peer plays, so that none of them shares the truth's noise; its own uncertainty is stated: the share of
+bootstrap resamples of those seeds (within each lr) that give the same truth. `--truth shared` judges it on
+the played seeds instead, as the benchmark did before the recording held any out: the noise ceiling's runs
+are then 8 of the 12 the truth averages.
 
 - right: the report's answer equals the truth, per optimizer and reference (self, baseline), with its Wilson
   95 % interval;
@@ -21,8 +25,8 @@ analysis's rule), whose own uncertainty is stated: the share of bootstrap resamp
   recorded runs at each cell's true best lr (`ceiling_report`), what seed noise alone leaves of the answer;
 - the target per configuration and for all together: right >= max(the grid's + 0.03, the ceiling's - 0.02).
 
-Only batch sizes the recording holds whole (every lr at `seeds` seeds and phase 2 done, for every optimizer
-swept) are drawn from: a partial recording gives smaller problems, said in the output. The last line gives the figures for
+Only batch sizes the recording holds whole (every lr at `seeds` seeds and phases 2 and 3 done, for every
+optimizer swept) are drawn from: a partial recording gives smaller problems, said in the output. The last line gives the figures for
 every configuration together.
 """
 
@@ -65,15 +69,13 @@ def wilson(hits: int, n: int) -> tuple[float, float]:
 
 def whole_cells(rec: Recording, grid: dict[str, Any], optimizers: list[str]) -> list[int]:
     """Batch sizes recorded whole for every optimizer, from the smallest up: every grid lr at `seeds` seeds and
-    phase 2 done (its lrs at `best_seeds`, none part way), so that each cell's truth rests on its many seeds."""
+    phases 2 and 3 done (its best lrs at `best_seeds` + `truth_seeds`, none part way), so that each cell's
+    truth rests on its many held-out seeds."""
+    most = grid["best_seeds"] + grid.get("truth_seeds", 0)
 
     def whole(by_lr: dict[float, dict[int, Any]], points: int) -> bool:
         counts = [len(s) for s in by_lr.values()]
-        return (
-            len(counts) >= points
-            and all(c in (grid["seeds"], grid["best_seeds"]) for c in counts)
-            and grid["best_seeds"] in counts
-        )
+        return len(counts) >= points and all(c in (grid["seeds"], most) for c in counts) and most in counts
 
     sizes = []
     for b in grid["batch_sizes"]:
@@ -120,6 +122,13 @@ def spec_of(name: str, config: dict[str, Any], optimizers: list[str], d: Drawn) 
 
 def subset(rec: Recording, optimizers: list[str], sizes: tuple[int, ...]) -> Recording:
     return Recording({k: v for k, v in rec.cells.items() if k[0] in optimizers and k[1] in sizes})
+
+
+def played_and_truth(rec: Recording, grid: dict[str, Any], truth: str = "held-out") -> tuple[Recording, Recording]:
+    """(the runs sweeps and peers replay, the runs the truth is judged on): the seeds below phase 3's and the
+    held-out ones; with `truth="shared"`, the played seeds both times."""
+    played, held = rec.split(grid["best_seeds"])
+    return (played, played) if truth == "shared" or not held.cells else (played, held)
 
 
 GRID_LRS = 12  # the peer: a 12-lr grid over the user's lr range, each lr at 2 seeds
@@ -194,22 +203,26 @@ def tpe_report(rec: Recording, spec: SweepSpec, seed_offset: int, sampler_seed: 
 ORACLE_SEEDS = 8  # the noise ceiling's runs a cell, at the truth's lr
 
 
-def ceiling_report(rec: Recording, spec: SweepSpec, seed_offset: int) -> tuple[Any, int]:
+def ceiling_report(
+    rec: Recording, spec: SweepSpec, seed_offset: int, truth: Recording | None = None
+) -> tuple[Any, int]:
     """The noise ceiling on the same problem and replayed seeds: every cell trains at the truth's lr
-    (`Recording.best`: its best stable lr at its most seeds, wherever the user's range lies) the sweep's seeds
+    (`truth.best`, `rec.best` without it: its best stable lr at its most seeds, wherever the user's range lies)
+    the sweep's seeds
     1..ORACLE_SEEDS, each played as the sweep's seeds are (seed s: the lr's recorded seed (s + offset) mod n, n
     the seeds recorded there), so ORACLE_SEEDS distinct recorded runs, or all n where the lr has fewer; one
     search entry at that lr (their mean) and the runs as its samples, judged by the same report builder. No
-    run there diverged (the truth's lr is one where none did). A cell with no stable lr gets no runs. The
-    runs are among those the truth averages, so the ceiling shares part of the truth's own noise. Returns the
-    report and the number of cells given fewer than ORACLE_SEEDS runs."""
+    run there diverged (the truth's lr is one where none did). A cell with no stable lr gets no runs. With
+    `truth` the held-out seeds, the ceiling's runs are none of those the truth averages; without it they are
+    among them, and the ceiling shares part of the truth's own noise. Returns the report and the number of
+    cells given fewer than ORACLE_SEEDS runs."""
     from sweeps.analysis import TrialResult, build_report
 
     tokens = spec.trained_tokens
     results: list[TrialResult] = []
     short = 0
     for number, (opt, b) in enumerate(spec.cells()):
-        lr, _ = rec.best(opt, b)
+        lr, _ = (truth or rec).best(opt, b)
         if math.isnan(lr):
             short += 1
             continue
@@ -251,7 +264,9 @@ def truth_agreement(rec: Recording, d: Drawn, optimizers: list[str], resamples: 
     return same / resamples
 
 
-def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems: int) -> dict[str, list[float]] | None:
+def run_config(
+    name: str, grid: dict[str, Any], optimizers: list[str], problems: int, truth_from: str = "held-out"
+) -> dict[str, list[float]] | None:
     from sweeps.simulate import simulate
 
     path = GRID.parent / f"{name}.jsonl"
@@ -260,6 +275,7 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
         return None
     rec = Recording.load(path)
     whole = whole_cells(rec, grid, optimizers)
+    played, held = played_and_truth(rec, grid, truth_from)
     if len(whole) < 2:
         print(f"{name}: fewer than 2 batch sizes recorded whole for {optimizers}; record more")
         return None
@@ -270,11 +286,11 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
     for k in range(problems):
         d = draw(k, whole, lo, hi)
         spec = spec_of(name, grid["configs"][name], optimizers, d)
-        sub = subset(rec, optimizers, d.sizes)
-        truth = sub.truth(d.tolerance, optimizers[0], optimizers)
-        out["truth"].append(truth_agreement(sub, d, optimizers))
+        sub, judge = subset(played, optimizers, d.sizes), subset(held, optimizers, d.sizes)
+        truth = judge.truth(d.tolerance, optimizers[0], optimizers)
+        out["truth"].append(truth_agreement(judge, d, optimizers))
         result = simulate(spec, replay_objective(sub, seed_offset=d.seed), seed=d.seed)
-        ceiling, missing = ceiling_report(sub, spec, d.seed)
+        ceiling, missing = ceiling_report(sub, spec, d.seed, truth=judge)
         short += missing
         peers = {
             "grid": grid_report(sub, spec, d.seed),
@@ -300,7 +316,8 @@ def run_config(name: str, grid: dict[str, Any], optimizers: list[str], problems:
     right = out["right"]
     r_lo, r_hi = wilson(int(sum(right)), len(right))
     print(
-        f"{name}: {problems} problems over batch sizes {whole}; right {statistics.fmean(right):.3f} "
+        f"{name}: {problems} problems over batch sizes {whole}, the truth judged on "
+        f"{'the played' if held is played else 'held-out'} seeds; right {statistics.fmean(right):.3f} "
         f"[{r_lo:.3f}, {r_hi:.3f}] (the 12 x 2 grid {statistics.fmean(out['grid']):.3f}, TPE per cell "
         f"{statistics.fmean(out['tpe']):.3f}), bracket holds the truth {statistics.fmean(out['covered']):.3f} and is tight "
         f"(neighbours) in {statistics.fmean(out['tight']):.3f}, tokens vs the "
@@ -320,13 +337,16 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=40)
     ap.add_argument("--config", action="append")
     ap.add_argument("--optimizers", default="adamw,merit", help="comma-separated; the first is the baseline")
+    ap.add_argument(
+        "--truth", choices=("held-out", "shared"), default="held-out", help="the seeds the truth is judged on"
+    )
     args = ap.parse_args()
     grid = yaml.safe_load(GRID.read_text())
     optimizers = args.optimizers.split(",")
     started = time.perf_counter()
     totals: dict[str, list[float]] = {k: [] for k in FIGURES}
     for name in args.config or list(grid["configs"]):
-        for key, values in (run_config(name, grid, optimizers, args.problems) or {}).items():
+        for key, values in (run_config(name, grid, optimizers, args.problems, args.truth) or {}).items():
             totals[key] += values
     if not totals["right"]:
         raise SystemExit("no configuration is recorded far enough to replay (benchmarks/record_runs.py)")

@@ -20,7 +20,9 @@ answers any (optimizer, batch size, lr, seed) a sweep asks for:
 The truth is the answer the grid supports with the analysis's rule (`largest_degradation_free`): per cell,
 the lowest mean final loss over the recorded lrs at which no seed diverged, and of those only lrs with the
 cell's most seeds (phase 2's `best_seeds`) where any lr has more than the rest, so that the noise of the
-cell's optimum is averaged over many seeds.
+cell's optimum is averaged over many seeds. `Recording.split` separates the seeds a sweep plays from seeds
+held out for the truth (the recorder's phase 3): judged on the held-out ones, the truth shares no noise with
+the runs a sweep or a peer replays.
 """
 
 from __future__ import annotations
@@ -92,6 +94,19 @@ class Recording:
             )
             cells[(run["optimizer"], int(run["batch_size"]))][float(run["lr"])][int(run["seed"])] = rec
         return cls({k: dict(v) for k, v in cells.items()})
+
+    def split(self, held_out_from: int) -> tuple[Recording, Recording]:
+        """(the runs of seeds below `held_out_from`, the runs of the others): the seeds sweeps play, and those
+        held out for the truth. An lr with no run on one side is absent from that side."""
+        played: dict[tuple[str, int], dict[float, dict[int, Recorded]]] = {}
+        held: dict[tuple[str, int], dict[float, dict[int, Recorded]]] = {}
+        for key, by_lr in self.cells.items():
+            for lr, by_seed in by_lr.items():
+                for side, keep in ((played, lambda s: s < held_out_from), (held, lambda s: s >= held_out_from)):
+                    runs = {s: r for s, r in by_seed.items() if keep(s)}
+                    if runs:
+                        side.setdefault(key, {})[lr] = runs
+        return Recording(played), Recording(held)
 
     @property
     def optimizers(self) -> list[str]:

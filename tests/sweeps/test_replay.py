@@ -76,3 +76,14 @@ def test_a_seed_offset_replays_another_recorded_seed(rec: Recording) -> None:
     r = Run("adamw", 4, 0.01, 0, eval_tokens=(1000, 2000))
     assert replay_objective(rec, seed_offset=1)(r) == [4.4, 3.2]  # seed 0 plays recorded seed 1
     assert replay_objective(rec, seed_offset=2)(r) == [4.2, 3.1]  # and recorded seed 2 where 0.01 is exact
+
+
+def test_a_split_keeps_the_truths_held_out_seeds_from_what_a_sweep_replays(rec: Recording) -> None:
+    played, held = rec.split(2)
+    assert sorted(played.cells[("adamw", 4)][0.01]) == [0, 1] and sorted(held.cells[("adamw", 4)][0.01]) == [2]
+    assert sorted(held.cells[("adamw", 4)]) == [0.01]  # only 0.01 has a seed >= 2
+    assert ("adamw", 8) not in held.cells
+    # a sweep's seed 2 plays recorded seed 0 (2 mod the 2 played seeds), never the held-out seed 2
+    assert replay_objective(played)(Run("adamw", 4, 0.01, 2, eval_tokens=(1000, 2000))) == [4.0, 3.0]
+    assert held.best("adamw", 4) == (0.01, 3.1)
+    assert played.best("adamw", 4) == (0.01, pytest.approx(3.1))  # (3.0 + 3.2) / 2 at its 2 seeds

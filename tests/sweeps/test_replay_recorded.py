@@ -87,14 +87,20 @@ def test_the_noise_ceiling_trains_the_truths_lr_at_the_sweeps_replayed_seeds() -
     config, optimizers = "nano-t64", ["adamw", "merit"]
     drawn = replay.Drawn((4, 8), 1e-4, 0.3, 0.01, seed=5)
     spec = replay.spec_of(config, GRID["configs"][config], optimizers, drawn)
-    rec = replay.subset(Recording.load(RUNS / f"{config}.jsonl"), optimizers, drawn.sizes)
-    # adamw at 4 keeps 3 recorded seeds at every lr, so 3 at the truth's lr
+    played, held = replay.played_and_truth(Recording.load(RUNS / f"{config}.jsonl"), GRID)
+    rec, truth = (replay.subset(r, optimizers, drawn.sizes) for r in (played, held))
+    # the truth is judged on the held-out seeds alone, at the played seeds' best lrs
+    for key, by_lr in truth.cells.items():
+        assert set(by_lr) <= set(rec.cells[key])
+        assert all(len(seeds) == GRID["truth_seeds"] and min(seeds) >= GRID["best_seeds"] for seeds in by_lr.values())
+    assert all(max(seeds) < GRID["best_seeds"] for by_lr in rec.cells.values() for seeds in by_lr.values())
+    # adamw at 4 keeps 3 played seeds at every lr, so 3 at the truth's lr
     rec.cells[("adamw", 4)] = {lr: dict(sorted(by_seed.items())[:3]) for lr, by_seed in rec.cells[("adamw", 4)].items()}
-    report, short = replay.ceiling_report(rec, spec, seed_offset=drawn.seed)
+    report, short = replay.ceiling_report(rec, spec, seed_offset=drawn.seed, truth=truth)
     assert short == 1
     for opt in optimizers:
         for cell in report.optimizers[opt].cells:
-            lr = rec.best(opt, cell.batch_size)[0]
+            lr = truth.best(opt, cell.batch_size)[0]
             recorded = rec.cells[(opt, cell.batch_size)][lr]
             seeds = sorted(recorded)
             # seed s plays recorded seed (s + 5) mod n, as in the sweep: 8 distinct runs, or all 3 kept
