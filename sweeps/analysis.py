@@ -76,6 +76,7 @@ __all__ = [
     "describe_bracket",
     "lr_edge_warnings",
     "cells_to_check",
+    "cells_to_decide_ends",
     "cells_to_extend",
     "noise_level",
     "paired_diff_ci",
@@ -400,6 +401,53 @@ def cells_to_extend(
             if undecided:
                 undecided.append((ref_cell, ref_b))
             out.update(cell for cell in undecided if runs[cell] < seeds_max)
+    return sorted(out)
+
+
+def cells_to_decide_ends(
+    report: Report, *, seeds_max: int, references: tuple[str, ...] = ("self", "baseline")
+) -> list[tuple[str, int]]:
+    """More runs where a bracket's end, not the answer, rests on an undecided size (a study's law is fitted
+    from brackets: `sweeps.law`): against each of `references`, the first size whose verdict is not fine
+    where it is undecided and below the answer (it stops the fine claims short of the answer), and, with no
+    size decided degraded, the smallest undecided size above the answer and the next size tested whose mean
+    is outside the tolerance (degradation_free False) and that can still get runs; each with the reference
+    cell it is paired with, unless it already has `seeds_max` runs. The verdicts' levels are those of
+    `cells_to_extend`'s runs: the same planned looks a cell. Sorted, unique."""
+    out: set[tuple[str, int]] = set()
+    ref_b = report.reference_batch_size
+    runs = {
+        (name, c.batch_size): len(c.confirmation_run_ids) for name, opt in report.optimizers.items() for c in opt.cells
+    }
+    for name, opt in report.optimizers.items():
+        cells = sorted(opt.cells, key=lambda c: c.batch_size)
+        for ref, ref_cell in (("self", name), ("baseline", report.baseline)):
+            if ref not in references:
+                continue
+            answer = getattr(opt.largest_degradation_free_batch_size, ref)
+            wanted = []
+            stop = next((c for c in cells if getattr(c.verdict, ref) != "fine"), None)
+            if stop is not None and answer is not None and stop.batch_size < answer:
+                if getattr(stop.verdict, ref) == "undecided" and runs[(name, stop.batch_size)] < seeds_max:
+                    wanted.append((name, stop.batch_size))
+            above = next((c.batch_size for c in cells if answer is None or c.batch_size > answer), None)
+            if above is not None and getattr(opt.bracket, ref).smallest_degraded is None:
+                end = next(
+                    (
+                        c
+                        for c in cells
+                        if c.batch_size > above
+                        and getattr(c.verdict, ref) == "undecided"
+                        and getattr(c.degradation_free, ref) is False
+                        and runs[(name, c.batch_size)] < seeds_max
+                    ),
+                    None,
+                )
+                if end is not None:
+                    wanted.append((name, end.batch_size))
+            if wanted:
+                wanted.append((ref_cell, ref_b))
+            out.update(cell for cell in wanted if runs[cell] < seeds_max)
     return sorted(out)
 
 

@@ -146,6 +146,8 @@ class BatchSearchReport(_Schema):
     against: str  # the reference the search narrowed the bracket against: "baseline" or "self"
     # where it went after the reference (batch_sizes.start: a study's prediction, per optimizer); None: x step
     start: int | dict[str, int] | None = None
+    # more runs where the bracket's ends rest on undecided sizes (a study's sweeps); False in reports before it
+    decide_ends: bool = False
     lattice: list[int]  # every size it could test (the token budget is a multiple of their lcm x seq_len)
     assumption: str
 

@@ -93,7 +93,7 @@ MAX_LR_EXTEND = 100.0
 
 
 class BatchSearchSpec(_Strict):
-    """`batch_sizes: {min, max, resolution, step, against, start}`: search the batch axis instead of a list
+    """`batch_sizes: {min, max, resolution, step, against, start, decide_ends}`: search the batch axis instead of a list
     (sweeps/batch_axis.py). Per optimizer, from the reference `min` up x `step` until a size is
     degraded against `against` (or `max`), then bisection until the largest fine and the smallest
     degraded size are at most `resolution` apart. Sizes come from a lattice fixed in advance
@@ -110,6 +110,10 @@ class BatchSearchSpec(_Strict):
     # law at this scale), then on from there as from any tested size; one size for every optimizer or one
     # per optimizer name (the others step up from min); None: x step up from min
     start: int | dict[str, int] | None = None
+    # once the search is done, more confirmation runs (up to seeds.max, at its levels) where the bracket's
+    # ends rest on undecided sizes (`sweeps.analysis.cells_to_decide_ends`), not only where the answer does:
+    # a study's law is fitted from the brackets (a study's sweeps set it)
+    decide_ends: bool = False
 
     def start_for(self, optimizer: str) -> int | None:
         return self.start.get(optimizer) if isinstance(self.start, dict) else self.start

@@ -141,6 +141,9 @@ class StudySpec(BaseModel):
     def _spec(self, name: str, scale: StudyScale, where: str) -> SweepSpec:
         data = {**self.sweep, "name": name, "model": scale.model.model_dump(exclude_unset=True)}
         data["token_budget"] = scale.token_budget
+        if isinstance(data.get("batch_sizes"), dict):
+            # the law is fitted from the brackets: a search's runs go to their ends too, unless the file says
+            data["batch_sizes"] = {"decide_ends": True, **data["batch_sizes"]}
         try:
             return SweepSpec.from_mapping(data)
         except ValidationError as exc:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from optuna.trial import TrialState
 
-from sweeps.analysis import Report, cells_to_check, cells_to_extend
+from sweeps.analysis import Report, cells_to_check, cells_to_decide_ends, cells_to_extend
 from sweeps.batch_axis import plan_for_reference
 from sweeps.plan import cell_key, coarse_lrs, warm_start_lrs
 from sweeps.search.state import CellState, Run, lr_of
@@ -222,6 +222,8 @@ class _BatchAxis:
         refs = (self.against,)
         self.extend = cells_to_extend(report, seeds_max=spec.seeds_max, references=refs) if spec.seeds_step else []
         self.checks = cells_to_check(report, references=refs) if spec.seeds_step else []
+        decide = spec.seeds_step and self.search.decide_ends
+        self.ends = cells_to_decide_ends(report, seeds_max=spec.seeds_max, references=refs) if decide else []
 
     def decide(self) -> None:
         for opt in self.spec.optimizer_names:
@@ -281,6 +283,9 @@ class _BatchAxis:
             passes=passes,
             start=search.start_for(opt),
         )
+        stopped = d.kind == "done" or (d.kind == "test" and len(self._mine(opt)) >= self.cap)
+        if stopped and look.extend([(o, b) for o, b in self.ends if o == opt or (o, b) == (ref.optimizer, self.ref_b)]):
+            return  # the search is done, its bracket's ends get runs first (`decide_ends`): their verdicts may move it
         if d.kind == "test" and len(self._mine(opt)) >= self.cap:
             look.growth.done_why[opt] = f"stopped at the cap of {self.cap} batch sizes; next would be {d.batch_size}"
         elif d.kind == "test" and (old := look.cell(opt, d.batch_size)) is not None:

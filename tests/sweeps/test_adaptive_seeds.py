@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from spec_helpers import spec_for
 
-from sweeps.analysis import TrialResult, build_report, cells_to_extend
+from sweeps.analysis import TrialResult, build_report, cells_to_decide_ends, cells_to_extend
 from sweeps.spec import SweepSpec
 
 SIGMA, TOL, REF = 0.05, 0.02, 3.0
@@ -102,3 +102,29 @@ def test_a_plain_number_of_seeds_never_extends() -> None:
     assert cells_to_extend(report, seeds_max=6) == [("adamw", 8), ("adamw", 16)]
     assert "Welch 95%" in report.noise_rule
     assert "Bonferroni" in build_report(_rows({8: [3.0, 3.1], 16: [3.06, 3.0]}), spec=_spec(3)).noise_rule
+
+
+def test_a_bracket_s_ends_get_runs_where_they_rest_on_undecided_sizes() -> None:
+    """`cells_to_decide_ends` (a study's search, `batch_sizes.decide_ends`): the first size not fine below the
+    answer, and with no size degraded the smallest undecided one past the answer's two whose mean is out of
+    tolerance, each with its reference; what `cells_to_extend` asks for stays its own."""
+    spec = spec_for(name="ends", batch_sizes=(8, 16, 32, 64, 128), tolerance=0.01, seeds=2, looks=3)
+    ref = [3.0, 3.01, 3.0, 3.01]
+    # 16 undecided at 2 runs stops the fine claims at 8, short of the answer 32; 64 is decided degraded
+    stuck = build_report(
+        _rows({8: ref, 16: [2.95, 3.05], 32: [3.0, 3.01], 64: [3.2, 3.21, 3.2, 3.21], 128: [3.5, 3.5]}), spec=spec
+    )
+    opt = stuck.optimizers["adamw"]
+    assert (opt.bracket.self.largest_fine, opt.bracket.self.smallest_degraded) == (8, 64)
+    assert opt.largest_degradation_free_batch_size.self == 32
+    assert cells_to_decide_ends(stuck, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 16)]
+    assert cells_to_extend(stuck, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 32)]
+    # nothing degraded: 64 (the answer's next) is adaptive confirmation's; the degraded end is 128's to decide
+    samples = {8: ref, 16: ref, 32: [3.04, 3.0, 3.06, 3.0], 64: [3.1, 3.3], 128: [3.3, 3.6]}
+    open_top = build_report(_rows(samples), spec=spec)
+    assert open_top.optimizers["adamw"].bracket.self.smallest_degraded is None
+    assert cells_to_decide_ends(open_top, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 128)]
+    assert cells_to_extend(open_top, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 32), ("adamw", 64)]
+    # at seeds_max nothing more: the ends stay as the runs left them
+    full = build_report(_rows(samples | {128: [3.3, 3.6, 3.2, 3.7, 3.1, 3.8]}), spec=spec)
+    assert cells_to_decide_ends(full, seeds_max=6, references=("self",)) == []
