@@ -38,6 +38,7 @@ import scipy.stats
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "LOG_EXCESS_MAX",
     "SIGMA_FLOOR",
     "Confirmation",
     "bracket_holds",
@@ -60,6 +61,9 @@ __all__ = [
 ]
 
 SIGMA_FLOOR = 0.05  # ln units: the floor's floor, for brackets far narrower than a lattice of powers of 2 gives
+# ln(sigma - floor) at most, in the likelihood: a scatter of e^30 in ln B* says nothing (every bracket's
+# probability is ~0 there), and the optimisers' line searches may step the parameter past a float's range
+LOG_EXCESS_MAX = 30.0
 LEVEL = 0.95
 
 if TYPE_CHECKING:
@@ -178,9 +182,14 @@ def sigma_floor(lo: np.ndarray, hi: np.ndarray) -> float:
     return max(SIGMA_FLOOR, float(np.median(widths)) / math.sqrt(12)) if widths.size else SIGMA_FLOOR
 
 
+def _sigma(lo: np.ndarray, hi: np.ndarray, s: float) -> float:
+    """The scatter, in ln B*, at the fit's last parameter s = ln(sigma - floor) (capped at LOG_EXCESS_MAX)."""
+    return sigma_floor(lo, hi) + math.exp(min(s, LOG_EXCESS_MAX))
+
+
 def _neg_log_likelihood(theta: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
     """theta = (coefficients..., s), sigma = sigma_floor(lo, hi) + exp(s)."""
-    sigma = sigma_floor(lo, hi) + math.exp(theta[-1])
+    sigma = _sigma(lo, hi, float(theta[-1]))
     mean = x @ theta[:-1]
     # ln(Phi(z_hi) - Phi(z_lo)) computed in the tail that keeps its digits: the upper tail's where both z > 0
     z_lo, z_hi = (lo - mean) / sigma, (hi - mean) / sigma
@@ -277,7 +286,7 @@ def fit_batch_law(scales: Sequence[Scale], level: float = LEVEL) -> BatchLaw | s
         tokens_interval=tokens_interval,
         params_exponent=float(theta[2]) if with_params else None,
         params_interval=params_interval,
-        sigma=sigma_floor(lo, hi) + math.exp(float(theta[-1])),
+        sigma=_sigma(lo, hi, float(theta[-1])),
         scales=len(used),
         _data=tuple(used),
         _theta=tuple(float(t) for t in theta),

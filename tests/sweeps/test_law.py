@@ -10,6 +10,7 @@ import pytest
 import scipy.stats
 
 from sweeps.law import (
+    LOG_EXCESS_MAX,
     SIGMA_FLOOR,
     BatchLaw,
     LeaveOneOut,
@@ -63,6 +64,11 @@ def test_the_likelihood_of_a_bracket_exact_values() -> None:
     sigma = 1 / math.sqrt(12) + 0.2
     z = (6.0 / sigma, 7.0 / sigma)
     assert far == pytest.approx(-math.log(scipy.stats.norm.sf(z[0]) - scipy.stats.norm.sf(z[1])), rel=1e-9)
+    # a line search that steps ln(sigma - floor) past a float's range reads the scatter at its cap, e^30: the
+    # open bracket's probability, 1/2 - Phi((ln 32 - ln 40) / sigma) below it, no OverflowError
+    huge = _neg_log_likelihood(np.array([math.log(40.0), 1000.0]), x, np.array([math.log(32)]), np.array([math.inf]))
+    capped = SIGMA_FLOOR + math.exp(LOG_EXCESS_MAX)
+    assert huge == pytest.approx(-math.log(scipy.stats.norm.sf((math.log(32) - math.log(40)) / capped)), rel=1e-12)
 
 
 def test_a_known_law_is_recovered_and_predicts_the_paper_s_scale() -> None:
