@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -405,19 +405,26 @@ def cells_to_extend(
 
 
 def cells_to_decide_ends(
-    report: Report, *, seeds_max: int, references: tuple[str, ...] = ("self", "baseline")
+    report: Report,
+    *,
+    seeds_max: int,
+    references: tuple[str, ...] = ("self", "baseline"),
+    full: Collection[tuple[str, int]] = (),
 ) -> list[tuple[str, int]]:
     """More runs where a bracket's end, not the answer, rests on an undecided size (a study's law is fitted
     from brackets: `sweeps.law`): against each of `references`, the first size whose verdict is not fine
     where it is undecided and below the answer (it stops the fine claims short of the answer), and, with no
     size decided degraded, the smallest undecided size above the answer and the next size tested whose mean
     is outside the tolerance (degradation_free False) and that can still get runs; each with the reference
-    cell it is paired with, unless it already has `seeds_max` runs. The verdicts' levels are those of
-    `cells_to_extend`'s runs: the same planned looks a cell. Sorted, unique."""
+    cell it is paired with, unless it already has `seeds_max` runs. `full`: cells that can get no more runs
+    whatever they have (the search planned `seeds_max` there, some went to a retreat or a check). The
+    verdicts' levels are those of `cells_to_extend`'s runs: the same planned looks a cell. Sorted, unique."""
     out: set[tuple[str, int]] = set()
     ref_b = report.reference_batch_size
     runs = {
-        (name, c.batch_size): len(c.confirmation_run_ids) for name, opt in report.optimizers.items() for c in opt.cells
+        (name, c.batch_size): seeds_max if (name, c.batch_size) in full else len(c.confirmation_run_ids)
+        for name, opt in report.optimizers.items()
+        for c in opt.cells
     }
     for name, opt in report.optimizers.items():
         cells = sorted(opt.cells, key=lambda c: c.batch_size)

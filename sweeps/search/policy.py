@@ -223,7 +223,8 @@ class _BatchAxis:
         self.extend = cells_to_extend(report, seeds_max=spec.seeds_max, references=refs) if spec.seeds_step else []
         self.checks = cells_to_check(report, references=refs) if spec.seeds_step else []
         decide = spec.seeds_step and self.search.decide_ends
-        self.ends = cells_to_decide_ends(report, seeds_max=spec.seeds_max, references=refs) if decide else []
+        full = [(c.optimizer, c.batch_size) for c in look.cells.values() if c.n_seeds >= spec.seeds_max]
+        self.ends = cells_to_decide_ends(report, seeds_max=spec.seeds_max, references=refs, full=full) if decide else []
 
     def decide(self) -> None:
         for opt in self.spec.optimizer_names:

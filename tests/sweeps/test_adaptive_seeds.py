@@ -119,12 +119,18 @@ def test_a_bracket_s_ends_get_runs_where_they_rest_on_undecided_sizes() -> None:
     assert opt.largest_degradation_free_batch_size.self == 32
     assert cells_to_decide_ends(stuck, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 16)]
     assert cells_to_extend(stuck, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 32)]
-    # nothing degraded: 64 (the answer's next) is adaptive confirmation's; the degraded end is 128's to decide
-    samples = {8: ref, 16: ref, 32: [3.04, 3.0, 3.06, 3.0], 64: [3.1, 3.3], 128: [3.3, 3.6]}
+    # nothing degraded: 32 (the answer's next) is adaptive confirmation's; the degraded end is 64's to decide
+    samples = {8: ref, 16: ref, 32: [3.06, 3.02, 3.08, 3.02], 64: [3.1, 3.3], 128: [3.3, 3.6]}
     open_top = build_report(_rows(samples), spec=spec)
     assert open_top.optimizers["adamw"].bracket.self.smallest_degraded is None
-    assert cells_to_decide_ends(open_top, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 128)]
-    assert cells_to_extend(open_top, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 32), ("adamw", 64)]
+    assert open_top.optimizers["adamw"].largest_degradation_free_batch_size.self == 16
+    assert cells_to_decide_ends(open_top, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 64)]
+    assert cells_to_extend(open_top, seeds_max=6, references=("self",)) == [("adamw", 8), ("adamw", 32)]
+    # 64 can get no more runs (the search planned seeds.max there, some went elsewhere): 128 is the end's to decide
+    assert cells_to_decide_ends(open_top, seeds_max=6, references=("self",), full=[("adamw", 64)]) == [
+        ("adamw", 8),
+        ("adamw", 128),
+    ]
     # at seeds_max nothing more: the ends stay as the runs left them
-    full = build_report(_rows(samples | {128: [3.3, 3.6, 3.2, 3.7, 3.1, 3.8]}), spec=spec)
+    full = build_report(_rows(samples | {64: [3.1, 3.3] * 3, 128: [3.3, 3.6] * 3}), spec=spec)
     assert cells_to_decide_ends(full, seeds_max=6, references=("self",)) == []
