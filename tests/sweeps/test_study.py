@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from cli.common import _hours
 from cli.main import app
 from sweeps.cost import price
+from sweeps.spec import SweepSpec
 from sweeps.study import StudySpec, confirm_bound_spec, confirm_spec, is_study, price_study
 
 NANO, MICRO = {"preset": "gpt2-nano", "seq_len": 32}, {"preset": "gpt2-micro", "seq_len": 32}
@@ -46,6 +47,17 @@ def test_the_product_of_models_and_budgets_runs_smallest_first() -> None:
         ("gpt2-micro", 4096),
     ]
     assert is_study(study()) and not is_study(tiny_spec())
+
+
+def test_a_study_s_searches_decide_their_brackets_ends_unless_the_file_says_not() -> None:
+    searched = {"min": 4, "max": 8, "resolution": 2.0}
+    specs = StudySpec.model_validate(study(batch_sizes=searched)).sweep_specs()
+    assert all(x.batch_search is not None and x.batch_search.decide_ends for x in specs)
+    told = StudySpec.model_validate(study(batch_sizes={**searched, "decide_ends": False})).sweep_specs()
+    assert not any(x.batch_search.decide_ends for x in told)  # type: ignore[union-attr]
+    # a sweep on its own, and a study's listed sizes, as before
+    assert not SweepSpec.from_mapping({**tiny_spec(), "batch_sizes": searched}).batch_search.decide_ends  # type: ignore[union-attr]
+    assert all(x.batch_search is None for x in StudySpec.model_validate(study()).sweep_specs())
 
 
 def test_the_scales_are_ordered_by_parameters_at_the_sweeps_vocabulary() -> None:
