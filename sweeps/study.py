@@ -19,6 +19,9 @@ reference, at the size the smaller scales predict for each optimizer (`batch_siz
 with two or more scales behind it, the batch law fitted to their brackets (`sweeps.law`) at this scale; with
 one, that scale's largest size decided fine (the critical batch does not shrink with more tokens).
 
+Each scale's search of the batch axis decides its bracket's ends, not only its answer (`batch_sizes.decide_ends`,
+set here unless the file gives it): the law is fitted from the brackets.
+
 Predict, then confirm (`confirm: true`): after the law, one more sweep at the target trains the reference and,
 per optimizer, the lattice's sizes on each side of the predicted B* (`confirm_spec`): a handful of cells where
 the target's sweep would list them all; its bracket then says whether the prediction held
