@@ -23,7 +23,10 @@ are then 8 of the 12 the truth averages.
 - the peers on the same problem and the same replayed seeds: the grid itself (`grid_report`), per-cell
   TPE with the search's trials and the first confirmation runs (`tpe_report`), and the noise ceiling: 8
   recorded runs at each cell's true best lr (`ceiling_report`), what seed noise alone leaves of the answer;
-- the target per configuration and for all together: right >= max(the grid's + 0.03, the ceiling's - 0.02).
+- the target per configuration and for all together: right >= max(the grid's + 0.03, the ceiling's - 0.02);
+- the stable stratum: the answers whose own truth is the same in >= 90 % of seed resamples, right, the
+  ceiling and the bracket there (a bracket judged against a truth that resampling moves misses where the truth
+  estimate, not the bracket, is off).
 
 Only batch sizes the recording holds whole (every lr at `seeds` seeds and phases 2 and 3 done, for every
 optimizer swept) are drawn from: a partial recording gives smaller problems, said in the output. The last line gives the figures for
@@ -55,7 +58,21 @@ TOLERANCES = (0.005, 0.01, 0.02)
 REFERENCES = ("self", "baseline")
 # per answer (right, covered, tight, grid, tpe, ceiling) or per problem (tokens, truth): what each configuration
 # reports
-FIGURES = ("right", "covered", "tight", "tokens", "truth", "grid", "tpe", "ceiling")
+FIGURES = (
+    "right",
+    "covered",
+    "tight",
+    "tokens",
+    "truth",
+    "grid",
+    "tpe",
+    "ceiling",
+    "right_stable",
+    "covered_stable",
+    "ceiling_stable",
+)
+# an answer's truth counts as pinned down where this share of seed resamples gives the same (the stable stratum)
+STABLE = 0.9
 
 
 def wilson(hits: int, n: int) -> tuple[float, float]:
@@ -243,6 +260,18 @@ def judged(hits: list[float]) -> str:
     return f"{statistics.fmean(hits):.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def stratum(out: dict[str, list[float]]) -> str:
+    """The answers whose own truth is the same in >= STABLE of seed resamples: right and bracket there."""
+    n = len(out["right_stable"])
+    if not n:
+        return f"no answer's truth is stable in >= {STABLE} of seed resamples"
+    return (
+        f"where an answer's truth is stable in >= {STABLE} of seed resamples ({n} of {len(out['right'])} answers): "
+        f"right {judged(out['right_stable'])} (the noise ceiling {judged(out['ceiling_stable'])}), bracket holds the "
+        f"truth {judged(out['covered_stable'])}"
+    )
+
+
 def target_line(out: dict[str, list[float]]) -> str:
     """The issue's target, right >= max(grid + 0.03, ceiling - 0.02), and whether the searcher meets it."""
     right, grid, ceiling = (statistics.fmean(out[k]) for k in ("right", "grid", "ceiling"))
@@ -250,18 +279,25 @@ def target_line(out: dict[str, list[float]]) -> str:
     return f"right >= max(grid + 0.03, ceiling - 0.02) = {target:.3f}: {'met' if right >= target else 'MISSED'}"
 
 
-def truth_agreement(rec: Recording, d: Drawn, optimizers: list[str], resamples: int = 100) -> float:
-    """Share of bootstrap resamples of the recorded seeds (within each lr) whose truth equals the full data's."""
+def truth_agreement(
+    rec: Recording, d: Drawn, optimizers: list[str], resamples: int = 100
+) -> tuple[float, dict[tuple[str, str], float]]:
+    """Share of bootstrap resamples of the recorded seeds (within each lr) whose truth equals the full data's:
+    the whole truth (every optimizer and reference), and each answer's own, by (optimizer, reference)."""
     rng = random.Random(1000 + d.seed)
     full = rec.truth(d.tolerance, optimizers[0], optimizers)
     same = 0
+    each = dict.fromkeys(((o, r) for o in optimizers for r in REFERENCES), 0)
     for _ in range(resamples):
         cells = {
             key: {lr: dict(enumerate(rng.choices(list(seeds.values()), k=len(seeds)))) for lr, seeds in by_lr.items()}
             for key, by_lr in rec.cells.items()
         }
-        same += Recording(cells).truth(d.tolerance, optimizers[0], optimizers) == full
-    return same / resamples
+        truth = Recording(cells).truth(d.tolerance, optimizers[0], optimizers)
+        same += truth == full
+        for o, r in each:
+            each[(o, r)] += truth[o][r] == full[o][r]
+    return same / resamples, {k: v / resamples for k, v in each.items()}
 
 
 def run_config(
@@ -288,7 +324,8 @@ def run_config(
         spec = spec_of(name, grid["configs"][name], optimizers, d)
         sub, judge = subset(played, optimizers, d.sizes), subset(held, optimizers, d.sizes)
         truth = judge.truth(d.tolerance, optimizers[0], optimizers)
-        out["truth"].append(truth_agreement(judge, d, optimizers))
+        stable, stable_each = truth_agreement(judge, d, optimizers)
+        out["truth"].append(stable)
         result = simulate(spec, replay_objective(sub, seed_offset=d.seed), seed=d.seed)
         ceiling, missing = ceiling_report(sub, spec, d.seed, truth=judge)
         short += missing
@@ -309,6 +346,10 @@ def run_config(
                 fine, bad = b.largest_fine, b.smallest_degraded
                 covered = fine is None if t is None else (fine is None or fine <= t) and (bad is None or t < bad)
                 out["covered"].append(int(covered))
+                if stable_each[(opt, ref)] >= STABLE:  # the stratum whose truth the held-out seeds pin down
+                    out["right_stable"].append(out["right"][-1])
+                    out["covered_stable"].append(int(covered))
+                    out["ceiling_stable"].append(out["ceiling"][-1])
                 # decided to neighbouring listed sizes (or to an end of the list)
                 at_fine = -1 if fine is None else d.sizes.index(fine)
                 at_bad = len(d.sizes) if bad is None else d.sizes.index(bad)
@@ -329,6 +370,7 @@ def run_config(
         f"the {ORACLE_SEEDS}-seed noise ceiling {judged(out['ceiling'])}; {target_line(out)}"
         + (f"; {short} cells had fewer than {ORACLE_SEEDS} recorded seeds at the truth's lr" if short else "")
     )
+    print(f"  {name}: {stratum(out)}")
     return out
 
 
@@ -355,7 +397,7 @@ def main() -> None:
         f"{judged(totals['ceiling'])}, the 12x2 grid {judged(totals['grid'])}, TPE per cell {judged(totals['tpe'])}; "
         f"bracket {statistics.fmean(totals['covered']):.3f} (target >= 0.95), tight {statistics.fmean(totals['tight']):.3f}, "
         f"tokens vs the 12x2 grid {statistics.fmean(totals['tokens']):.2f} (target <= 0.5), truth stable "
-        f"{statistics.fmean(totals['truth']):.2f}; {target_line(totals)}"
+        f"{statistics.fmean(totals['truth']):.2f}; {target_line(totals)}; {stratum(totals)}"
     )
 
 
