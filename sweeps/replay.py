@@ -102,10 +102,9 @@ class Recording:
         held: dict[tuple[str, int], dict[float, dict[int, Recorded]]] = {}
         for key, by_lr in self.cells.items():
             for lr, by_seed in by_lr.items():
-                for side, keep in ((played, lambda s: s < held_out_from), (held, lambda s: s >= held_out_from)):
-                    runs = {s: r for s, r in by_seed.items() if keep(s)}
-                    if runs:
-                        side.setdefault(key, {})[lr] = runs
+                for seed, run in by_seed.items():
+                    side = played if seed < held_out_from else held
+                    side.setdefault(key, {}).setdefault(lr, {})[seed] = run
         return Recording(played), Recording(held)
 
     @property

@@ -222,9 +222,10 @@ class _BatchAxis:
         refs = (self.against,)
         self.extend = cells_to_extend(report, seeds_max=spec.seeds_max, references=refs) if spec.seeds_step else []
         self.checks = cells_to_check(report, references=refs) if spec.seeds_step else []
-        decide = spec.seeds_step and self.search.decide_ends
-        full = [(c.optimizer, c.batch_size) for c in look.cells.values() if c.n_seeds >= spec.seeds_max]
-        self.ends = cells_to_decide_ends(report, seeds_max=spec.seeds_max, references=refs, full=full) if decide else []
+        self.ends: list[tuple[str, int]] = []
+        if spec.seeds_step and self.search.decide_ends:
+            full = [(c.optimizer, c.batch_size) for c in look.cells.values() if c.n_seeds >= spec.seeds_max]
+            self.ends = cells_to_decide_ends(report, seeds_max=spec.seeds_max, references=refs, full=full)
 
     def decide(self) -> None:
         for opt in self.spec.optimizer_names:
@@ -284,10 +285,11 @@ class _BatchAxis:
             passes=passes,
             start=search.start_for(opt),
         )
-        stopped = d.kind == "done" or (d.kind == "test" and len(self._mine(opt)) >= self.cap)
-        if stopped and look.extend([(o, b) for o, b in self.ends if o == opt or (o, b) == (ref.optimizer, self.ref_b)]):
+        at_cap = d.kind == "test" and len(self._mine(opt)) >= self.cap
+        ends = [(o, b) for o, b in self.ends if o == opt or (o, b) == (ref.optimizer, self.ref_b)]
+        if (d.kind == "done" or at_cap) and look.extend(ends):
             return  # the search is done, its bracket's ends get runs first (`decide_ends`): their verdicts may move it
-        if d.kind == "test" and len(self._mine(opt)) >= self.cap:
+        if at_cap:
             look.growth.done_why[opt] = f"stopped at the cap of {self.cap} batch sizes; next would be {d.batch_size}"
         elif d.kind == "test" and (old := look.cell(opt, d.batch_size)) is not None:
             # a speculative size dropped before, needed after all: its runs go on
