@@ -13,8 +13,8 @@ Against the truth the grid supports (`Recording.truth`: each cell's best stable 
 analysis's rule), judged on the seeds held out for it (the recorder's phase 3, `truth_seeds`), which no sweep
 or peer plays, so that none of them shares the truth's noise; its own uncertainty is stated: the share of
 bootstrap resamples of those seeds (within each lr) that give the same truth. `--truth shared` judges it on
-the played seeds instead, as the benchmark did before the recording held any out: the noise ceiling's runs
-are then 8 of the 12 the truth averages.
+the played seeds instead: the noise ceiling's runs are then 8 of the 12 the truth averages, and share its
+noise.
 
 - right: the report's answer equals the truth, per optimizer and reference (self, baseline), with its Wilson
   95 % interval;
