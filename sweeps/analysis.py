@@ -257,8 +257,8 @@ def _verdicts(
         return _Judged([None] * len(cells), [None] * len(cells), [None] * len(cells))
     if comparisons is None:
         comparisons = sum(1 for c in cells if not is_ref_cell(c))
-    # a cell confirmed at a second lr is judged at the better of the two (`_check_is_better`): its fine claim
-    # at the level of two, as the choice may fall on either
+    # a cell confirmed at a second lr is judged at the better of the two (`sweeps.cells.second_is_better`):
+    # its fine claim at the level of two, as the choice may fall on either
     lower_level = verdict_level(looks, comparisons)
     ref_by_seed = ref.by_seed
     verdicts: list[Verdict] = []
@@ -281,22 +281,10 @@ def _verdicts(
         else:
             upper_level = verdict_level(looks, 2 if c.check_runs else 1)
             verdict, ci = _paired_verdict(c.by_seed, ref_by_seed, tol, lower_level, upper_level)
-            if _check_is_better(c):  # the better of its two lrs judges the cell
-                checked = {t.seed: t.val_loss for t in c.check_runs}
-                verdict, ci = _paired_verdict(checked, ref_by_seed, tol, lower_level, upper_level)  # type: ignore[arg-type]
         verdicts.append(verdict)
         tested.append(ci is not None)
         intervals.append(ci)
     return _Judged([*fine_in_sequence(verdicts, tested)], intervals, [*verdicts])
-
-
-def _check_is_better(c: Cell) -> bool:
-    """The cell's runs at its second lr judge it: every one completed, and their mean over the seeds both lrs
-    ran is lower than the runs' at its chosen lr."""
-    if not c.check_runs or any(t.status != "completed" for t in c.check_runs):
-        return False
-    both = [(c.by_seed[t.seed], t.val_loss) for t in c.check_runs if t.seed in c.by_seed]
-    return bool(both) and statistics.fmean(b for _, b in both) < statistics.fmean(a for a, _ in both)  # type: ignore[misc]
 
 
 def _paired_verdict(
@@ -343,13 +331,15 @@ def _verdict_rule(looks: int) -> str:
         "look(s)); its upper end at 1 - 0.05 / looks, the fine claims made in a fixed sequence (upward from "
         "the smallest size, stopping at the first size not fine): so that the bracket [largest_fine, "
         "smallest_degraded) holds the answer with at least 95% confidence, assuming that degradation is "
-        "monotone in batch size and that each batch size is judged at the lr it confirmed. A size decided "
-        "degraded at the edge of the answer is confirmed on the same seeds at a second lr (the nearest lr "
-        "the search trained above its own, where that run read within seed noise and within the excess of "
-        "the search's own and seeds.max allows: lr_check; a size whose best lr sits at a stability cliff, at "
-        "the other of the search's best two lrs, unasked) and judged at the better of the two lrs (the lower "
-        "mean on the seeds both ran, every run there completed), its fine claim at 1 - 0.05 / (2 x looks); its loss stays the one at its "
-        "chosen lr. Where none ran, the bracket says its smallest degraded size holds at its chosen lr"
+        "monotone in batch size and that each batch size is judged at the lr it confirmed. The size above "
+        "the answer, while not fine, and its reference, and a size decided degraded at the edge of the "
+        "answer, are confirmed on the same seeds at a second lr (of the nearest lrs the search trained on "
+        "each side of its own, the one whose search run read lower; for the degraded edge, where that run "
+        "read within seed noise and within the excess; where seeds.max allows: lr_check; a size whose best "
+        "lr sits at a stability cliff, at the other of the search's best two lrs, unasked) and judged at the "
+        "better of the two lrs (the lower mean on the seeds both ran, every run there completed: its lr, "
+        "runs and loss are then that lr's), its fine claim at 1 - 0.05 / (2 x looks). Where none ran, the "
+        "bracket says its smallest degraded size holds at its chosen lr"
     )
 
 
@@ -459,40 +449,65 @@ def cells_to_decide_ends(
 
 
 def cells_to_check(report: Report, *, references: tuple[str, ...] = ("self", "baseline")) -> list[tuple[str, int]]:
-    """The (optimizer, batch size) cells whose degraded verdict decides an answer on one lr: against each of
-    `references`, the size above the answer (the smallest when there is none) and the bracket's smallest
-    degraded size, where its verdict is degraded by its interval (not by runs that diverged or failed) and
-    it has a second lr (`sweeps.plan.check_lr`) not tried yet (no check, no run diverged above its lr) where
-    the search's own run read worse than at the cell's lr by less than the sd of the cell's runs and less
-    than its excess over the line. The search confirms them there where the seeds' budget allows. Sorted,
-    unique."""
+    """The (optimizer, batch size) cells whose verdict an answer rests on at one lr, to be confirmed at their
+    second lr (`sweeps.plan.check_lr`) on the same seeds, where they have one not tried yet (no runs there,
+    no run diverged above their lr). Against each of `references`:
+    - the size above the answer (the smallest when there is none) while its interval does not say fine, and
+      the reference cell it is paired with, each where one seed cannot tell its two lrs apart
+      (`_within_noise`): the search chose both lrs from one seed's runs, and an lr off the optimum makes
+      the size read degraded, or the reference too good (on the recorded real runs of
+      benchmarks/replay_accuracy.py every miss rests on such a cell);
+    - the bracket's smallest degraded size, degraded by its interval (not by runs that diverged or failed),
+      where besides the second lr leaves room to read under the line (`_within_reach`).
+    The search confirms them there where the seeds' budget allows. Sorted, unique."""
     out: set[tuple[str, int]] = set()
     for name, opt in report.optimizers.items():
         cells = {c.batch_size: c for c in opt.cells}
         for ref in references:
             answer = getattr(opt.largest_degradation_free_batch_size, ref)
             above = next((b for b in sorted(cells) if answer is None or b > answer), None)
+            ref_cell = _cells_of(report, name if ref == "self" else report.baseline).get(report.reference_batch_size)
             for b in {above, getattr(opt.bracket, ref).smallest_degraded} - {None}:
                 c = cells[b]  # type: ignore[index]
-                check, ref_loss = c.lr_check, getattr(opt.reference_val_loss, ref)
-                if (
-                    getattr(c.verdict, ref) == "degraded"
-                    and getattr(c.verdict_diff_ci, ref) is not None
-                    and check is not None
-                    and check.runs == 0
-                    and c.retreated_from_lr is None
-                    and ref_loss is not None
-                    and c.val_loss_mean is not None
-                    and c.search_best_val_loss is not None
-                    and len(c.val_losses) >= 2
-                    # the search's runs at the two lrs (one seed, so its effect cancels) do not tell them
-                    # apart, and leave room for the second to read under the line: it read worse by less
-                    # than one seed-to-seed sd of the cell's runs and less than the cell's excess over it
-                    and check.search_val_loss - c.search_best_val_loss
-                    < min(c.val_loss_mean - (1.0 + report.tolerance) * ref_loss, statistics.stdev(c.val_losses))
-                ):
+                verdict, interval = getattr(c.verdict, ref), getattr(c.verdict_diff_ci, ref)
+                if interval is None or not _may_check(c):
+                    continue
+                if b == above and verdict in ("degraded", "undecided") and _within_noise(c):
+                    out.add((name, b))  # type: ignore[arg-type]
+                    if ref_cell is not None and _may_check(ref_cell) and _within_noise(ref_cell):
+                        out.add((name if ref == "self" else report.baseline, report.reference_batch_size))
+                elif verdict == "degraded" and _within_reach(c, getattr(opt.reference_val_loss, ref), report):
                     out.add((name, b))  # type: ignore[arg-type]
     return sorted(out)
+
+
+def _cells_of(report: Report, optimizer: str) -> dict[int, CellReport]:
+    return {c.batch_size: c for c in report.optimizers[optimizer].cells}
+
+
+def _may_check(c: CellReport) -> bool:
+    """A second lr not tried yet, none of the cell's runs diverged above its lr, and runs to pair with."""
+    check = c.lr_check
+    return check is not None and check.runs == 0 and c.retreated_from_lr is None and len(c.val_losses) >= 2
+
+
+def _within_noise(c: CellReport) -> bool:
+    """The search's runs at the cell's two lrs (one seed, so its effect cancels) differ by less than one
+    seed-to-seed sd of the cell's runs: one seed cannot tell them apart."""
+    check = c.lr_check
+    if check is None or c.search_best_val_loss is None:
+        return False
+    return check.search_val_loss - c.search_best_val_loss < statistics.stdev(c.val_losses)
+
+
+def _within_reach(c: CellReport, ref_loss: float | None, report: Report) -> bool:
+    """`_within_noise`, and the search's run at the second lr read worse by less than the cell's excess over
+    the line: room for the second lr to read under it."""
+    check = c.lr_check
+    if check is None or ref_loss is None or c.val_loss_mean is None or c.search_best_val_loss is None:
+        return False
+    excess = c.val_loss_mean - (1.0 + report.tolerance) * ref_loss
+    return _within_noise(c) and check.search_val_loss - c.search_best_val_loss < excess
 
 
 def _to_reference(cell: Cell, target: float | None, seq_len: int) -> tuple[int | None, int | None]:
@@ -712,6 +727,7 @@ def _cell_report(
             val_losses=[t.val_loss for t in c.check_runs if t.status == "completed"],  # type: ignore[misc]
             runs=len(c.check_runs),
             diverged=sum(1 for t in c.check_runs if t.status == "diverged"),
+            searched=c.searched_lr is not None,
         ),
         warmup=c.warmup,
         warmups_tried=c.warmups_tried,

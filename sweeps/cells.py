@@ -108,11 +108,15 @@ class Cell:
     retreated_from: float | None = None  # the lowest lr above the best at which a confirmation run diverged
     warmup: int | float | None = None  # of the confirmation runs (None: the spec's own, not searched)
     warmups_tried: list[tuple[int | float | None, float | None]] = field(default_factory=list)  # at the best lr
-    # its second lr (`sweeps.plan.check_lr`: the other of the search's best two at a cliff, or a degraded
-    # verdict's check) and the confirmation seeds run there: where better, they judge the cell
-    # (`sweeps.analysis`), never its loss (picking the lower of two means would bias it low)
+    # its second lr (`sweeps.plan.check_lr`: the other of the search's best two at a cliff, or the check of
+    # a verdict the answer rests on) and the confirmation seeds run there. Where they read better
+    # (`second_is_better`) the two swap: the cell's lr, runs and loss are the better lr's, and
+    # `searched_lr` says the search had picked the other. Taking the lower of two means biases the loss
+    # low by a little; judging a cell at one seed's pick, where the optimum is sharp, by much more (the
+    # measured trade is in docs/researchers.md)
     check_lr: float | None = None
     check_runs: list[TrialResult] = field(default_factory=list)
+    searched_lr: float | None = None  # the search's own pick, where the cell is judged at its second lr
 
     @functools.cached_property
     def completed(self) -> list[TrialResult]:
@@ -180,6 +184,17 @@ def _no_lr_reason(searched: list[TrialResult]) -> str | None:
     return f"no lr trained to the end ({parts}" + (f"; diverged at lr={lrs}" if diverged else "") + ")"
 
 
+def second_is_better(first: list[TrialResult], second: list[TrialResult]) -> bool:
+    """The runs at a cell's second lr judge it: every one completed, and on the seeds both lrs ran (by
+    seed, so that what a seed shares cancels) their mean is lower than that of the completed runs at
+    the first."""
+    if not second or any(t.status != "completed" for t in second):
+        return False
+    at_first = {t.seed: t.val_loss for t in first if t.status == "completed"}
+    both = [(at_first[t.seed], t.val_loss) for t in second if t.seed in at_first]
+    return bool(both) and statistics.fmean(b for _, b in both) < statistics.fmean(a for a, _ in both)  # type: ignore[misc]
+
+
 def make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planned: int) -> Cell:
     cell = Cell(optimizer, batch_size, trials, planned=planned)
     diverged = [t.lr for t in trials if t.role == "confirm" and t.status == "diverged"]
@@ -217,10 +232,16 @@ def make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planne
             )
 
         cell.confirmations = runs_at(lr)
-        cell.check_lr = check_lr(
-            lr, [t.lr for t in trials if search_score(t) is not None], diverged, search_pair(trials)
-        )
+        searched = [t for t in trials if search_score(t) is not None]
+        cell.check_lr = check_lr(lr, [(t.lr, t.val_loss) for t in searched], diverged, search_pair(trials))  # type: ignore[misc]
         cell.check_runs = runs_at(cell.check_lr) if cell.check_lr is not None else []
+        if second_is_better(cell.confirmations, cell.check_runs):
+            # the cell is judged at the better of its two lrs: its lr, runs, loss and verdicts are those
+            # there, and the search's own pick becomes the second lr
+            at = [t for t in searched if math.isclose(t.lr, cell.check_lr, rel_tol=LR_REL_TOL)]  # type: ignore[arg-type]
+            cell.best = pick_best(at, search_score)
+            cell.check_lr, cell.searched_lr = lr, lr
+            cell.confirmations, cell.check_runs = cell.check_runs, cell.confirmations
         # adaptive confirmation may have given this cell more runs than the minimum: all of them count
         cell.planned = max(planned, len(cell.confirmations))
     return cell

@@ -306,25 +306,31 @@ def cliff_pair(best_lr: float, done: list[tuple[float, float]], diverged: list[f
 
 def check_lr(
     best_lr: float,
-    completed: list[float],
+    completed: list[tuple[float, float]],
     confirmations_diverged: list[float],
     pair: tuple[float, float] | None = None,
 ) -> float | None:
     """The second lr at which a cell's confirmation seeds run again, or None.
 
-    A verdict tests the loss at one lr; one that is too low (a stability edge the search stayed shy of)
-    makes a batch size read degraded when it is not. Where the cell's lr `best_lr` is one of the search's
+    A verdict tests the loss at one lr, and the search chose it from one seed's runs: where the optimum is
+    sharp and seed noise large, it is often the wrong one of two neighbours (on the recorded real runs,
+    0.5-3.5x off the best lr in every miss of benchmarks/replay_accuracy.py), and a batch size reads
+    degraded, or a reference too good, because of it. Where the cell's lr `best_lr` is one of the search's
     best two at a cliff (`pair`, `cliff_pair`), the other of them, below any lr at which a confirmation run
-    diverged (that lr is known unstable for some seed). Else, for a cell decided degraded at `best_lr`, the
-    nearest completed search lr above `best_lr` within 2 x PROBE_STEP (the reach in which the probe counts a
-    lower lr as near), below any lr at which a confirmation run diverged; `completed`: the lrs of the cell's
-    search trials trained to the end."""
+    diverged (that lr is known unstable for some seed). Else, of the nearest completed search lr on each
+    side of `best_lr` within 2 x PROBE_STEP (the reach in which the probe counts a lower lr as near) and
+    below any lr at which a confirmation run diverged, the one whose search run read lower (a tie: the one
+    above, where a stability edge the search stayed shy of would be). `completed`: (lr, final val loss) of
+    the cell's search trials trained to the end."""
     ceiling = min(confirmations_diverged, default=math.inf) * (1.0 - _TIE)
     if pair is not None and (other := cliff_other(best_lr, pair)) is not None and other < ceiling:
         return other
-    reach = best_lr * math.exp(2 * PROBE_STEP) * (1.0 + _TIE)
-    above = [lr for lr in completed if best_lr * (1.0 + _TIE) < lr < ceiling and lr <= reach]
-    return min(above, default=None)
+    reach = math.exp(2 * PROBE_STEP) * (1.0 + _TIE)
+    above = [(loss, lr) for lr, loss in completed if best_lr * (1.0 + _TIE) < lr < ceiling and lr <= best_lr * reach]
+    below = [(loss, lr) for lr, loss in completed if best_lr / reach <= lr < best_lr * (1.0 - _TIE)]
+    sides = [min(above, key=lambda x: x[1])] if above else []
+    sides += [max(below, key=lambda x: x[1])] if below else []
+    return min(sides, key=lambda x: x[0])[1] if sides else None  # min keeps the first of a tie: above
 
 
 def cliff_other(best_lr: float, pair: tuple[float, float]) -> float | None:

@@ -69,22 +69,25 @@ del _value, _parametrized
 
 
 class LrCheck(_Schema):
-    """A cell's second lr (`sweeps.plan.check_lr`) and the confirmation seeds run there: a degraded verdict
-    at the bracket's edge, or a best lr at a stability cliff (the other of the search's best two), is not
-    left to one lr. Where every run there completed with a lower mean than at best_lr on the seeds both ran,
-    the cell's verdicts are judged there (`verdict_rule`); its loss stays the one at best_lr."""
+    """A cell's second lr (`sweeps.plan.check_lr`) and the confirmation seeds run there: a verdict the answer
+    rests on, or a best lr at a stability cliff (the other of the search's best two), is not left to one
+    lr. Of the two, the better judges the cell (`verdict_rule`): where every run at the second lr completed
+    with a lower mean on the seeds both ran, the two swap, and best_lr, the runs and the loss are that lr's
+    (`searched`: this lr was the search's own pick)."""
 
     lr: float
     search_val_loss: float  # the search's own run there (seed 0)
     val_losses: list[float]  # its completed confirmation runs, by seed (none: not checked)
     runs: int  # every confirmation run there, any status
     diverged: int
+    searched: bool = False  # the search picked this lr; the runs at best_lr read lower, so best_lr judges the cell
 
 
 class CellReport(_Schema):
     batch_size: int
     best_lr: float | None  # None: no completed search trial
-    # the best search trial's own loss: it chose the lr, and is biased low (a minimum); never in the statistics
+    # the search's own run at best_lr (seed 0): where it chose the lr, biased low (a minimum); never in the
+    # statistics
     search_best_val_loss: float | None
     search_best_run_id: str | None  # MLflow run id of the best search trial
     search_best_trial_number: int | None  # its Optuna trial number in the cell's study
@@ -122,7 +125,7 @@ class CellReport(_Schema):
     # why this size was tested: "listed" (a list sweep), or by a search of the batch axis "reference",
     # "step up", "bisect", "speculative" (sweeps/batch_axis.py); None in reports written before
     chosen: str | None = None
-    # the cell's second lr and the confirmation runs there (None: no completed search lr within reach above)
+    # the cell's second lr and the confirmation runs there (None: no completed search lr within reach)
     lr_check: LrCheck | None = None
 
 

@@ -337,7 +337,7 @@ class CellState:
         lr = self.best_lr
         if lr is None:
             return None
-        completed = [lr_of(t) for t in self.read.completed("search") if score(t)]
+        completed = [(lr_of(t), float(t.value)) for t in self.read.completed("search") if score(t)]  # type: ignore[arg-type]
         return plan.check_lr(lr, completed, self.read.confirmations_diverged, self.cliff_pair)
 
     @property

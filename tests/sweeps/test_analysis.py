@@ -588,7 +588,9 @@ def test_the_json_of_the_report_model_is_the_json_of_the_report_dict(case):
     its min); every cell's `lr_check` (its second lr and the search's run there, no runs: null where no
     completed lr lies within reach above), every bracket's `lr_checked`, new, and `verdict_rule` saying how
     a check judges (no verdict moved); `verdict_rule` naming the second lr of a best lr at a cliff (no other
-    value moved). The data is of schema 2: the model's report is compared with it as
+    value moved); the second lr of 5 cells of the search case, now the nearest completed lr on the side whose
+    search run read lower (below, in each), every `lr_check`'s `searched` (new, false: no cell swapped), and
+    `verdict_rule` naming the cells a check goes to (no verdict, answer or other value moved). The data is of schema 2: the model's report is compared with it as
     `upgrade_report` makes it schema 3 (`token_budget` gone into `trained_tokens`, each optimizer's
     `target_loss` added), every other value as stored. Each case's `spec` (a SweepSpec mapping) gives the
     analysis the numbers the report was made with; the retreat case's `warmup`, empty when it was made, is its

@@ -197,16 +197,24 @@ def test_a_probe_goes_just_below_a_diverged_confirmation_lr_with_nothing_near_be
     assert probe_lr([1.1e-4], [1.1e-4], [1e-4], lr_min=1e-4) is None
 
 
-def test_a_degraded_verdict_is_checked_at_the_nearest_completed_lr_above_within_reach() -> None:
-    # the nearest completed lr above the best, within 2 x PROBE_STEP (ln-units)
-    assert check_lr(1e-3, [5e-4, 1e-3, 1.4e-3, 1.6e-3], []) == pytest.approx(1.4e-3)
-    assert check_lr(1e-3, [1e-3, 1e-3 * math.exp(0.49)], []) == pytest.approx(1e-3 * math.exp(0.49))
-    assert check_lr(1e-3, [1e-3, 1e-3 * math.exp(0.51)], []) is None  # too far: a different loss, not a check
+def test_the_second_lr_is_the_better_read_of_the_nearest_completed_lr_on_each_side_within_reach() -> None:
+    # of the nearest completed lr on each side within 2 x PROBE_STEP (ln-units), the one whose search run read lower
+    done = [(5e-4, 3.30), (7e-4, 3.12), (1e-3, 3.10), (1.4e-3, 3.15), (1.6e-3, 3.11)]
+    assert check_lr(1e-3, done, []) == pytest.approx(7e-4)  # 3.12 below against 3.15 above: 1.6e-3 is not nearest
+    assert check_lr(1e-3, [(7e-4, 3.16), (1e-3, 3.10), (1.4e-3, 3.15)], []) == pytest.approx(1.4e-3)
+    assert check_lr(1e-3, [(7e-4, 3.15), (1e-3, 3.10), (1.4e-3, 3.15)], []) == pytest.approx(1.4e-3)  # a tie: above
+    # the reach, on both sides
+    far, near = 1e-3 * math.exp(0.51), 1e-3 * math.exp(0.49)
+    assert check_lr(1e-3, [(1e-3, 3.1), (near, 3.2)], []) == pytest.approx(near)
+    assert check_lr(1e-3, [(1e-3, 3.1), (far, 3.2)], []) is None  # too far: a different loss, not a check
+    assert check_lr(1e-3, [(1e-3, 3.1), (1e-3 / math.exp(0.49), 3.2)], []) == pytest.approx(1e-3 / math.exp(0.49))
+    assert check_lr(1e-3, [(1e-3, 3.1), (1e-3 / math.exp(0.51), 3.2)], []) is None
     # not at or above an lr where a confirmation run diverged (known unstable for some seed)
-    assert check_lr(1e-3, [1e-3, 1.4e-3], [1.4e-3]) is None
-    assert check_lr(1e-3, [1e-3, 1.2e-3, 1.4e-3], [1.4e-3]) == pytest.approx(1.2e-3)
-    # nothing completed above: no check
-    assert check_lr(1e-3, [5e-4, 1e-3], []) is None
+    assert check_lr(1e-3, [(1e-3, 3.1), (1.4e-3, 3.0)], [1.4e-3]) is None
+    assert check_lr(1e-3, [(1e-3, 3.1), (1.2e-3, 3.2), (1.4e-3, 3.0)], [1.4e-3]) == pytest.approx(1.2e-3)
+    assert check_lr(1e-3, [(8e-4, 3.3), (1e-3, 3.1), (1.4e-3, 3.0)], [1.4e-3]) == pytest.approx(8e-4)
+    # nothing else completed: no check
+    assert check_lr(1e-3, [(1e-3, 3.1)], []) is None
 
 
 def test_a_best_lr_at_a_cliff_pairs_with_the_next_best_completed_lr() -> None:
@@ -228,15 +236,16 @@ def test_a_best_lr_at_a_cliff_pairs_with_the_next_best_completed_lr() -> None:
 
 
 def test_a_cell_at_a_cliff_checks_the_other_of_its_pair_below_any_diverged_confirmation() -> None:
-    completed, pair = [1e-3, 2e-3, 4e-3], (4e-3, 2e-3)
+    completed, pair = [(1e-3, 3.2), (2e-3, 3.1), (4e-3, 3.05)], (4e-3, 2e-3)
     # at the search's best: the other of the pair, whatever a degraded check would take (nothing above)
     assert check_lr(4e-3, completed, [], pair) == 2e-3
     # a confirmation run diverged at the best and the cell retreated to the other: the best is known
-    # unstable, and the rule for a degraded verdict applies (nothing completed above within reach below it)
+    # unstable, and the nearest-neighbour rule applies below it (1e-3 is out of reach of 2e-3)
     assert check_lr(2e-3, completed, [4e-3], pair) is None
+    assert check_lr(2e-3, [(1.4e-3, 3.3), *completed], [4e-3], pair) == pytest.approx(1.4e-3)
     assert check_lr(2e-3, completed, [], pair) == 4e-3  # no divergence: the pair's other, above
-    # a cell whose lr is neither of the pair (retreated past both): the degraded verdict's rule
-    assert check_lr(1e-3, [1e-3, 1.4e-3, 2e-3], [2e-3], pair) == pytest.approx(1.4e-3)
+    # a cell whose lr is neither of the pair (retreated past both): the nearest-neighbour rule
+    assert check_lr(1e-3, [(1e-3, 3.2), (1.4e-3, 3.15), (2e-3, 3.1)], [2e-3], pair) == pytest.approx(1.4e-3)
 
 
 def test_warm_start_refuses_nonsense() -> None:

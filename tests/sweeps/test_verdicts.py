@@ -30,6 +30,7 @@ from sweeps.analysis import (
     t_quantile,
     verdict_level,
 )
+from sweeps.cells import second_is_better
 from sweeps.plan import PROBE_STEP, coarse_lrs
 from sweeps.simulate import Run, simulate
 from sweeps.spec import SweepSpec, cell_search_trials
@@ -465,29 +466,32 @@ def test_a_cell_probes_just_below_a_diverged_confirmation_lr_where_the_search_le
 
 def test_a_degraded_verdict_checked_at_a_second_lr_is_judged_by_the_better_of_the_two() -> None:
     """32 reads 2.5 % worse than the reference at its chosen lr 1e-3, degraded by its own interval; the search
-    also trained 1.3e-3 (within reach above; its one run read worse, by less than the runs' sd and the
-    excess). The report
-    names 32 for a check; with the same seeds run at 1.3e-3 it is judged at the lr with the lower mean:
-    fine at 1.3e-3 (its fine claim at the level of two lrs); degraded at 1e-3 where 1.3e-3 reads worse, and
-    at 1.3e-3 where it reads better but still over the line. Its loss stays the one at 1e-3."""
+    also trained 1.3e-3 (within reach above). 32 is the size above the answer: the report names it for a
+    check where the search's one run there read worse by less than the sd of 32's runs (one seed cannot
+    tell the two lrs apart), whatever its excess over the line. With the same
+    seeds run at 1.3e-3 it is judged at the lr with the lower mean: where that is 1.3e-3 the two swap (its
+    lr, runs and loss are 1.3e-3's; `searched` marks 1e-3 as the search's pick), fine there, its fine claim
+    at the level of two lrs, or degraded where 1.3e-3 reads better but still over the line; degraded at
+    1e-3 where 1.3e-3 reads worse."""
     seed_effect = [0.03, -0.02, 0.01, -0.01]
     base = {8: 3.0, 16: 3.0, 32: 3.075}
     results = rows({b: [m + e for e in seed_effect] for b, m in base.items()})
     report = build_report(results, spec=spec_of(seeds=4, batches=(8, 16, 32)))
     assert cells(report) == {8: "fine", 16: "fine", 32: "degraded"}
     assert report.optimizers["adamw"].bracket.self.lr_checked is False  # no second lr ran
+    assert cells_to_check(report) == []  # no second lr within reach
     far = TrialResult("adamw", 32, 1.3e-3, 0, "search", "completed", 3.2, 1, 1, number=1)
     report = build_report([*results, far], spec=spec_of(seeds=4, batches=(8, 16, 32)))
-    # the search's run there read 0.145 worse than at 1e-3 (3.055), more than 32's excess over the line
-    # (3.0775 - 1.01 x 3.0025 = 0.045): a check could not make it fine, none is asked
+    # the search's run there read 0.145 worse than at 1e-3 (3.055), past the sd of 32's runs (0.022): no check
     assert report.optimizers["adamw"].cells[2].lr_check.search_val_loss == 3.2  # type: ignore[union-attr]
     assert cells_to_check(report) == []
-    near = TrialResult("adamw", 32, 1.3e-3, 0, "search", "completed", 3.08, 1, 1, number=1)
+    near = TrialResult("adamw", 32, 1.3e-3, 0, "search", "completed", 3.078, 1, 1, number=1)
     report = build_report([*results, near], spec=spec_of(seeds=4, batches=(8, 16, 32)))
-    assert cells_to_check(report) == []  # 0.025 worse: within the excess, but past the runs' sd (0.022)
+    assert cells_to_check(report) == []  # 0.023 worse: just past the sd
     results.append(TrialResult("adamw", 32, 1.3e-3, 0, "search", "completed", 3.07, 1, 1, number=1))
     report = build_report(results, spec=spec_of(seeds=4, batches=(8, 16, 32)))
-    assert cells_to_check(report) == [("adamw", 32)]  # 0.015 worse: within both
+    # 0.015 worse: within the sd; the reference (8) has no second lr, so it gets no check
+    assert cells_to_check(report) == [("adamw", 32)]
 
     def checked(second: float) -> Any:
         runs = [
@@ -496,21 +500,23 @@ def test_a_degraded_verdict_checked_at_a_second_lr_is_judged_by_the_better_of_th
         ]
         return build_report(results + runs, spec=spec_of(seeds=4, batches=(8, 16, 32)))
 
-    better = checked(3.0)  # fine at the second lr
+    ref = {s + 1: 3.0 + e for s, e in enumerate(seed_effect)}
+    better = checked(3.0)  # fine at the second lr: the two swap
     cell = better.optimizers["adamw"].cells[2]
     assert cells(better) == {8: "fine", 16: "fine", 32: "fine"}
-    assert cell.best_lr == 1e-3 and cell.val_loss_mean == pytest.approx(3.0775)  # stays at the chosen lr
-    assert cell.lr_check is not None and cell.lr_check.lr == 1.3e-3 and cell.lr_check.runs == 4
-    assert cell.lr_check.val_losses == pytest.approx([3.0 + e for e in seed_effect])
-    ref = {s + 1: 3.0 + e for s, e in enumerate(seed_effect)}
-    at_second = {s + 1: 3.0 + e for s, e in enumerate(seed_effect)}
-    upper = paired_diff_ci(at_second, ref, 1.01, verdict_level(1, 2))  # the fine claim at the level of two
+    assert cell.best_lr == 1.3e-3 and cell.val_loss_mean == pytest.approx(3.0025)
+    assert cell.val_losses == pytest.approx([3.0 + e for e in seed_effect])
+    assert cell.search_best_val_loss == 3.07  # the search's own run at the lr that judges
+    assert cell.lr_check is not None and cell.lr_check.lr == 1e-3 and cell.lr_check.searched
+    assert cell.lr_check.val_losses == pytest.approx([3.075 + e for e in seed_effect]) and cell.lr_check.runs == 4
+    upper = paired_diff_ci(ref, ref, 1.01, verdict_level(1, 2))  # the fine claim at the level of two
     assert cell.verdict_diff_ci.self[1] == pytest.approx(upper[2])  # type: ignore[index]
     assert cells_to_check(better) == []
 
     worse = checked(3.09)  # worse than at 1e-3: 1e-3 judges, degraded, its interval at the level of 2 sizes
     cell = worse.optimizers["adamw"].cells[2]
     assert cells(worse) == {8: "fine", 16: "fine", 32: "degraded"}
+    assert cell.best_lr == 1e-3 and not cell.lr_check.searched and cell.lr_check.lr == 1.3e-3  # type: ignore[union-attr]
     at_first = {s + 1: 3.075 + e for s, e in enumerate(seed_effect)}
     lower = paired_diff_ci(at_first, ref, 1.01, verdict_level(1, 2))
     assert cell.verdict_diff_ci.self[0] == pytest.approx(lower[1])  # type: ignore[index]
@@ -523,7 +529,42 @@ def test_a_degraded_verdict_checked_at_a_second_lr_is_judged_by_the_better_of_th
     at_second = {s + 1: 3.06 + e for s, e in enumerate(seed_effect)}
     lower = paired_diff_ci(at_second, ref, 1.01, verdict_level(1, 2))
     assert cell.verdict_diff_ci.self[0] == pytest.approx(lower[1])  # type: ignore[index]
-    assert cell.val_loss_mean == pytest.approx(3.0775)
+    assert cell.best_lr == 1.3e-3 and cell.val_loss_mean == pytest.approx(3.0625)
+
+
+def test_the_size_above_the_answer_and_its_reference_are_checked_and_a_smallest_degraded_edge_within_reach() -> None:
+    """The size above the answer is checked while its interval does not say fine (degraded or undecided)
+    and the search's one run at its second lr read worse by less than the sd of its runs, with the
+    reference it is paired with where that has a second lr the same holds for; the bracket's smallest
+    degraded size, when it is not the one above the answer, where the search's run there read worse by
+    less than the runs' sd and its excess over the line."""
+    seed_effect = [0.03, -0.02, 0.01, -0.01]
+    spec = spec_of(seeds=4, batches=(8, 16, 32, 64))
+    # 16 undecided (1.5 % over the reference, with noise), 32 and 64 degraded
+    noisy = [0.03, -0.05, 0.04, -0.01]
+    results = rows({8: [3.0 + e for e in seed_effect], 16: [3.045 + e for e in noisy]})
+    results += rows({32: [3.2 + e for e in seed_effect], 64: [3.3 + e for e in seed_effect]})
+    second = [
+        TrialResult("adamw", b, 1.3e-3, 0, "search", "completed", loss, 1, 1, number=1)
+        for b, loss in ((8, 2.99), (16, 3.02), (32, 3.19), (64, 3.5))
+    ]
+    report = build_report(results + second, spec=spec)
+    assert cells(report) == {8: "fine", 16: "undecided", 32: "degraded", 64: "degraded"}
+    bracket = report.optimizers["adamw"].bracket.self
+    assert (bracket.largest_fine, bracket.smallest_degraded) == (8, 32)
+    # the search's runs at the first lrs: 8 at 2.98, 16 at 2.995, 32 at 3.18 (the lowest of each cell's runs)
+    # 16: undecided above the answer, its second lr's run 0.025 worse (its runs' sd 0.041), with its reference
+    # 8 (0.01 worse, sd 0.022); 32: the smallest degraded, 0.01 worse: within its sd and its excess (0.17)
+    assert cells_to_check(report) == [("adamw", 8), ("adamw", 16), ("adamw", 32)]
+    # the search's run at 32's second lr 0.05 worse: past its runs' sd, no check there
+    second[2] = TrialResult("adamw", 32, 1.3e-3, 0, "search", "completed", 3.23, 1, 1, number=1)
+    assert cells_to_check(build_report(results + second, spec=spec)) == [("adamw", 8), ("adamw", 16)]
+    # the reference's second run 0.03 worse, past its sd; or no second lr there: the size above alone
+    second[0] = TrialResult("adamw", 8, 1.3e-3, 0, "search", "completed", 3.01, 1, 1, number=1)
+    assert cells_to_check(build_report(results + second, spec=spec)) == [("adamw", 16)]
+    assert cells_to_check(build_report(results + second[1:], spec=spec)) == [("adamw", 16)]
+    second[1] = TrialResult("adamw", 16, 1.3e-3, 0, "search", "completed", 3.045, 1, 1, number=1)
+    assert cells_to_check(build_report(results + second, spec=spec)) == []  # 16's 0.05 worse: past its sd (0.041)
 
 
 @pytest.mark.parametrize("seeds", [2, {"min": 2, "max": 8, "step": 2}], ids=["fixed", "adaptive"])
@@ -531,8 +572,8 @@ def test_a_sweep_confirms_a_degraded_boundary_at_the_lr_above_where_its_seeds_al
     """At batch size 8 the search's seed favours a lower lr (its optimum 2e-3) than every other seed (8e-3):
     the confirmation runs at the search's choice read 1.5 % worse than the reference, over the 1 % line. The
     search also trained 2.57e-3, within reach above. With room in `seeds.max` the sweep runs the same seeds
-    there, where the cell is fine, and judges it by the better lr; without, the verdict holds at its chosen
-    lr and the bracket says so."""
+    there, where the cell is fine, and judges it by the better lr (the two swap: its lr, runs and loss are
+    2.57e-3's); without, the verdict holds at its chosen lr and the bracket says so."""
     spec = SweepSpec.from_mapping(
         tiny_spec(
             "check",
@@ -554,17 +595,21 @@ def test_a_sweep_confirms_a_degraded_boundary_at_the_lr_above_where_its_seeds_al
     report = simulate(spec, objective).report
     opt = report.optimizers["adamw"]
     cell = opt.cells[1]
-    assert cell.best_lr == pytest.approx(2e-3) and cell.val_loss_mean > 1.01 * opt.reference_val_loss.self  # type: ignore[operator]
-    assert cell.lr_check is not None and cell.lr_check.lr == pytest.approx(2.5733e-3, rel=1e-4)
+    assert cell.lr_check is not None
     if isinstance(seeds, int):
+        assert cell.best_lr == pytest.approx(2e-3) and cell.val_loss_mean > 1.01 * opt.reference_val_loss.self  # type: ignore[operator]
+        assert cell.lr_check.lr == pytest.approx(2.5733e-3, rel=1e-4)
         assert cell.lr_check.runs == 0 and cell.verdict.self == "degraded"
         assert (
             describe_bracket(opt.bracket.self) == "fine up to 4, degraded from 8 (at its chosen lr; no second lr tried)"
         )
     else:
+        assert cell.best_lr == pytest.approx(2.5733e-3, rel=1e-4) and cell.lr_check.searched
+        assert cell.lr_check.lr == pytest.approx(2e-3)  # the search's pick, over the line
         assert cell.lr_check.runs == cell.seeds >= 2 and cell.lr_check.diverged == 0  # the same seeds, paired
-        ref = opt.cells[0].val_losses  # by seed, as the check's runs
-        assert all(v < 1.01 * r for v, r in zip(cell.lr_check.val_losses, ref, strict=True))  # under the line by seed
+        assert statistics.fmean(cell.lr_check.val_losses) > 1.01 * opt.reference_val_loss.self  # type: ignore[operator]
+        ref = opt.cells[0].val_losses  # by seed, as the cell's runs
+        assert all(v < 1.01 * r for v, r in zip(cell.val_losses, ref, strict=True))  # under the line by seed
         assert cell.verdict.self == "fine" and opt.bracket.self.largest_fine == 8
         assert cell.trials <= cell_search_trials(6, reference=False) + spec.seeds_max  # within what the dry run priced
 
@@ -572,8 +617,9 @@ def test_a_sweep_confirms_a_degraded_boundary_at_the_lr_above_where_its_seeds_al
 def test_a_cell_at_a_cliff_is_judged_at_the_better_of_the_search_s_best_two_lrs() -> None:
     """32's search trained 7e-4 (3.07) and 1e-3 (3.06) and diverged at 2e-3, the next lr it tried above:
     its best lr sits at a cliff, and the same seeds run at both lrs. The cell is judged at the lower mean
-    (fine at 7e-4 where 1e-3 reads degraded), its fine claim at the level of two lrs, its loss the one at
-    1e-3. Where a seed diverges at 1e-3, the cell retreats to 7e-4, whose seeds all ran: stable, judged there."""
+    (fine at 7e-4 where 1e-3 reads degraded: its lr, runs and loss are 7e-4's), its fine claim at the level
+    of two lrs. Where a seed diverges at 1e-3, the cell retreats to 7e-4, whose seeds all ran: stable,
+    judged there."""
     seed_effect = [0.03, -0.02, 0.01, -0.01]
     results = rows({b: [3.0 + e for e in seed_effect] for b in (8, 16)})
     results += [
@@ -598,7 +644,8 @@ def test_a_cell_at_a_cliff_is_judged_at_the_better_of_the_search_s_best_two_lrs(
     report = build_report(results + seeds(1e-3, 3.075) + seeds(7e-4, 3.0), spec=spec_of(seeds=4, batches=(8, 16, 32)))
     cell = report.optimizers["adamw"].cells[2]
     assert cells(report) == {8: "fine", 16: "fine", 32: "fine"}
-    assert cell.best_lr == 1e-3 and cell.val_loss_mean == pytest.approx(3.0775) and cell.lr_check.runs == 4  # type: ignore[union-attr]
+    assert cell.best_lr == 7e-4 and cell.val_loss_mean == pytest.approx(3.0025) and cell.lr_check.runs == 4  # type: ignore[union-attr]
+    assert cell.lr_check.lr == 1e-3 and cell.lr_check.searched  # type: ignore[union-attr]
     ref = {s: 3.0 + e for s, e in enumerate(seed_effect, start=1)}
     upper = paired_diff_ci(ref, ref, 1.01, verdict_level(1, 2))  # 7e-4 reads as the reference, by seed
     assert cell.verdict_diff_ci.self[1] == pytest.approx(upper[2])  # type: ignore[index]
@@ -618,7 +665,8 @@ def test_a_sweep_whose_best_lr_sits_at_a_cliff_runs_its_seeds_at_the_search_s_be
     5.68e-3, has the next lr it tried above, 7.21e-3, diverged, and the same seeds run at it and at the
     search's second best, 4.48e-3, within `seeds.max`. Where every seed completes at 5.68e-3 the cell stays
     there with 4.48e-3 as its second lr; where seed 2 diverges there, the cell retreats to 4.48e-3, whose
-    seeds all ran: stable, with no run beyond the ones the cliff asked for."""
+    seeds all ran: stable, with no run beyond the ones the cliff asked for (its second lr is then the
+    nearest one below, 2.79e-3, not run: the only size is the reference, with no verdict to check)."""
     spec = SweepSpec.from_mapping(
         tiny_spec(
             "cliff",
@@ -657,7 +705,8 @@ def test_a_sweep_whose_best_lr_sits_at_a_cliff_runs_its_seeds_at_the_search_s_be
         assert cell.lr_check is not None and cell.lr_check.lr == pytest.approx(second, rel=1e-5)
         assert cell.lr_check.runs == 2 and cell.lr_check.diverged == 0
     else:
-        assert cell.best_lr == pytest.approx(second, rel=1e-5) and cell.lr_check is None
+        assert cell.best_lr == pytest.approx(second, rel=1e-5) and cell.lr_check is not None
+        assert cell.lr_check.lr == pytest.approx(2.78604e-3, rel=1e-5) and cell.lr_check.runs == 0
         assert cell.retreated_from_lr == pytest.approx(best, rel=1e-5)
 
 
@@ -733,3 +782,18 @@ def test_the_terminal_and_the_page_say_what_the_noise_allows(tmp_path: Any) -> N
     assert "adamw vs adamw" not in out.output  # the baseline against itself says nothing twice
     assert "(estimate B = 16; 16 or 32, within noise)" in answer_list(report, steps=False)
     assert json_.loads(path.read_text())["optimizers"]["adamw"]["within_noise"]["self"] is True
+
+
+def test_the_second_lr_judges_where_every_run_there_completed_lower_on_the_seeds_both_ran() -> None:
+    def runs(lr: float, losses: dict[int, float | None]) -> list[TrialResult]:
+        return [
+            TrialResult("adamw", 8, lr, s, "confirm", "completed" if v is not None else "diverged", v, 1, 1)
+            for s, v in losses.items()
+        ]
+
+    first = runs(1e-3, {1: 3.10, 2: 3.00, 3: 3.20})
+    assert second_is_better(first, runs(2e-3, {1: 3.05, 2: 3.04}))  # 3.045 against 3.05 on seeds 1 and 2
+    assert not second_is_better(first, runs(2e-3, {1: 3.06, 2: 3.04}))  # a tie is no better
+    assert not second_is_better(first, runs(2e-3, {1: 2.9, 2: None}))  # a run there diverged
+    assert not second_is_better(first, runs(2e-3, {4: 2.9, 5: 2.9}))  # no seed in common
+    assert not second_is_better(first, [])
