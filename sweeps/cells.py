@@ -112,8 +112,9 @@ class Cell:
     # a verdict the answer rests on) and the confirmation seeds run there. Where they read better
     # (`second_is_better`) the two swap: the cell's lr, runs and loss are the better lr's, and
     # `searched_lr` says the search had picked the other. Taking the lower of two means biases the loss
-    # low by a little; judging a cell at one seed's pick, where the optimum is sharp, by much more (the
-    # measured trade is in docs/researchers.md)
+    # low, by at most ~0.56 sd of the cell's mean where the two read alike (tests/sweeps/test_estimates.py);
+    # one seed's pick, where the optimum is sharp, can miss by several times the tolerance (the measured
+    # trade is in docs/researchers.md)
     check_lr: float | None = None
     check_runs: list[TrialResult] = field(default_factory=list)
     searched_lr: float | None = None  # the search's own pick, where the cell is judged at its second lr
@@ -237,7 +238,7 @@ def make_cell(optimizer: str, batch_size: int, trials: list[TrialResult], planne
         cell.check_runs = runs_at(cell.check_lr) if cell.check_lr is not None else []
         if second_is_better(cell.confirmations, cell.check_runs):
             # the cell is judged at the better of its two lrs: its lr, runs, loss and verdicts are those
-            # there, and the search's own pick becomes the second lr
+            # there, and the search's own pick becomes the second lr (the warm-ups tried stay the pick's)
             at = [t for t in searched if math.isclose(t.lr, cell.check_lr, rel_tol=LR_REL_TOL)]  # type: ignore[arg-type]
             cell.best = pick_best(at, search_score)
             cell.check_lr, cell.searched_lr = lr, lr
