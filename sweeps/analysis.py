@@ -461,12 +461,15 @@ def cells_to_check(report: Report, *, references: tuple[str, ...] = ("self", "ba
       where besides the second lr leaves room to read under the line (`_within_reach`).
     The search confirms them there where the seeds' budget allows. Sorted, unique."""
     out: set[tuple[str, int]] = set()
+    ref_b = report.reference_batch_size
+    ref_cells = {name: c for name, opt in report.optimizers.items() for c in opt.cells if c.batch_size == ref_b}
     for name, opt in report.optimizers.items():
         cells = {c.batch_size: c for c in opt.cells}
         for ref in references:
             answer = getattr(opt.largest_degradation_free_batch_size, ref)
             above = next((b for b in sorted(cells) if answer is None or b > answer), None)
-            ref_cell = _cells_of(report, name if ref == "self" else report.baseline).get(report.reference_batch_size)
+            ref_name = name if ref == "self" else report.baseline
+            ref_cell = ref_cells.get(ref_name)
             for b in {above, getattr(opt.bracket, ref).smallest_degraded} - {None}:
                 c = cells[b]  # type: ignore[index]
                 verdict, interval = getattr(c.verdict, ref), getattr(c.verdict_diff_ci, ref)
@@ -475,14 +478,10 @@ def cells_to_check(report: Report, *, references: tuple[str, ...] = ("self", "ba
                 if b == above and verdict in ("degraded", "undecided") and _within_noise(c):
                     out.add((name, b))  # type: ignore[arg-type]
                     if ref_cell is not None and _may_check(ref_cell) and _within_noise(ref_cell):
-                        out.add((name if ref == "self" else report.baseline, report.reference_batch_size))
+                        out.add((ref_name, ref_b))
                 elif verdict == "degraded" and _within_reach(c, getattr(opt.reference_val_loss, ref), report):
                     out.add((name, b))  # type: ignore[arg-type]
     return sorted(out)
-
-
-def _cells_of(report: Report, optimizer: str) -> dict[int, CellReport]:
-    return {c.batch_size: c for c in report.optimizers[optimizer].cells}
 
 
 def _may_check(c: CellReport) -> bool:
