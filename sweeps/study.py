@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -294,6 +295,23 @@ def price_study(study: StudySpec, config: PriceConfig | None = None) -> StudyCos
     )
 
 
+def extrapolated_answer(answers: Sequence[tuple[float, int | None]], tokens: float) -> float | None:
+    """Where a search at `tokens` starts without a law: the least-squares line through the earlier scales'
+    answers (token budget, the largest degradation-free batch size; None: none) in ln B over ln tokens, at
+    `tokens`; its slope held to [0, 1]: more data does not shrink the critical batch (Zhang et al. 2025), and
+    a line through two or three answers a lattice step apart is not trusted for more than proportional
+    growth. With one budget answered, that answer; None with none. A start only: the search gallops from it
+    (`sweeps.batch_axis`), so a poor one costs sizes, not the answer."""
+    pts = [(math.log(t), math.log(b)) for t, b in answers if b is not None]
+    xs, ys = [x for x, _ in pts], [y for _, y in pts]
+    if not pts:
+        return None
+    if len(set(xs)) == 1:
+        return math.exp(max(ys))  # one budget: its (largest) answer
+    slope = min(1.0, max(0.0, statistics.linear_regression(xs, ys).slope))
+    return math.exp(statistics.fmean(ys) + slope * (math.log(tokens) - statistics.fmean(xs)))
+
+
 def law_params(specs: Sequence[SweepSpec]) -> list[float | None]:
     """Each sweep's model size as the law takes it (`sweeps.law.Scale.params`): its parameters at its
     vocabulary where the sweeps have two or more model sizes; None for every one where they have one (the
@@ -318,8 +336,9 @@ def transferred(spec: SweepSpec, earlier: Sequence[tuple[SweepSpec, Report]]) ->
     """`spec` starting from what the smaller scales' finished sweeps (`earlier`, smallest first) imply: a
     search of the batch axis goes, after its reference, to each optimizer's predicted boundary
     (`batch_sizes.start`): the batch law of their brackets against the search's reference at this scale
-    (model size in it where the scales have two or more), or with one scale (or no law) the largest size
-    the last one decided fine. A list of batch sizes, or nothing to go on, leaves `spec` as it is."""
+    (model size in it where the scales have two or more); without a law, the line through their answers in
+    ln B over ln tokens (`extrapolated_answer`), or with one scale its answer. A list of batch sizes, or
+    nothing to go on, leaves `spec` as it is."""
     from sweeps.law import BatchLaw, fit_batch_law, scale_of
 
     search = spec.batch_search
@@ -335,7 +354,14 @@ def transferred(spec: SweepSpec, earlier: Sequence[tuple[SweepSpec, Report]]) ->
         if isinstance(law, BatchLaw):
             predicted: float | None = math.exp(law.mean_log(float(spec.trained_tokens), here))
         else:
-            predicted = scales[-1].largest_fine
+            answers = [
+                (
+                    float(s.trained_tokens),
+                    getattr(r.optimizers[opt].largest_degradation_free_batch_size, search.against),
+                )
+                for s, r in earlier
+            ]
+            predicted = extrapolated_answer(answers, float(spec.trained_tokens))
         if predicted is not None and predicted > search.min:
             starts[opt] = int(round(min(predicted, search.max)))
     if not starts:

@@ -3,6 +3,7 @@ sweep is, smallest first, and priced beside the sweep at the target it replaces.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from cli.common import _hours
 from cli.main import app
 from sweeps.cost import price
 from sweeps.spec import SweepSpec
-from sweeps.study import StudySpec, confirm_bound_spec, confirm_spec, is_study, price_study
+from sweeps.study import StudySpec, confirm_bound_spec, confirm_spec, extrapolated_answer, is_study, price_study
 
 NANO, MICRO = {"preset": "gpt2-nano", "seq_len": 32}, {"preset": "gpt2-micro", "seq_len": 32}
 
@@ -154,3 +155,19 @@ def test_sweeps_price_prices_a_study_file(tmp_path: Any) -> None:
     path.write_text(written(study(model=NANO)))
     out = CliRunner().invoke(app, ["price", str(path)], catch_exceptions=False)
     assert out.exit_code == 2 and "a study sets model per scale" in " ".join(out.output.split())
+
+
+def test_a_start_without_a_law_extrapolates_the_answers_in_ln_b_over_ln_tokens() -> None:
+    # two budgets 4x apart, answers 16 and 32: slope 0.5, so 64 at 4x past the second
+    assert extrapolated_answer([(1e6, 16), (4e6, 32)], 16e6) == pytest.approx(64.0)
+    # three budgets 2x apart, answers 8, 16, 16: in units of ln 2 the points are (0, 3), (1, 4), (2, 4), the
+    # least-squares slope 1/2 through their mean (1, 11/3): at 8 (3 units) 2^(11/3 + 1)
+    got = extrapolated_answer([(1.0, 8), (2.0, 16), (4.0, 16)], 8.0)
+    assert got == pytest.approx(2 ** (11 / 3 + 1))
+    # the slope held to [0, 1]: answers that shrink with the data start at their mean, ones that grow faster
+    # than the data grow in proportion
+    assert extrapolated_answer([(1e6, 64), (4e6, 16)], 16e6) == pytest.approx(32.0)
+    assert extrapolated_answer([(1e6, 8), (2e6, 64)], 4e6) == pytest.approx(math.sqrt(8 * 64) * 2 * math.sqrt(2))
+    # one budget answered: that answer; none: nothing to start from
+    assert extrapolated_answer([(1e6, 16), (4e6, None)], 16e6) == pytest.approx(16.0)
+    assert extrapolated_answer([(1e6, None)], 4e6) is None

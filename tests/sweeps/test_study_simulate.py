@@ -11,7 +11,7 @@ from harness import tiny_spec
 
 from sweeps.law import BatchLaw, bracket_holds
 from sweeps.simulate import Run, simulate_study
-from sweeps.study import StudySpec, confirm_spec
+from sweeps.study import StudySpec, confirm_spec, extrapolated_answer
 
 BUDGETS = (8192, 32768, 131072)  # 4x apart: the critical batch 4, 8, 16 under B* ~ tokens^0.5
 
@@ -148,8 +148,14 @@ def test_a_study_searching_the_batch_axis_starts_each_scale_where_the_smaller_on
     scratch, moved = simulate_study(study(False), objective, 1), simulate_study(study(True), objective, 1)
     (s1, r1), (s2, _), (s3, _) = moved.scales
     assert all(s.batch_search.start is None for s, _ in scratch.scales) and s1.batch_search.start is None
-    # the second scale starts at the first one's largest fine size, the third where the law of two predicts
-    assert s2.batch_search.start == {"adamw": r1.report.optimizers["adamw"].bracket.baseline.largest_fine}
+    # the second scale starts at the first one's answer, the third on the line through the first two's
+    # (3 scales make no law: `sweeps.study.extrapolated_answer`)
+    answers = [r.report.optimizers["adamw"].largest_degradation_free_batch_size.baseline for _, r in moved.scales]
+    assert s2.batch_search.start == {"adamw": answers[0]}
+    budgets = [s.trained_tokens for s, _ in moved.scales]
+    assert s3.batch_search.start == {
+        "adamw": round(extrapolated_answer(list(zip(budgets[:2], answers[:2])), budgets[2]))
+    }
     assert s3.batch_search.start["adamw"] > s2.batch_search.start["adamw"]
     for (_, a), (_, b) in zip(scratch.scales, moved.scales, strict=True):
         assert a.report.optimizers["adamw"].bracket == b.report.optimizers["adamw"].bracket  # the same answer
