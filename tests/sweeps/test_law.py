@@ -146,3 +146,31 @@ def test_the_lr_law_recovers_exact_exponents_and_covers_noisy_ones() -> None:
     assert pred.low < lr(1024, 4.8e10) < pred.high
     assert "2 or more" in str(fit_lr_law([LrPoint(64, d, 1e-3) for d in BUDGETS]))
     assert "4 or more" in str(fit_lr_law(exact[:2] + exact[5:6]))
+
+
+def test_the_law_s_point_goes_through_the_scales_own_estimates_inside_the_brackets_intervals() -> None:
+    # the same brackets; each scale's point the true B* the sweep estimated, off the brackets' centres
+    with_points = [Scale(d, *bracket(law_b(d)), point=law_b(d)) for d in BUDGETS]
+    law, brackets_only = fit_batch_law(with_points), fit_batch_law(scales())
+    assert isinstance(law, BatchLaw) and isinstance(brackets_only, BatchLaw)
+    # the least-squares line through ln point: the true law exactly (64 x (tokens / 1e8)^0.5)
+    assert law.tokens_exponent == pytest.approx(0.5, abs=1e-9)
+    assert math.exp(law.mean_log(4.8e10)) == pytest.approx(law_b(4.8e10), rel=1e-9)
+    # the intervals are the brackets' likelihood's, whatever the point
+    assert law.tokens_interval == pytest.approx(brackets_only.tokens_interval, abs=1e-6)
+    pred = law.predict(4.8e10)
+    assert pred.low <= law_b(4.8e10) <= pred.high
+    assert (
+        math.log(pred.high / pred.low)
+        >= math.log(brackets_only.predict(4.8e10).high / brackets_only.predict(4.8e10).low) - 1e-6
+    )
+    # points whose line the brackets rule out (an exponent outside the brackets' interval): the brackets' maximum
+    steep = [Scale(d, *bracket(law_b(d)), point=law_b(d) * (d / 1e7) ** 2) for d in BUDGETS]
+    fallback = fit_batch_law(steep)
+    assert isinstance(fallback, BatchLaw)
+    assert fallback.tokens_exponent == pytest.approx(brackets_only.tokens_exponent, abs=1e-9)
+    # one point cannot draw a line: the brackets' maximum
+    one = fit_batch_law([Scale(d, *bracket(law_b(d)), point=law_b(d) if d == 1e9 else None) for d in BUDGETS])
+    assert isinstance(one, BatchLaw) and one.tokens_exponent == pytest.approx(brackets_only.tokens_exponent, abs=1e-9)
+    with pytest.raises(ValueError, match="point must be >= 1, got point=0.5"):
+        Scale(1e7, 8, 16, point=0.5)

@@ -7,9 +7,10 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from harness import tiny_spec
 
-from sweeps.law import BatchLaw, bracket_holds
+from sweeps.law import BatchLaw, bracket_holds, scale_of
 from sweeps.simulate import Run, simulate_study
 from sweeps.study import StudySpec, confirm_spec, extrapolated_answer
 
@@ -64,6 +65,8 @@ def test_a_study_is_rehearsed_scale_by_scale_its_law_comes_back_and_the_target_c
         bracket = result.report.optimizers["adamw"].bracket.self
         want = max(b for b in spec.batch_sizes if b <= critical(spec.trained_tokens))
         assert bracket.largest_fine == want and bracket.smallest_degraded == 2 * want
+        # the scale's own estimate: between its answer and the next size it tested
+        assert scale_of(result.report, "adamw", "self").point == pytest.approx(math.sqrt(want * 2 * want))
     assert rehearsal.tokens_trained == sum(r.tokens_trained for _, r in rehearsal.scales)
     law = rehearsal.law("adamw", "self")
     assert isinstance(law, BatchLaw), law
