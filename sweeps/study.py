@@ -300,8 +300,8 @@ def extrapolated_answer(answers: Sequence[tuple[float, int | None]], tokens: flo
     answers (token budget, the largest degradation-free batch size; None: none) in ln B over ln tokens, at
     `tokens`; its slope held to [0, 1]: more data does not shrink the critical batch (Zhang et al. 2025), and
     a line through two or three answers a lattice step apart is not trusted for more than proportional
-    growth. With one budget answered, that answer; None with none. A start only: the search gallops from it
-    (`sweeps.batch_axis`), so a poor one costs sizes, not the answer."""
+    growth. With one budget answered, that answer; None with none. A start only: the search steps on from it as
+    from any size it tested (`sweeps.batch_axis`), so a poor one costs sizes, not the answer."""
     pts = [(math.log(t), math.log(b)) for t, b in answers if b is not None]
     xs, ys = [x for x, _ in pts], [y for _, y in pts]
     if not pts:
