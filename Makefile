@@ -9,11 +9,15 @@ SYSDEPS := $(VENV)/.sysdeps
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml deploy/requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch is pinned to 2.13.0: the CPU build on this machine kind (docs/operators.md: GPU install)
-	$(PY) -m pip install -q -e ".[dashboards,postgres,dev]"
+	# the versions the image ships: deploy/requirements.lock as constraints, without its hashes (a hash in a
+	# constraints file turns on pip's hash checking for every requirement, the editable project's too); a new
+	# release on the index cannot change what the suite runs. torch is pinned to 2.13.0: the CPU build on this
+	# machine kind (docs/operators.md: GPU install)
+	sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*==[^ ]*\) \\$$/\1/p' deploy/requirements.lock > $(VENV)/constraints.txt
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e ".[dashboards,postgres,dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -683,6 +683,21 @@ def test_dockerfile_installs_the_pinned_torch_and_every_package() -> None:
     assert {f"!{src}" for src in copied} <= kept
 
 
+def test_make_venv_installs_the_lock_s_versions() -> None:
+    """`make venv` installs the project with deploy/requirements.lock as constraints, its hashes dropped: the
+    command the Makefile runs gives every locked name==version and nothing else, and the install reads it."""
+    recipe = subprocess.run(
+        ["make", "-n", "-B", ".venv/.installed"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    (sed,) = [line for line in recipe if line.startswith("sed ") and "deploy/requirements.lock" in line]
+    command, target = sed.split(" > ")
+    pins = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    locked = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) \\$", (DEPLOY / "requirements.lock").read_text(), re.M)
+    assert len(pins) > 100 and pins == [f"{name}=={version}" for name, version in locked]
+    (install,) = [line for line in recipe if "pip install" in line and " -e " in line]
+    assert f"-c {target.strip()}" in install
+
+
 def test_the_image_installs_every_dependency_from_a_hash_lock() -> None:
     """Every dependency but torch's family is installed from deploy/requirements.lock, each with its sha256, with
     --require-hashes and --no-deps; the lock holds exactly the closure this virtualenv resolved and is tested
