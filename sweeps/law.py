@@ -314,13 +314,13 @@ def _point_coefficients(
     the means, where the verdicts leave sizes undecided): 4x past a study's largest scale the prediction lands
     within one lattice step of the truth 0.41 and 0.67 of the time, against 0.32 and 0.53 through the centres
     (benchmarks/study_transfer.py, noise-scale and cliffs)."""
-    answered = [s for s in scales if s.point is not None]
-    if not answered:
+    points = [(s, s.point) for s in scales if s.point is not None]
+    if not points:
         return None
-    x = np.array([_features(s.tokens, s.params if with_params else None) for s in answered])
+    x = np.array([_features(s.tokens, s.params if with_params else None) for s, _ in points])
     if np.linalg.matrix_rank(x) < x.shape[1]:
         return None
-    y = np.array([math.log(s.point) for s in answered if s.point is not None])
+    y = np.array([math.log(point) for _, point in points])
     coef = np.linalg.lstsq(x, y, rcond=None)[0]
     if all(lo <= c <= hi for c, (lo, hi) in zip(coef[1:], intervals, strict=True)):
         return coef

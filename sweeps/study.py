@@ -355,11 +355,8 @@ def transferred(spec: SweepSpec, earlier: Sequence[tuple[SweepSpec, Report]]) ->
             predicted: float | None = math.exp(law.mean_log(float(spec.trained_tokens), here))
         else:
             answers = [
-                (
-                    float(s.trained_tokens),
-                    getattr(r.optimizers[opt].largest_degradation_free_batch_size, search.against),
-                )
-                for s, r in earlier
+                (scale.tokens, getattr(r.optimizers[opt].largest_degradation_free_batch_size, search.against))
+                for scale, (_, r) in zip(scales, earlier, strict=True)
             ]
             predicted = extrapolated_answer(answers, float(spec.trained_tokens))
         if predicted is not None and predicted > search.min:
