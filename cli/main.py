@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -284,7 +285,10 @@ def _print_law(laws: list[Any]) -> None:
         console.rule(f"[bold]{law.optimizer}[/] against {'itself' if law.against == 'self' else law.reference}")
         for s in law.scales:
             size = f", {s.params:.3g} params" if s.params else ""
-            console.print(f"  {s.tokens:.3g} tokens{size}: [{s.largest_fine or '-'}, {s.smallest_degraded or '-'})")
+            point = f", point {s.point:.0f} (sd x{math.exp(s.point_sd):.2f})" if s.point and s.point_sd else ""
+            console.print(
+                f"  {s.tokens:.3g} tokens{size}: [{s.largest_fine or '-'}, {s.smallest_degraded or '-'}){point}"
+            )
         if law.no_law is not None:
             console.print(f"  no law: {law.no_law}")
             continue

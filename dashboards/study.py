@@ -16,6 +16,7 @@ and the `Confirmation` that `sweeps study` prints.
 from __future__ import annotations
 
 import html
+import math
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,11 +92,27 @@ def _bracket_series(
     brackets: Sequence[Bracket], color: str, label: str = "", size: float = 1.0, hollow: bool = False
 ) -> list[Series]:
     """Brackets of B* against tokens: the largest size decided fine (a circle) and the smallest decided degraded
-    (a cross), each where it is bounded; an open end draws nothing. `label` prefixes the series' names and
-    hovers; `size` scales the markers."""
+    (a cross), each where it is bounded; an open end draws nothing; the sweep's point (a diamond, with its 95 %
+    error bar from its sd), where it has one: the law is fitted through the points. `label` prefixes the
+    series' names and hovers; `size` scales the markers."""
     fine = [(b.tokens, float(b.largest_fine)) for b in brackets if b.largest_fine is not None]
     degraded = [(b.tokens, float(b.smallest_degraded)) for b in brackets if b.smallest_degraded is not None]
+    points = [(b.tokens, b.point, b.point_sd) for b in brackets if b.point is not None and b.point_sd is not None]
+    z = 1.96  # a Normal's 95 % on either side, in ln B*
     return [
+        Series(
+            "errorbar",
+            f"{label}the sweep's point, 95 % interval",
+            Style(color, None, symbol="diamond", size=6 * size, hollow=hollow, edge_width=1.5 if hollow else 1.0),
+            x=tuple(t for t, _, _ in points),
+            y=tuple(p for _, p, _ in points),
+            err_low=tuple(p - p * math.exp(-z * sd) for _, p, sd in points),
+            err_high=tuple(p * math.exp(z * sd) - p for _, p, sd in points),
+            legend=True,
+            hover=tuple(
+                f"{label}{_fmt(t)} tokens: its point B* {p:.0f} (sd x{math.exp(sd):.2f})" for t, p, sd in points
+            ),
+        ),
         Series(
             "scatter",
             f"{label}largest size decided fine",

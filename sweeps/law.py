@@ -8,13 +8,17 @@ says nothing. The model, in natural logs:
 
     ln B* = a + b ln(tokens) [+ c ln(params)] + e,    e ~ Normal(0, sigma^2),
 
-fitted by maximum likelihood: each scale adds ln(Phi(z_hi) - Phi(z_lo)), z = (ln bound - mean) / sigma.
-`sigma` (the scatter of B* about the law) has a floor, the resolution of the brackets themselves (`sigma_floor`:
-the sd of a point spread evenly over a typical bracket, ln 2 / sqrt 12 = 0.2 for brackets a factor 2 wide):
-such brackets are met by many lines exactly, the likelihood would otherwise grow without bound as sigma -> 0,
-and scatter finer than a bracket cannot be seen in them. Intervals: the exponents'
-by profile likelihood (the likelihood-ratio test, chi-square with 1 degree of freedom); the prediction's from
-the profile interval of the mean at the target (as a standard error) and sigma together.
+fitted by maximum likelihood. A scale with its own estimate of B* (`Scale.point`: the centre of its answer and
+the next size it tested) adds the density of ln point, Normal with the variance of that estimate
+(`Scale.point_sd`, from the lattice step it spans: `point_sd`) plus sigma^2. A scale with a bracket alone adds
+ln(Phi(z_hi) - Phi(z_lo)), z = (ln bound - mean) / sd, its sd the points' median point_sd and sigma together.
+Without any point `sigma` (the scatter of B* about the law) has a floor, the resolution of the brackets
+themselves (`sigma_floor`: the sd of a point spread evenly over a typical bracket, ln 2 / sqrt 12 = 0.2 for
+brackets a factor 2 wide): such brackets are met by many lines exactly, the likelihood would otherwise grow
+without bound as sigma -> 0, and scatter finer than a bracket cannot be seen in them; with points, their own
+sd is that floor. Intervals: the exponents' by profile likelihood (the likelihood-ratio test, chi-square with
+1 degree of freedom); the prediction's from the profile interval of the mean at the target (as a standard
+error) and sigma together.
 
 Hand-written: no library in the dependencies fits an interval-censored regression (statsmodels has none;
 scipy's `stats.CensoredData` fits a distribution, not a regression); the likelihood is four lines, the rest is
@@ -57,6 +61,7 @@ __all__ = [
     "fit_batch_law",
     "fit_lr_law",
     "leave_largest_out",
+    "point_sd",
     "sigma_floor",
 ]
 
@@ -65,6 +70,9 @@ SIGMA_FLOOR = 0.05  # ln units: the floor's floor, for brackets far narrower tha
 # probability is ~0 there), and the optimisers' line searches may step the parameter past a float's range
 LOG_EXCESS_MAX = 30.0
 LEVEL = 0.95
+# how often a sweep's point lies within one lattice step of the true B*: 0.75 (noise-scale) and 0.88 (cliffs)
+# over the scales of benchmarks/study_transfer.py's problems, 0.80 of both; its sd follows (`point_sd`)
+POINT_WITHIN_STEP = 0.80
 
 if TYPE_CHECKING:
     from sweeps.report import Report
@@ -75,13 +83,14 @@ class Scale:
     """One sweep's scale and its bracket of B*, in sequences. `params`: the model's parameter count (None:
     one model size in the study, or unknown); `point`: the sweep's own estimate of B*, the geometric centre of
     its answer (the largest degradation-free batch size) and the next size it tested (None: no answer, none
-    tested above it, or not known)."""
+    tested above it, or not known), with `point_sd` the sd of ln point as an estimate of ln B* (`point_sd`)."""
 
     tokens: float
     largest_fine: int | None
     smallest_degraded: int | None
     params: float | None = None
     point: float | None = None
+    point_sd: float | None = None
 
     def __post_init__(self) -> None:
         if not self.tokens > 0:
@@ -90,6 +99,10 @@ class Scale:
             raise ValueError(f"params must be > 0, got params={self.params}")
         if self.point is not None and not self.point >= 1:
             raise ValueError(f"point must be >= 1, got point={self.point}")
+        if (self.point is None) != (self.point_sd is None) or (self.point_sd is not None and not self.point_sd > 0):
+            raise ValueError(
+                f"a point needs its point_sd > 0 and point_sd a point, got point={self.point}, point_sd={self.point_sd}"
+            )
         lo, hi = self.largest_fine, self.smallest_degraded
         if (
             (lo is not None and lo < 1)
@@ -100,13 +113,27 @@ class Scale:
 
     @property
     def informative(self) -> bool:
-        """The bracket bounds B* on at least one side."""
-        return self.largest_fine is not None or self.smallest_degraded is not None
+        """The bracket bounds B* on at least one side, or the sweep estimated it."""
+        return self.largest_fine is not None or self.smallest_degraded is not None or self.point is not None
 
     @property
     def decided(self) -> bool:
         """The bracket bounds B* on both sides."""
         return self.largest_fine is not None and self.smallest_degraded is not None
+
+    @property
+    def located(self) -> bool:
+        """B* is bounded on both sides: by the bracket, or by the sweep's estimate and its sd."""
+        return self.decided or self.point is not None
+
+
+def point_sd(step: float) -> float:
+    """The sd of ln B* about a sweep's point (the centre of its answer and the next size tested, `step` x
+    larger): a Normal error within one step either way POINT_WITHIN_STEP of the time, ln(step) / z.
+    point_sd(1.25) = 0.174, point_sd(2) = 0.541."""
+    if not step > 1:
+        raise ValueError(f"step must be > 1, got step={step}")
+    return math.log(step) / float(scipy.stats.norm.ppf(0.5 + POINT_WITHIN_STEP / 2))
 
 
 @dataclass(frozen=True)
@@ -121,11 +148,9 @@ class Prediction:
 
 @dataclass(frozen=True)
 class BatchLaw:
-    """ln B* = intercept + tokens_exponent ln(tokens) [+ params_exponent ln(params)]; each exponent with its
-    profile-likelihood interval at LEVEL; `sigma` the fitted scatter (>= `sigma_floor` of the brackets). The
-    coefficients are the point (`_point_coefficients`: the line through the scales' points where the brackets'
-    intervals hold it, else the brackets' maximum likelihood); `_theta` is that maximum, whose likelihood the
-    intervals are read from."""
+    """ln B* = intercept + tokens_exponent ln(tokens) [+ params_exponent ln(params)], the likelihood's maximum;
+    each exponent with its profile-likelihood interval at LEVEL; `sigma` the scatter of a scale's B* about the
+    law (`_Data.scatter`)."""
 
     intercept: float
     tokens_exponent: float
@@ -135,7 +160,7 @@ class BatchLaw:
     sigma: float
     scales: int  # the informative scales it was fitted to
     _data: tuple[Scale, ...] = ()
-    _theta: tuple[float, ...] = ()  # the fit itself: the coefficients and ln(sigma - floor)
+    _theta: tuple[float, ...] = ()  # the fit itself: the coefficients and s (`_Data.sigma`)
 
     def mean_log(self, tokens: float, params: float | None = None) -> float:
         x = self.intercept + self.tokens_exponent * math.log(tokens)
@@ -149,8 +174,8 @@ class BatchLaw:
         """B* at (tokens, params), with a `level` prediction interval."""
         mean = self.mean_log(tokens, params)
         target = _features(tokens, params if self.params_exponent is not None else None)
-        x, lo_b, hi_b = _design(self._data, self.params_exponent is not None)
-        lo, hi = _profile_interval(x, lo_b, hi_b, np.array(self._theta), target, level)
+        data = _Data.of(self._data, self.params_exponent is not None)
+        lo, hi = _profile_interval(data, np.array(self._theta), target, level)
         z = scipy.stats.norm.ppf(0.5 + level / 2)
         se = max(mean - lo, hi - mean) / z  # the mean's profile interval, read as a standard error
         half = z * math.sqrt(se * se + self.sigma * self.sigma)
@@ -175,12 +200,67 @@ def _features(tokens: float, params: float | None) -> np.ndarray:
     return np.array(row)
 
 
-def _design(scales: Sequence[Scale], with_params: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(features, ln lower bounds, ln upper bounds); -inf / +inf where the bracket is open."""
-    x = np.array([_features(s.tokens, s.params if with_params else None) for s in scales])
-    lo = np.array([math.log(s.largest_fine) if s.largest_fine is not None else -math.inf for s in scales])
-    hi = np.array([math.log(s.smallest_degraded) if s.smallest_degraded is not None else math.inf for s in scales])
-    return x, lo, hi
+@dataclass(frozen=True)
+class _Data:
+    """The scales as the likelihood reads them: features x (n, k); ln bounds lo, hi (-inf / +inf where open);
+    ln point pt and its sd psd (nan where the scale has none)."""
+
+    x: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    pt: np.ndarray
+    psd: np.ndarray
+
+    @classmethod
+    def of(cls, scales: Sequence[Scale], with_params: bool) -> _Data:
+        def ln(v: float | None, missing: float) -> float:
+            return math.log(v) if v is not None else missing
+
+        return cls(
+            x=np.array([_features(s.tokens, s.params if with_params else None) for s in scales]),
+            lo=np.array([ln(s.largest_fine, -math.inf) for s in scales]),
+            hi=np.array([ln(s.smallest_degraded, math.inf) for s in scales]),
+            pt=np.array([ln(s.point, math.nan) for s in scales]),
+            psd=np.array([s.point_sd if s.point_sd is not None else math.nan for s in scales]),
+        )
+
+    @property
+    def points(self) -> np.ndarray:
+        return np.isfinite(self.pt)
+
+    def floor(self) -> float:
+        """What B* varies by beyond the law's scatter where only a bracket says where it is: with points, their
+        median sd; without, `sigma_floor` (the scatter the likelihood fits then has it as a floor)."""
+        return float(np.median(self.psd[self.points])) if self.points.any() else sigma_floor(self.lo, self.hi)
+
+    def sigma(self, s: float) -> float:
+        """The law's scatter in ln B* at the fit's last parameter s (capped at LOG_EXCESS_MAX): exp(s) where
+        points carry their own sd, floor + exp(s) where brackets alone say where B* is."""
+        excess = math.exp(min(s, LOG_EXCESS_MAX))
+        return excess if self.points.any() else self.floor() + excess
+
+    def scatter(self, s: float) -> float:
+        """The scatter of B* about the law that a new scale's B* has (`BatchLaw.sigma`, in its prediction
+        interval): the fitted scatter, and with points the scatter their own sd could hide."""
+        sigma = self.sigma(s)
+        return math.hypot(self.floor(), sigma) if self.points.any() else sigma
+
+    def start(self) -> np.ndarray:
+        """Each scale's ln B* to start the fit from: its point, else its bracket's centre or its one bound."""
+        lo = np.where(np.isfinite(self.lo), self.lo, np.where(np.isfinite(self.hi), self.hi, 0.0))
+        hi = np.where(np.isfinite(self.hi), self.hi, lo)
+        return np.where(self.points, self.pt, (lo + hi) / 2)
+
+
+def _censored_log_p(mean: np.ndarray, sd: float, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """ln(Phi(z_hi) - Phi(z_lo)), z = (bound - mean) / sd, computed in the tail that keeps its digits: the
+    upper tail's where both z > 0."""
+    z_lo, z_hi = (lo - mean) / sd, (hi - mean) / sd
+    upper = z_lo > 0
+    a = np.where(upper, -z_hi, z_lo)
+    b = np.where(upper, -z_lo, z_hi)
+    log_b = scipy.special.log_ndtr(b)
+    return log_b + np.log1p(-np.exp(np.minimum(scipy.special.log_ndtr(a) - log_b, -1e-300)))
 
 
 def sigma_floor(lo: np.ndarray, hi: np.ndarray) -> float:
@@ -190,30 +270,30 @@ def sigma_floor(lo: np.ndarray, hi: np.ndarray) -> float:
     return max(SIGMA_FLOOR, float(np.median(widths)) / math.sqrt(12)) if widths.size else SIGMA_FLOOR
 
 
-def _sigma(lo: np.ndarray, hi: np.ndarray, s: float) -> float:
-    """The scatter, in ln B*, at the fit's last parameter s = ln(sigma - floor) (capped at LOG_EXCESS_MAX)."""
-    return sigma_floor(lo, hi) + math.exp(min(s, LOG_EXCESS_MAX))
+def _neg_log_likelihood(theta: np.ndarray, data: _Data) -> float:
+    """theta = (coefficients..., s), the law's scatter `data.sigma(s)`: a point's density with its own sd and
+    the scatter together; a bracket's probability with `data.floor()` and the scatter (the floor alone, the
+    scatter over it, where no scale has a point)."""
+    sigma = data.sigma(float(theta[-1]))
+    mean = data.x @ theta[:-1]
+    points = data.points
+    out = 0.0
+    if points.any():
+        sd = np.hypot(data.psd[points], sigma)
+        out -= float(np.sum(scipy.stats.norm.logpdf(data.pt[points], mean[points], sd)))
+        bracket_sd = math.hypot(data.floor(), sigma)
+    else:
+        bracket_sd = sigma
+    rest = ~points
+    if rest.any():
+        out -= float(np.sum(_censored_log_p(mean[rest], bracket_sd, data.lo[rest], data.hi[rest])))
+    return out
 
 
-def _neg_log_likelihood(theta: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
-    """theta = (coefficients..., s), sigma = sigma_floor(lo, hi) + exp(s)."""
-    sigma = _sigma(lo, hi, float(theta[-1]))
-    mean = x @ theta[:-1]
-    # ln(Phi(z_hi) - Phi(z_lo)) computed in the tail that keeps its digits: the upper tail's where both z > 0
-    z_lo, z_hi = (lo - mean) / sigma, (hi - mean) / sigma
-    upper = z_lo > 0
-    a = np.where(upper, -z_hi, z_lo)
-    b = np.where(upper, -z_lo, z_hi)
-    log_b = scipy.special.log_ndtr(b)
-    p = log_b + np.log1p(-np.exp(np.minimum(scipy.special.log_ndtr(a) - log_b, -1e-300)))
-    return float(-np.sum(p))
-
-
-def _fit(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, fixed: tuple[np.ndarray, float] | None = None) -> np.ndarray:
+def _fit(data: _Data, fixed: tuple[np.ndarray, float] | None = None) -> np.ndarray:
     """Maximum likelihood theta; with `fixed` = (w, v), under the constraint w . coefficients = v (a profile)."""
-    k = x.shape[1]
-    mid = np.where(np.isfinite(lo) & np.isfinite(hi), (lo + hi) / 2, np.where(np.isfinite(lo), lo, hi))
-    start = np.linalg.lstsq(x, mid, rcond=None)[0]
+    k = data.x.shape[1]
+    start = np.linalg.lstsq(data.x, data.start(), rcond=None)[0]
     if fixed is None:
         free = np.eye(k)
         offset = np.zeros(k)
@@ -224,7 +304,7 @@ def _fit(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, fixed: tuple[np.ndarray,
         start = free.T @ (start - offset)
 
     def nll(u: np.ndarray) -> float:
-        return _neg_log_likelihood(np.append(offset + free @ u[:-1], u[-1]), x, lo, hi)
+        return _neg_log_likelihood(np.append(offset + free @ u[:-1], u[-1]), data)
 
     u0 = np.append(start, math.log(0.3))
     best = None
@@ -238,17 +318,15 @@ def _fit(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, fixed: tuple[np.ndarray,
     return np.append(offset + free @ best.x[:-1], best.x[-1])
 
 
-def _profile_interval(
-    x: np.ndarray, lo: np.ndarray, hi: np.ndarray, theta: np.ndarray, w: np.ndarray, level: float
-) -> tuple[float, float]:
+def _profile_interval(data: _Data, theta: np.ndarray, w: np.ndarray, level: float) -> tuple[float, float]:
     """The profile-likelihood interval of w . coefficients (an exponent: w a unit vector; the mean at a
-    target: w its features), about the maximum-likelihood fit `theta` of (x, lo, hi)."""
-    best = _neg_log_likelihood(theta, x, lo, hi)
+    target: w its features), about the maximum-likelihood fit `theta` of `data`."""
+    best = _neg_log_likelihood(theta, data)
     at = float(w @ theta[:-1])
     drop = scipy.stats.chi2.ppf(level, 1) / 2
 
     def excess(v: float) -> float:
-        return _neg_log_likelihood(_fit(x, lo, hi, (w, v)), x, lo, hi) - best - drop
+        return _neg_log_likelihood(_fit(data, (w, v)), data) - best - drop
 
     ends = []
     for direction in (-1.0, 1.0):
@@ -267,64 +345,38 @@ def _profile_interval(
 
 
 def fit_batch_law(scales: Sequence[Scale], level: float = LEVEL) -> BatchLaw | str:
-    """The law from the scales' brackets, or why the data cannot support one (a sentence): fewer than 3
-    informative scales, fewer than 2 decided (bounded on both sides), or one token budget only. The model
-    size enters when the informative scales have two or more (and each names it)."""
+    """The law from the scales' points and brackets, or why the data cannot support one (a sentence): fewer
+    than 3 informative scales, fewer than 2 located (a point, or a bracket bounded on both sides), or one token
+    budget only. The model size enters when the informative scales have two or more (and each names it)."""
     used = [s for s in scales if s.informative]
-    decided = [s for s in used if s.decided]
+    located = [s for s in used if s.located]
     budgets = {s.tokens for s in used}
     if len(used) < 3:
-        return f"{len(used)} scale(s) with a bracket bounded on a side: a law needs 3 or more"
-    if len(decided) < 2:
-        return f"{len(decided)} scale(s) decided on both sides: a law needs 2 or more"
+        return f"{len(used)} scale(s) with a point or a bracket bounded on a side: a law needs 3 or more"
+    if len(located) < 2:
+        return f"{len(located)} scale(s) with a point or a bracket bounded on both sides: a law needs 2 or more"
     if len(budgets) < 2:
         return "every scale has the same token budget: the tokens exponent cannot be identified"
     sizes = {s.params for s in used}
     with_params = None not in sizes and len(sizes) >= 2
     if with_params and len(used) < 4:
         return f"{len(used)} scales for 3 coefficients (tokens and model size): a law needs 4 or more"
-    x, lo, hi = _design(used, with_params)
-    theta = _fit(x, lo, hi)
-    k = x.shape[1]
-    tokens_interval = _profile_interval(x, lo, hi, theta, np.eye(k)[1], level)
-    params_interval = _profile_interval(x, lo, hi, theta, np.eye(k)[2], level) if with_params else None
-    intervals = [tokens_interval] + ([params_interval] if params_interval is not None else [])
-    point = _point_coefficients(used, with_params, intervals)
-    coef = point if point is not None else theta[:-1]
+    data = _Data.of(used, with_params)
+    theta = _fit(data)
+    k = data.x.shape[1]
+    tokens_interval = _profile_interval(data, theta, np.eye(k)[1], level)
+    params_interval = _profile_interval(data, theta, np.eye(k)[2], level) if with_params else None
     return BatchLaw(
-        intercept=float(coef[0]),
-        tokens_exponent=float(coef[1]),
+        intercept=float(theta[0]),
+        tokens_exponent=float(theta[1]),
         tokens_interval=tokens_interval,
-        params_exponent=float(coef[2]) if with_params else None,
+        params_exponent=float(theta[2]) if with_params else None,
         params_interval=params_interval,
-        sigma=_sigma(lo, hi, float(theta[-1])),
+        sigma=data.scatter(float(theta[-1])),
         scales=len(used),
         _data=tuple(used),
         _theta=tuple(float(t) for t in theta),
     )
-
-
-def _point_coefficients(
-    scales: Sequence[Scale], with_params: bool, intervals: Sequence[tuple[float, float]]
-) -> np.ndarray | None:
-    """The law's point from the scales' own estimates (`Scale.point`): the least-squares line (intercept,
-    exponents) through ln point, where those scales identify it and each exponent lies inside the brackets'
-    interval for it; else None (the point is then the brackets' maximum likelihood). That maximum puts the line
-    through the brackets' centres, while a sweep's answer is its best estimate inside its bracket (the walk of
-    the means, where the verdicts leave sizes undecided): 4x past a study's largest scale the prediction lands
-    within one lattice step of the truth 0.41 and 0.67 of the time, against 0.32 and 0.53 through the centres
-    (benchmarks/study_transfer.py, noise-scale and cliffs)."""
-    points = [(s, s.point) for s in scales if s.point is not None]
-    if not points:
-        return None
-    x = np.array([_features(s.tokens, s.params if with_params else None) for s, _ in points])
-    if np.linalg.matrix_rank(x) < x.shape[1]:
-        return None
-    y = np.array([math.log(point) for _, point in points])
-    coef = np.linalg.lstsq(x, y, rcond=None)[0]
-    if all(lo <= c <= hi for c, (lo, hi) in zip(coef[1:], intervals, strict=True)):
-        return coef
-    return None
 
 
 def leave_largest_out(scales: Sequence[Scale], level: float = LEVEL) -> LeaveOneOut | str:
@@ -458,8 +510,9 @@ def _tokens_of(report: Report) -> float:
 
 
 def scale_of(report: Report, optimizer: str, against: str = "baseline", params: float | None = None) -> Scale:
-    """One finished sweep as a scale of the law: its token budget and `optimizer`'s bracket against
-    `against` ("self" or "baseline")."""
+    """One finished sweep as a scale of the law: its token budget, `optimizer`'s bracket against `against`
+    ("self" or "baseline") and its point (the geometric centre of its answer and the next size it tested) with
+    that point's sd (`point_sd` of the step between the two)."""
     if optimizer not in report.optimizers:
         raise ValueError(
             f"report of {report.sweep} has no optimizer {optimizer!r}; it has {', '.join(report.optimizers)}"
@@ -467,8 +520,11 @@ def scale_of(report: Report, optimizer: str, against: str = "baseline", params: 
     b = getattr(report.optimizers[optimizer].bracket, against)
     answer = getattr(report.optimizers[optimizer].largest_degradation_free_batch_size, against)
     above = [c.batch_size for c in report.optimizers[optimizer].cells if answer is not None and c.batch_size > answer]
-    point = math.sqrt(answer * min(above)) if answer is not None and above else None
-    return Scale(_tokens_of(report), b.largest_fine, b.smallest_degraded, params, point)
+    if answer is None or not above:
+        return Scale(_tokens_of(report), b.largest_fine, b.smallest_degraded, params)
+    step = min(above) / answer
+    point = math.sqrt(answer * min(above))
+    return Scale(_tokens_of(report), b.largest_fine, b.smallest_degraded, params, point, point_sd(step))
 
 
 def lr_points_of(report: Report, optimizer: str, params: float | None = None) -> list[LrPoint]:
@@ -501,12 +557,14 @@ class LawPoint(Band):
 
 
 class Bracket(_Out):
-    """One scale's bracket of B*, in sequences (`Scale` as JSON)."""
+    """One scale's bracket of B*, in sequences, and its point with that point's sd in ln B* (`Scale` as JSON)."""
 
     tokens: float
     params: float | None
     largest_fine: int | None
     smallest_degraded: int | None
+    point: float | None = None
+    point_sd: float | None = None
 
 
 class Check(_Out):
@@ -566,7 +624,14 @@ class Confirmation(_Out):
 
 
 def _bracket(s: Scale) -> Bracket:
-    return Bracket(tokens=s.tokens, params=s.params, largest_fine=s.largest_fine, smallest_degraded=s.smallest_degraded)
+    return Bracket(
+        tokens=s.tokens,
+        params=s.params,
+        largest_fine=s.largest_fine,
+        smallest_degraded=s.smallest_degraded,
+        point=s.point,
+        point_sd=s.point_sd,
+    )
 
 
 def _band(p: Prediction) -> Band:

@@ -5,7 +5,10 @@ that does not confirm draws none. Laws and confirmations written by hand: no fit
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import pytest
 
 from dashboards.study import ConfirmationState, law_figure, law_page
 from sweeps.law import Confirmation, OptimizerLaw
@@ -134,3 +137,17 @@ def test_a_study_without_confirmation_draws_none_and_a_pending_or_not_run_one_sa
     not_run = law_page([x.model_dump() for x in laws], "s", "/p.js", {"status": "not_run", "note": note})
     assert f'data-confirmation="not_run">confirmation at the target: not run: {note}</p>' in not_run
     assert "adamw against adamw: confirmation not run" in not_run
+
+
+def test_the_scales_points_are_drawn_with_their_95_percent_bars_where_they_have_one() -> None:
+    data = law().model_dump()
+    data["scales"][0] |= {"point": 12.0, "point_sd": 0.2}
+    data["scales"][2] |= {"point": 45.0, "point_sd": 0.1}
+    fig = law_figure([OptimizerLaw.model_validate(data)], "s")
+    points = series_of(fig)["the sweep's point, 95 % interval"]
+    assert points.x == (BUDGETS[0], BUDGETS[2]) and points.y == (12.0, 45.0)  # the middle scale has none
+    assert points.err_low == pytest.approx((12 - 12 * math.exp(-0.392), 45 - 45 * math.exp(-0.196)), rel=1e-12)
+    assert points.err_high == pytest.approx((12 * math.exp(0.392) - 12, 45 * math.exp(0.196) - 45), rel=1e-12)
+    assert tuple(traces_of(fig)["the sweep's point, 95 % interval"].y) == (12.0, 45.0)
+    # a law without points draws the series empty
+    assert series_of(law_figure([law()], "s"))["the sweep's point, 95 % interval"].x == ()

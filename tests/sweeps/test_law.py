@@ -17,10 +17,12 @@ from sweeps.law import (
     LrLaw,
     LrPoint,
     Scale,
+    _Data,
     _neg_log_likelihood,
     fit_batch_law,
     fit_lr_law,
     leave_largest_out,
+    point_sd,
     sigma_floor,
 )
 
@@ -41,6 +43,11 @@ def scales(**kw: float) -> list[Scale]:
     return [Scale(d, *bracket(law_b(d)), **kw) for d in BUDGETS]
 
 
+def brackets(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> _Data:
+    """Scales with a bracket and no point."""
+    return _Data(x, lo, hi, np.full(len(lo), math.nan), np.full(len(lo), math.nan))
+
+
 def test_the_likelihood_of_a_bracket_exact_values() -> None:
     # the floor of sigma: a point spread evenly over the median bracket, ln 2 / sqrt 12 for [32, 64)
     lo, hi = np.array([math.log(32)]), np.array([math.log(64)])
@@ -53,22 +60,49 @@ def test_the_likelihood_of_a_bracket_exact_values() -> None:
     want = scipy.stats.norm.cdf((math.log(64) - math.log(40)) / sigma) - scipy.stats.norm.cdf(
         (math.log(32) - math.log(40)) / sigma
     )
-    nll = _neg_log_likelihood(theta, x, np.array([math.log(32)]), np.array([math.log(64)]))
+    nll = _neg_log_likelihood(theta, brackets(x, np.array([math.log(32)]), np.array([math.log(64)])))
     assert nll == pytest.approx(-math.log(want), rel=1e-12)
     # open at the top (right-censored): P(B* >= 32) alone, at the floor's floor
-    nll = _neg_log_likelihood(theta, x, np.array([math.log(32)]), np.array([math.inf]))
+    nll = _neg_log_likelihood(theta, brackets(x, np.array([math.log(32)]), np.array([math.inf])))
     open_sigma = SIGMA_FLOOR + 0.2
     assert nll == pytest.approx(-math.log(scipy.stats.norm.sf((math.log(32) - math.log(40)) / open_sigma)), rel=1e-12)
     # far in the upper tail it keeps its digits (a bracket a factor e wide)
-    far = _neg_log_likelihood(theta, x, np.array([math.log(40 * math.e**6)]), np.array([math.log(40 * math.e**7)]))
+    far = _neg_log_likelihood(
+        theta, brackets(x, np.array([math.log(40 * math.e**6)]), np.array([math.log(40 * math.e**7)]))
+    )
     sigma = 1 / math.sqrt(12) + 0.2
     z = (6.0 / sigma, 7.0 / sigma)
     assert far == pytest.approx(-math.log(scipy.stats.norm.sf(z[0]) - scipy.stats.norm.sf(z[1])), rel=1e-9)
     # a line search that steps ln(sigma - floor) past a float's range reads the scatter at its cap, e^30: the
     # open bracket's probability, 1/2 - Phi((ln 32 - ln 40) / sigma) below it, no OverflowError
-    huge = _neg_log_likelihood(np.array([math.log(40.0), 1000.0]), x, np.array([math.log(32)]), np.array([math.inf]))
+    huge = _neg_log_likelihood(
+        np.array([math.log(40.0), 1000.0]), brackets(x, np.array([math.log(32)]), np.array([math.inf]))
+    )
     capped = SIGMA_FLOOR + math.exp(LOG_EXCESS_MAX)
     assert huge == pytest.approx(-math.log(scipy.stats.norm.sf((math.log(32) - math.log(40)) / capped)), rel=1e-12)
+
+
+def test_the_likelihood_of_a_point_exact_values() -> None:
+    # a point's sd: within one lattice step either way POINT_WITHIN_STEP (0.80) of the time, ln(step) / z_0.90
+    assert point_sd(1.25) == pytest.approx(math.log(1.25) / 1.2815515655446004, rel=1e-9)
+    assert point_sd(2.0) == pytest.approx(0.540866, rel=1e-6)
+    with pytest.raises(ValueError, match="step must be > 1, got step=1.0"):
+        point_sd(1.0)
+    # two scales at the same features, mean ln B = ln 40, the law's scatter e^s = 0.1 (no floor: points carry
+    # their own sd): a point 50 with sd 0.2, and a bracket [32, 64) read with the points' median sd and the scatter
+    x = np.array([[1.0], [1.0]])
+    data = _Data(x, np.array([math.log(45), math.log(32)]), np.array([math.log(56), math.log(64)]),
+                 np.array([math.log(50), math.nan]), np.array([0.2, math.nan]))  # fmt: skip
+    theta = np.array([math.log(40.0), math.log(0.1)])
+    point = scipy.stats.norm.logpdf(math.log(50), math.log(40), math.hypot(0.2, 0.1))
+    sd = math.hypot(0.2, 0.1)
+    bracket_p = scipy.stats.norm.cdf(math.log(64 / 40) / sd) - scipy.stats.norm.cdf(math.log(32 / 40) / sd)
+    assert _neg_log_likelihood(theta, data) == pytest.approx(-(point + math.log(bracket_p)), rel=1e-12)
+    # a point's bracket is not read twice: the point alone stands for its scale
+    assert data.floor() == 0.2 and data.sigma(math.log(0.1)) == pytest.approx(0.1, rel=1e-12)
+    assert data.scatter(math.log(0.1)) == pytest.approx(math.hypot(0.2, 0.1), rel=1e-12)
+    with pytest.raises(ValueError, match="point=40, point_sd=None"):
+        Scale(1e8, 32, 64, point=40)
 
 
 def test_a_known_law_is_recovered_and_predicts_the_paper_s_scale() -> None:
@@ -148,29 +182,29 @@ def test_the_lr_law_recovers_exact_exponents_and_covers_noisy_ones() -> None:
     assert "4 or more" in str(fit_lr_law(exact[:2] + exact[5:6]))
 
 
-def test_the_law_s_point_goes_through_the_scales_own_estimates_inside_the_brackets_intervals() -> None:
-    # the same brackets; each scale's point the true B* the sweep estimated, off the brackets' centres
-    with_points = [Scale(d, *bracket(law_b(d)), point=law_b(d)) for d in BUDGETS]
+def test_the_scales_points_draw_the_law_and_narrow_it() -> None:
+    # the same brackets; each scale's point the true B* the sweep estimated, off the brackets' centres, its sd a
+    # lattice step of 1.25's
+    sd = point_sd(1.25)
+    with_points = [Scale(d, *bracket(law_b(d)), point=law_b(d), point_sd=sd) for d in BUDGETS]
     law, brackets_only = fit_batch_law(with_points), fit_batch_law(scales())
     assert isinstance(law, BatchLaw) and isinstance(brackets_only, BatchLaw)
-    # the least-squares line through ln point: the true law exactly (64 x (tokens / 1e8)^0.5)
-    assert law.tokens_exponent == pytest.approx(0.5, abs=1e-9)
-    assert math.exp(law.mean_log(4.8e10)) == pytest.approx(law_b(4.8e10), rel=1e-9)
-    # the intervals are the brackets' likelihood's, whatever the point
-    assert law.tokens_interval == pytest.approx(brackets_only.tokens_interval, abs=1e-6)
+    # points on a line: the maximum goes through them, the true law (64 x (tokens / 1e8)^0.5)
+    assert law.tokens_exponent == pytest.approx(0.5, abs=1e-4)
+    assert math.exp(law.mean_log(4.8e10)) == pytest.approx(law_b(4.8e10), rel=1e-3)
+    # points a step's sd apart say more than brackets a factor 2 wide: a narrower interval, still holding 0.5
+    lo, hi = law.tokens_interval
+    assert lo < 0.5 < hi and hi - lo < 0.6 * (brackets_only.tokens_interval[1] - brackets_only.tokens_interval[0])
     pred = law.predict(4.8e10)
     assert pred.low <= law_b(4.8e10) <= pred.high
-    assert (
-        math.log(pred.high / pred.low)
-        >= math.log(brackets_only.predict(4.8e10).high / brackets_only.predict(4.8e10).low) - 1e-6
-    )
-    # points whose line the brackets rule out (an exponent outside the brackets' interval): the brackets' maximum
-    steep = [Scale(d, *bracket(law_b(d)), point=law_b(d) * (d / 1e7) ** 2) for d in BUDGETS]
-    fallback = fit_batch_law(steep)
-    assert isinstance(fallback, BatchLaw)
-    assert fallback.tokens_exponent == pytest.approx(brackets_only.tokens_exponent, abs=1e-9)
-    # one point cannot draw a line: the brackets' maximum
-    one = fit_batch_law([Scale(d, *bracket(law_b(d)), point=law_b(d) if d == 1e9 else None) for d in BUDGETS])
-    assert isinstance(one, BatchLaw) and one.tokens_exponent == pytest.approx(brackets_only.tokens_exponent, abs=1e-9)
+    assert law.sigma >= sd  # scatter finer than the points' own sd cannot be seen in them
+    # one scale's point off the line pulls the law towards it, by its share of five
+    pulled = fit_batch_law([*with_points[:-1], Scale(1e9, *bracket(law_b(1e9)), point=4 * law_b(1e9), point_sd=sd)])
+    assert isinstance(pulled, BatchLaw) and 0.5 < pulled.tokens_exponent < 0.5 + math.log(4) / math.log(100)
+    # points make a scale count where its bracket is open: three points, brackets bounded on one side
+    open_ = [Scale(d, bracket(law_b(d))[0], None, point=law_b(d), point_sd=sd) for d in BUDGETS[:3]]
+    assert "2 or more" in str(fit_batch_law([Scale(s.tokens, s.largest_fine, None) for s in open_]))
+    three = fit_batch_law(open_)
+    assert isinstance(three, BatchLaw) and three.tokens_exponent == pytest.approx(0.5, abs=1e-3)
     with pytest.raises(ValueError, match="point must be >= 1, got point=0.5"):
         Scale(1e7, 8, 16, point=0.5)

@@ -13,7 +13,8 @@ from harness import tiny_spec
 from typer.testing import CliRunner
 
 from cli.main import app
-from sweeps.analysis import report_to_json
+from sweeps.analysis import read_report, report_to_json
+from sweeps.law import scale_of
 from sweeps.simulate import Run, simulate
 from sweeps.spec import SweepSpec
 
@@ -63,13 +64,19 @@ def test_three_budgets_give_a_law_a_prediction_and_a_check(reports: list[Path]) 
     exponent = float(text.split("B* ~ tokens^")[1].split()[0])
     assert exponent == pytest.approx(0.5, abs=0.15)
     assert "from 3 scales" in text and "at 2.1e+06 tokens: B*" in text
+    # each scale's point beside its bracket: the law is fitted through the points
+    first = scale_of(read_report(json.loads(reports[0].read_text())), "adamw")
+    assert first.point is not None and first.point_sd is not None
+    assert f"tokens: [8, 16), point {first.point:.0f} (sd x{math.exp(first.point_sd):.2f})" in text
     assert "check: without the largest scale: 2 scale(s)" in text  # 2 scales left: too few for a law
     assert "lr there:" in text
 
 
 def test_too_few_scales_and_bad_input_say_so(reports: list[Path], tmp_path: Path) -> None:
     out = invoke("law", *map(str, reports[:2]), "--target-tokens", "1e6")
-    assert out.exit_code == 0 and "no law: 2 scale(s) with a bracket bounded on a side" in " ".join(out.output.split())
+    assert out.exit_code == 0 and "no law: 2 scale(s) with a point or a bracket bounded on a side" in " ".join(
+        out.output.split()
+    )
     out = invoke("law", str(reports[0]), "--target-tokens", "1e6", "--against", "nobody")
     assert out.exit_code == 2 and "--against must be self or baseline" in out.output
     bad = tmp_path / "bad.json"
