@@ -29,6 +29,7 @@ the critical batch size is a power law in the token count) and what it cannot te
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -624,14 +625,7 @@ class Confirmation(_Out):
 
 
 def _bracket(s: Scale) -> Bracket:
-    return Bracket(
-        tokens=s.tokens,
-        params=s.params,
-        largest_fine=s.largest_fine,
-        smallest_degraded=s.smallest_degraded,
-        point=s.point,
-        point_sd=s.point_sd,
-    )
+    return Bracket(**dataclasses.asdict(s))  # the same fields
 
 
 def _band(p: Prediction) -> Band:
