@@ -1,0 +1,48 @@
+"""benchmarks/study_transfer.py's truths, without a study: B* to 1 % (what a law is judged against) lies between
+the lattice's answer and the lattice's next size, and a problem scaled up moves it up."""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import pytest
+from bench_helpers import load_bench
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_bench("study_transfer")
+
+
+@pytest.mark.parametrize("family", ["cliffs", "noise-scale"])
+def test_b_star_lies_between_the_lattice_s_answer_and_its_next_size(bench: ModuleType, family: str) -> None:
+    from sweeps.batch_axis import lattice
+
+    wide = lattice(bench.bs.MIN, bench.TRUTH_MAX, 1.25)
+    searched = bench.study_of(False, 0.01).sweep_specs()[0].lattice
+    checked, finer = 0, 0
+    for index in range(6):
+        problem = bench.bs.make_problem(family, index, searched, base_seed=0, tolerance=0.01)
+        for factor in (1.0, 4.0):
+            scaled = bench.scaled(problem, factor)
+            on_lattice, exact = bench.truth_at(scaled), bench.boundary(scaled)
+            for opt, b in on_lattice.items():
+                if b is None or exact[opt] is None or b == wide[-1]:
+                    continue
+                above = wide[wide.index(b) + 1]
+                # to 1 %: the dense sizes are 1.01 apart, and the lattice's size need not be one of them
+                assert b / 1.0101 <= exact[opt] < above, (family, index, factor, opt, b, exact[opt])
+                checked += 1
+                finer += exact[opt] > b * 1.0101  # B* past the lattice's answer, which a lattice cannot say
+        # the critical batch 4x larger: B* no smaller for any optimizer
+        base, up = bench.boundary(problem), bench.boundary(bench.scaled(problem, 4.0))
+        assert all(up[o] >= base[o] for o in base if base[o] is not None and up[o] is not None)
+    assert checked >= 12 and finer >= checked // 3
+
+
+def test_the_budgets_are_whole_lattice_units_growth_apart(bench: ModuleType) -> None:
+    budgets = bench.budgets_of(3, 4)
+    assert budgets == [bench.bs.TOKEN_BUDGET * g for g in (1, 4, 16)]
+    assert all(b % bench.bs.TOKEN_BUDGET == 0 for b in bench.budgets_of(4, 2.5))
+    assert math.isclose(bench.EXPONENT_LEVEL, 0.90)
