@@ -162,7 +162,9 @@ class Shots:
         print(f"\nscreenshots of the browser test: {folder}")
 
     def __call__(self, page: Page, name: str) -> None:
-        page.screenshot(path=str(self.folder / f"{name}.png"), full_page=True)
+        # a record for people, not a check: a full page's capture waits on the renderer, which the suite's
+        # other half (Ray, a second browser) can hold past Playwright's default 30 s on two cores
+        page.screenshot(path=str(self.folder / f"{name}.png"), full_page=True, timeout=120_000)
 
 
 @pytest.fixture
