@@ -46,6 +46,8 @@ GROWTH = 4
 TARGET_PAST = 4  # the target's budget over the largest scale's
 TRUTH_MAX = 8192  # the truth's lattice: wide enough for any target's B* (32x the searched top)
 EXPONENT_LEVEL = 0.90  # the exponent interval judged, beside the law's own (sweeps.law.LEVEL)
+# the sizes B* is read on (`boundary`): 1.01 apart from the lattice's smallest to TRUTH_MAX
+DENSE = tuple(sorted({round(bs.MIN * 1.01**k) for k in range(math.ceil(math.log(TRUTH_MAX / bs.MIN, 1.01)) + 1)}))
 
 
 def budgets_of(scales: int, growth: float) -> list[int]:
@@ -93,15 +95,16 @@ def truth_at(problem: se.Problem) -> dict[str, int | None]:
     past the searched lattice's top is a number, not its top."""
     from sweeps.batch_axis import lattice
 
-    wide = tuple(lattice(bs.MIN, TRUTH_MAX, 1.25))
-    answers = se.true_answers(dataclasses.replace(problem, batch_sizes=wide))
-    return {o: a["baseline"] for o, a in answers.items()}
+    return _answers_on(problem, tuple(lattice(bs.MIN, TRUTH_MAX, 1.25)))
 
 
 def boundary(problem: se.Problem) -> dict[str, int | None]:
     """Each optimizer's B* against the baseline, to 1 %: its true answer on sizes 1.01 apart up to TRUTH_MAX."""
-    dense = tuple(sorted({round(bs.MIN * 1.01**k) for k in range(math.ceil(math.log(TRUTH_MAX / bs.MIN, 1.01)) + 1)}))
-    answers = se.true_answers(dataclasses.replace(problem, batch_sizes=dense))
+    return _answers_on(problem, DENSE)
+
+
+def _answers_on(problem: se.Problem, sizes: tuple[int, ...]) -> dict[str, int | None]:
+    answers = se.true_answers(dataclasses.replace(problem, batch_sizes=sizes))
     return {o: a["baseline"] for o, a in answers.items()}
 
 
