@@ -55,7 +55,7 @@ def budgets_of(scales: int, growth: float) -> list[int]:
     return [bs.TOKEN_BUDGET * round(growth**k) for k in range(scales)]
 
 
-def study_of(transfer: bool, tolerance: float, budgets: list[int] | None = None) -> Any:
+def study_of(transfer: bool, tolerance: float, budgets: list[int] | None = None, grow: bool = True) -> Any:
     from sweeps.study import StudySpec
 
     budgets = budgets or budgets_of(SCALES, GROWTH)
@@ -63,6 +63,7 @@ def study_of(transfer: bool, tolerance: float, budgets: list[int] | None = None)
         {
             "name": "transfer",
             "transfer": transfer,
+            "grow_batch_axis": grow,
             "optimizers": [{"name": o} for o in se.OPTIMIZERS],
             "batch_sizes": {"min": bs.MIN, "max": bs.MAX, "resolution": 1.25},
             "lr": {"min": se.LR_MIN, "max": se.LR_MAX},
@@ -123,7 +124,13 @@ def objective_of(problems: dict[int, se.Problem]) -> Any:
 
 
 def run_problem(
-    index: int, base_seed: int, growth: tuple[float, float], tolerance: float, family: str, budgets: list[int]
+    index: int,
+    base_seed: int,
+    growth: tuple[float, float],
+    tolerance: float,
+    family: str,
+    budgets: list[int],
+    grow: bool = True,
 ) -> dict[str, Any]:
     from sweeps.simulate import simulate_study
 
@@ -142,19 +149,19 @@ def run_problem(
         for o in se.OPTIMIZERS
         if all(t[o] for t in truths)
     }
-    searched = {t: se.true_answers(problems[t]) for t in budgets}  # each scale's truth on the searched lattice
     out: dict[str, Any] = {}
     for arm, transfer in (("scratch", False), ("transfer", True)):
-        result = simulate_study(study_of(transfer, tolerance, budgets), objective_of(problems), seed=base.seed)
+        result = simulate_study(study_of(transfer, tolerance, budgets, grow), objective_of(problems), seed=base.seed)
         right, covered, tokens, sizes = [], [], [], []
         for spec, r in result.scales:
-            truth = searched[spec.trained_tokens]
+            # the scale's truth on the lattice it searched (its axis grows with the budget unless `grow` is off)
+            truth = _answers_on(problems[spec.trained_tokens], tuple(spec.lattice))
             tokens.append(r.tokens_trained)
             sizes += [len(o.cells) for o in r.report.optimizers.values()]
             for opt in se.OPTIMIZERS:
-                want = truth[opt]["baseline"]
+                want = truth[opt]
                 got = r.report.optimizers[opt].largest_degradation_free_batch_size.baseline
-                right.append(bs.within(got, want, lattice, 1.25))
+                right.append(bs.within(got, want, spec.lattice, 1.25))
                 covered.append(bs.covers(r.report.optimizers[opt].bracket.baseline, want))
         law = law_outcomes(result, slopes, target_truth)
         out[arm] = {"right": right, "covered": covered, "tokens": tokens, "sizes": sizes, "law": law}
@@ -223,11 +230,15 @@ def main() -> None:
     ap.add_argument("--family", choices=sorted(se.FAMILIES), default="noise-scale")
     ap.add_argument("--scales", type=int, default=SCALES, help="token budgets swept")
     ap.add_argument("--growth", type=float, default=GROWTH, help="ratio of consecutive token budgets")
+    ap.add_argument("--fixed-axis", action="store_true", help="every scale searches 8..256 (grow_batch_axis: false)")
     args = ap.parse_args()
     started = time.perf_counter()
     growth = (args.growth_min, args.growth_max)
     budgets = budgets_of(args.scales, args.growth)
-    outs = [run_problem(i, args.seed, growth, args.tolerance, args.family, budgets) for i in range(args.problems)]
+    outs = [
+        run_problem(i, args.seed, growth, args.tolerance, args.family, budgets, not args.fixed_axis)
+        for i in range(args.problems)
+    ]
     for arm in ("scratch", "transfer"):
         right = [x for o in outs for x in o[arm]["right"]]
         covered = [x for o in outs for x in o[arm]["covered"]]

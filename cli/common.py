@@ -77,6 +77,11 @@ def _print_study(name: str, priced: dict[str, Any]) -> None:
         trials = _span(s["cost"]["trials"], lambda n: f"{n:,}")
         table.add_row(s["name"] + label, s["model"], f"{s['trained_tokens']:.3g}", trials, hours)
     console.print(table)
+    sweeps_and_target = [*(s for s, _ in rows), priced["target"]]
+    if axes := [
+        f"{s['name']} {s['batch_sizes'][0]}..{s['batch_sizes'][-1]}" for s in sweeps_and_target if s.get("batch_sizes")
+    ]:
+        console.print(f"batch sizes: {', '.join(axes)}")  # a search's lattice grows with a study's budget
     ratio = priced["ratio"]
     console.print(
         f"the scales: {_span(priced['gpu_hours'], _hours)} GPU-hours, "

@@ -123,7 +123,10 @@ def validate_study(data: Any, settings: Settings) -> StudySpec:
         try:
             validate_spec(spec.model_dump(mode="json"), settings)
         except Invalid as exc:
-            problems += [dict(p, field=f"{spec.name}.{p['field']}".rstrip(".")) for p in exc.details]
+            note = study.axis_note(spec)
+            problems += [
+                dict(p, field=f"{spec.name}.{p['field']}".rstrip("."), message=p["message"] + note) for p in exc.details
+            ]
     if problems:
         raise refused(problems)
     return study

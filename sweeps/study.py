@@ -19,6 +19,11 @@ reference, at the size the smaller scales predict for each optimizer (`batch_siz
 with two or more scales behind it, the batch law fitted to their brackets (`sweeps.law`) at this scale; with
 one, that scale's largest size decided fine (the critical batch does not shrink with more tokens).
 
+A larger budget's search reaches higher (`grow_batch_axis: true`, the default; `_grown`): its `batch_sizes.max`
+is max x (its tokens / the smallest scale's), the most a critical batch growing no faster than the data can
+need, as far as a sweep's rules allow and with its tokens trained whole; the sizes below are the same at every
+scale. A listed `batch_sizes` is trained as listed.
+
 Each scale's search of the batch axis decides its bracket's ends, not only its answer (`batch_sizes.decide_ends`,
 set here unless the file gives it): the law is fitted from the brackets.
 
@@ -42,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sweeps.cost import FloatRange, PriceConfig, SweepCost, evaluations_per_trial, price
 from sweeps.spec import SweepSpec
-from worker.config import DataConfig, ModelConfig
+from worker.config import MAX_BATCH_SIZE, DataConfig, ModelConfig
 
 if TYPE_CHECKING:
     from sweeps.law import OptimizerLaw
@@ -110,6 +115,8 @@ class StudySpec(BaseModel):
     # after the law, one sweep at the target trains only the reference and the sizes on each side of each
     # predicted B* (`confirm_spec`), and says whether the prediction held (`sweeps.law.confirm_laws`)
     confirm: bool = False
+    # a search's batch axis reaches higher at a larger budget (`_grown`): max x (tokens / the smallest scale's)
+    grow_batch_axis: bool = True
 
     @model_validator(mode="before")
     @classmethod
@@ -117,7 +124,7 @@ class StudySpec(BaseModel):
         """The file's flat form: the sweep fields beside `name`, `scales` and `target`."""
         if not isinstance(data, dict) or "sweep" in data:
             return data
-        own = {"name", "scales", "target", "transfer", "confirm"}
+        own = {"name", "scales", "target", "transfer", "confirm", "grow_batch_axis"}
         out = {k: v for k, v in data.items() if k in own} | {"sweep": {k: v for k, v in data.items() if k not in own}}
         for key in ("model", "token_budget"):
             if key in out["sweep"]:
@@ -149,10 +156,13 @@ class StudySpec(BaseModel):
             # the law is fitted from the brackets: a search's runs go to their ends too, unless the file says
             data["batch_sizes"] = {"decide_ends": True, **data["batch_sizes"]}
         try:
-            return SweepSpec.from_mapping(data)
+            spec = SweepSpec.from_mapping(data)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
             raise ValueError(f"{where} ({_describe(scale)}): {problems}") from None
+        if not self.grow_batch_axis or spec.batch_search is None:
+            return spec
+        return _grown(spec, scale.token_budget / min(s.token_budget for s in self.pairs()))
 
     def sweep_specs(self) -> list[SweepSpec]:
         """Each scale's sweep, smallest first (parameters at the sweeps' vocabulary x tokens)."""
@@ -179,6 +189,42 @@ class StudySpec(BaseModel):
     def target_spec(self) -> SweepSpec:
         """The sweep at the target scale: what the study replaces."""
         return self._target_spec
+
+    def axis_note(self, spec: SweepSpec) -> str:
+        """Where `spec` (one of this study's sweeps) searches past the file's `batch_sizes.max`, the clause saying
+        who raised it, for a refusal that names a size or a count of trials the file never wrote; else ""."""
+        given, search = self.sweep.get("batch_sizes"), spec.batch_search
+        if search is None or not isinstance(given, dict) or given.get("max") == search.max:
+            return ""
+        return (
+            f" (grow_batch_axis raised this sweep's batch_sizes.max from {given.get('max')} to {search.max} for its "
+            f"budget; grow_batch_axis: false keeps it)"
+        )
+
+
+def _grown(spec: SweepSpec, ratio: float) -> SweepSpec:
+    """`spec`'s batch-axis search with its max raised for a budget `ratio` x the smallest scale's: to max x ratio,
+    the most a critical batch that grows no faster than the data (`extrapolated_answer`'s slope <= 1) can need
+    where the smallest scale's axis was enough; else the largest of max x 2^j (j = 1, 2, ...) below it that
+    keeps every rule of a sweep (the lattice's length, the trial cap) and trains exactly `spec`'s tokens: the
+    larger sizes' lcm can round the budget down further, and growing adds sizes at the top, changing nothing
+    else. `spec` itself where none does. Without it a study whose critical batch passes max at the larger
+    budgets gets one-sided brackets there, and the law has nothing to locate."""
+    search = spec.batch_search
+    assert search is not None
+    wanted = min(MAX_BATCH_SIZE, int(search.max * ratio))
+    doublings = [search.max * 2**j for j in range(1, 32) if search.max * 2**j < wanted]
+    data = spec.model_dump(mode="json", exclude_unset=True)
+    for top in [wanted, *reversed(doublings)]:
+        if top <= spec.lattice[-1]:
+            break
+        try:
+            grown = SweepSpec.from_mapping(data | {"batch_sizes": {**data["batch_sizes"], "max": top}})
+        except ValidationError:
+            continue
+        if grown.lattice != spec.lattice and grown.trained_tokens == spec.trained_tokens:
+            return grown
+    return spec
 
 
 def confirm_spec(study: StudySpec, laws: Sequence[OptimizerLaw]) -> SweepSpec | str:
@@ -262,6 +308,9 @@ class SweepPrice(BaseModel):
     name: str = Field(description="the sweep's name: <study>-s<i>, smallest scale first; <study>-target")
     model: str = Field(description="the model preset, or custom")
     trained_tokens: int = Field(description="tokens every trial of this sweep trains on")
+    batch_sizes: list[int] = Field(
+        default_factory=list, description="the sizes it may train at: its list, or its search's lattice"
+    )
     cost: SweepCost
 
 
@@ -271,7 +320,11 @@ def sweep_prices(study: StudySpec, cost: StudyCost) -> tuple[list[SweepPrice], S
 
     def row(spec: SweepSpec, c: SweepCost) -> SweepPrice:
         return SweepPrice(
-            name=spec.name, model=spec.model.preset or "custom", trained_tokens=spec.trained_tokens, cost=c
+            name=spec.name,
+            model=spec.model.preset or "custom",
+            trained_tokens=spec.trained_tokens,
+            batch_sizes=spec.lattice,
+            cost=c,
         )
 
     scales = [row(spec, c) for spec, (_, c) in zip(study.sweep_specs(), cost.scales, strict=True)]

@@ -136,3 +136,24 @@ def test_what_is_not_a_study_the_service_would_run_is_refused_naming_it(app_clie
     # a bad pricing parameter, named with its value
     err = error(client.post("/studies/dry-run", params={"mfu": 2}, json=tiny_study(), headers=auth()), 422)
     assert "mfu" in str(err["details"]) and "2" in str(err["details"])
+
+
+def test_a_scale_whose_grown_axis_passes_a_cap_is_refused_saying_who_grew_it(
+    app_client: Callable[..., TestClient],
+) -> None:
+    # 4..16 at the smallest budget, 4..64 at 4x it: the larger scale's search can test 5 sizes, not 3
+    study = tiny_study(budgets=(4096, 16384), batch_sizes={"min": 4, "max": 16, "resolution": 2.0})
+    specs = StudySpec.model_validate(study).sweep_specs()
+    assert [s.lattice[-1] for s in specs] == [16, 64]
+    trials = [s.total_trials for s in specs]
+    client = app_client(max_trials=trials[0])
+    err = error(client.post("/studies/dry-run", json=study, headers=auth()), 422)
+    assert [d["field"] for d in err["details"]] == ["law-s2.total_trials"]
+    message = err["details"][0]["message"]
+    assert f"total trials {trials[1]}" in message and "raised this sweep's batch_sizes.max from 16 to 64" in message
+    # kept at the file's max, the same study passes; each sweep's answer lists the sizes it may train at
+    fixed = client.post("/studies/dry-run", json=study | {"grow_batch_axis": False}, headers=auth())
+    assert fixed.status_code == 200, fixed.text
+    assert [s["batch_sizes"] for s in fixed.json()["sweeps"]] == [[4, 8, 16]] * 2
+    grown = app_client().post("/studies/dry-run", json=study, headers=auth())
+    assert [s["batch_sizes"] for s in grown.json()["sweeps"]] == [s.lattice for s in specs]

@@ -171,3 +171,55 @@ def test_a_start_without_a_law_extrapolates_the_answers_in_ln_b_over_ln_tokens()
     # one budget answered: that answer; none: nothing to start from
     assert extrapolated_answer([(1e6, 16), (4e6, None)], 16e6) == pytest.approx(16.0)
     assert extrapolated_answer([(1e6, None)], 4e6) is None
+
+
+def test_a_larger_budget_s_search_reaches_higher_adding_sizes_at_the_top_only(tmp_path: Any) -> None:
+    import json
+
+    import yaml
+
+    def lattices(budgets: list[int], target: int, **overrides: Any) -> list[list[int]]:
+        s = StudySpec.model_validate(
+            study(
+                batch_sizes={"min": 4, "max": 16, "resolution": 2.0},
+                scales={"models": [NANO], "token_budgets": budgets},
+                target={"model": NANO, "token_budget": target},
+                **overrides,
+            )
+        )
+        specs = [*s.sweep_specs(), s.target_spec()]
+        # growing changes nothing but the sizes past max: the budget is trained whole at every scale
+        assert [x.trained_tokens for x in specs] == [*budgets, target]
+        return [x.lattice for x in specs]
+
+    # max x (tokens / the smallest scale's): 16 at 4,096 tokens, 64 at 4x them, 256 at 16x
+    assert lattices([4096, 16384], 65536) == [[4, 8, 16], [4, 8, 16, 32, 64], [4, 8, 16, 32, 64, 128, 256]]
+    assert lattices([4096, 16384], 65536, grow_batch_axis=False) == [[4, 8, 16]] * 3
+    # `sweeps price` shows each sweep's sizes
+    grown = study(
+        batch_sizes={"min": 4, "max": 16, "resolution": 2.0},
+        scales={"models": [NANO], "token_budgets": [4096, 16384]},
+        target={"model": NANO, "token_budget": 65536},
+    )
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(json.loads(json.dumps(grown))))
+    out = CliRunner().invoke(app, ["price", str(path)], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert "batch sizes: law-s1 4..16, law-s2 4..64, law-target 4..256" in " ".join(out.output.split())
+    # 1.5x the tokens reaches no further lattice size
+    assert lattices([4096, 6144], 65536)[1] == [4, 8, 16]
+    # 32 would make the lattice's lcm x seq_len 1,024 tokens, rounding 12,800 down to 12,288: not grown
+    assert lattices([4096, 12800], 65536)[1] == [4, 8, 16]
+    # a lattice holds at most MAX_LATTICE sizes: 8..256 at 1.25 has 21, and the target 64x past it stops at 4,096
+    from sweeps.batch_axis import MAX_LATTICE
+
+    s = StudySpec.model_validate(
+        study(
+            batch_sizes={"min": 8, "max": 256, "resolution": 1.25},
+            scales={"models": [NANO], "token_budgets": [1720320 * 4**k for k in range(3)]},
+            target={"model": NANO, "token_budget": 1720320 * 64},
+        )
+    )
+    tops = [x.lattice[-1] for x in [*s.sweep_specs(), s.target_spec()]]
+    assert tops == [256, 1024, 4096, 4096] and len(s.target_spec().lattice) <= MAX_LATTICE
+    assert s.sweep_specs()[2].lattice[:21] == s.sweep_specs()[0].lattice
