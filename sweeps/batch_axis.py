@@ -34,6 +34,7 @@ __all__ = [
     "lattice",
     "lattice_lcm",
     "mantissa_count",
+    "out_of_tolerance_twice",
     "plan_for_reference",
     "search_bounds",
 ]
@@ -136,6 +137,9 @@ def plan_for_reference(
       degradation_free), the point estimate: bisect between the largest size that passes with every
       smaller one and the next tested size, while wider than `resolution` (sizes that stay undecided at
       their most seeds leave the bracket wide; the point estimate is still narrowed to the resolution).
+    - with `passes` and no size degraded, two tested sizes out of tolerance by their means end the way up
+      (`out_of_tolerance_twice`): the gap above largest_fine is bisected as below a degraded size, then the
+      point estimate's, then done.
     A tested size still undecided by its runs (None) makes the plan wait: its verdict moves it."""
     ref = sizes[0]
     if ref not in verdicts:
@@ -153,9 +157,24 @@ def plan_for_reference(
     anchor = largest_fine if largest_fine is not None else ref
     if smallest_degraded is None:
         top = tested[-1]
-        if top >= sizes[-1]:
+        twice = out_of_tolerance_twice(verdicts, passes) if passes is not None else None
+        hi = next((b for b in tested if largest_fine is not None and b > largest_fine), None)
+        if twice is not None and largest_fine is not None and hi is not None:
+            # the way up ends; the fine end still narrows, as below a degraded size
+            lo = largest_fine
+            between = [b for b in sizes if lo < b < hi and b not in verdicts]
+            if hi / lo > resolution + 1e-12 and between:
+                mid = _nearest(between, math.sqrt(lo * hi))
+                return Decision("test", mid, "bisect", f"between {lo} (fine) and {hi} ({verdicts[hi]})")
+        if top >= sizes[-1] or twice is not None:
             point = _point_estimate_step(sizes, verdicts, passes, resolution) if passes is not None else None
-            return point or Decision("done", why=f"no tested size is degraded up to the top of the range, {top}")
+            why = (
+                f"no tested size is degraded up to the top of the range, {top}"
+                if twice is None
+                else f"nothing decided degraded, but {twice[0]} and {twice[1]} are out of tolerance by their means: "
+                "no higher"
+            )
+            return point or Decision("done", why=why)
         above = [b for b in sizes if b > top]
         nxt = _nearest(above, top * step)
         return Decision("test", nxt, "step up", f"{top} is {verdicts[top]}, nothing degraded yet: x{step:g}")
@@ -183,6 +202,19 @@ def plan_for_reference(
         )
     _, lo, hi, mid = best
     return Decision("test", mid, "bisect", f"between {lo} ({verdicts[lo]}) and {hi} ({verdicts[hi]})")
+
+
+def out_of_tolerance_twice(
+    verdicts: Mapping[int, Verdict | None], passes: Mapping[int, bool | None]
+) -> tuple[int, int] | None:
+    """The two smallest tested sizes whose means (fitted non-decreasing: the report's degradation_free) are out
+    of tolerance, where there are two; a search steps no higher. Two sizes out of tolerance a lattice step or
+    more apart are what noise or one divergence (a retreat to a lower lr) rarely makes of fine sizes, where one
+    is not; every size above them is worse by the monotonicity the answer assumes, and each would cost a cell.
+    Without this rule a search whose sizes stay undecided at 2 seeds (a Student-t with 1 degree of freedom at
+    the Bonferroni level decides little) steps up to the top of the lattice."""
+    failing = sorted(b for b, p in passes.items() if p is False and b in verdicts)
+    return (failing[0], failing[1]) if len(failing) >= 2 else None
 
 
 def _point_estimate_step(

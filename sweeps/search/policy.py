@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from optuna.trial import TrialState
 
 from sweeps.analysis import Report, cells_to_check, cells_to_decide_ends, cells_to_extend
-from sweeps.batch_axis import plan_for_reference
+from sweeps.batch_axis import out_of_tolerance_twice, plan_for_reference
 from sweeps.plan import cell_key, coarse_lrs, warm_start_lrs
 from sweeps.search.state import CellState, Run, lr_of
 from sweeps.spec import SweepSpec
@@ -253,15 +253,32 @@ class _BatchAxis:
                 out[c.batch_size] = getattr(row.verdict, self.against) if row is not None else None
         return out
 
+    def _passes(self, opt: str) -> dict[int, bool | None]:
+        """Batch size -> its mean within the tolerance of the search's reference (the report's
+        degradation_free), for each of `opt`'s sizes not abandoned; None: not judged yet."""
+        return {
+            c.batch_size: getattr(row.degradation_free, self.against)
+            if (row := self.rows.get((opt, c.batch_size))) is not None
+            else None
+            for c in self._mine(opt)
+            if not c.abandoned
+        }
+
     def _drop_speculative(self, opt: str) -> None:
-        """A speculative size still running is not needed once a size below it is degraded."""
+        """A speculative size still running is not needed once a size below it is degraded, or is the second
+        out of tolerance (`sweeps.batch_axis.out_of_tolerance_twice`: the search steps no higher)."""
         decided = self._decided(opt)
+        twice = out_of_tolerance_twice(decided, self._passes(opt))  # type: ignore[arg-type]
         for c in self._mine(opt):
             if c.chosen == "speculative" and not c.abandoned and not c.finished:
-                below = [b for b, v in decided.items() if b < c.batch_size and v == "degraded"]
+                below = [
+                    b for b, v in decided.items() if b < c.batch_size and (v == "degraded" or (twice and b == twice[1]))
+                ]
                 if below:
-                    note = f"{c.key}: speculative size not needed, {min(below)} below it is degraded"
-                    why = f"{c.why}; not needed: {min(below)} is degraded"
+                    b = min(below)
+                    said = "is degraded" if decided[b] == "degraded" else "is the second size out of tolerance"
+                    note = f"{c.key}: speculative size not needed, {b} below it {said}"
+                    why = f"{c.why}; not needed: {b} {said}"
                     self.look.change(Abandon(c.key, True, why, note), abandoned=True, why=why)
 
     def _next_size(self, opt: str) -> None:
@@ -270,19 +287,12 @@ class _BatchAxis:
         ours = [(o, b) for o, b in self.extend if o == opt or (o, b) == (ref.optimizer, self.ref_b)]
         if look.extend(ours) | look.check([(o, b) for o, b in self.checks if o == opt]):
             return
-        mine = [c for c in self._mine(opt) if not c.abandoned]
-        passes = {
-            c.batch_size: getattr(row.degradation_free, self.against)
-            if (row := self.rows.get((opt, c.batch_size))) is not None
-            else None
-            for c in mine
-        }
         d = plan_for_reference(
             self.spec.lattice,
             self._decided(opt),  # type: ignore[arg-type]
             step=search.step,
             resolution=search.resolution,
-            passes=passes,
+            passes=self._passes(opt),
             start=search.start_for(opt),
         )
         at_cap = d.kind == "test" and len(self._mine(opt)) >= self.cap
@@ -319,10 +329,20 @@ class _BatchAxis:
         if ref_loss is None or any(v is None or v > (1 + tolerance) * ref_loss for v in likely):
             return
         hopeful = {b: ("fine" if v is None else v) for b, v in self._decided(opt).items()}
+        # the sizes confirming taken as fine and within tolerance, the others as judged: two sizes out of
+        # tolerance end the way up here too
+        passing = {b: (True if hopeful[b] == "fine" and p is None else p) for b, p in self._passes(opt).items()}
         d = plan_for_reference(
-            self.spec.lattice, hopeful, step=search.step, resolution=search.resolution, start=search.start_for(opt)
-        )  # type: ignore[arg-type]
-        if d.kind == "test" and d.chosen in ("step up", "predicted"):
+            self.spec.lattice,
+            hopeful,  # type: ignore[arg-type]
+            step=search.step,
+            resolution=search.resolution,
+            passes=passing,
+            start=search.start_for(opt),
+        )
+        # a size with a cell already (one dropped before) is not opened again: its study has a trial running,
+        # and only the plan's own next size takes a dropped one back (`_next_size`)
+        if d.kind == "test" and d.chosen in ("step up", "predicted") and self.look.cell(opt, d.batch_size) is None:
             waiting = ", ".join(str(c.batch_size) for c in pending)
             move = f"x{search.step:g}" if d.chosen == "step up" else d.why  # or "the predicted boundary, N"
             why = f"{d.chosen} while {waiting} confirm(s): {move}"

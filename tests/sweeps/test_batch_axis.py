@@ -121,9 +121,30 @@ def test_the_point_estimate_is_narrowed_where_verdicts_stay_undecided() -> None:
     with_means = run_plan(sizes, undecided, passes=lambda b: b <= 100)
     tested = [d.batch_size for d in with_means if d.kind == "test"]
     assert tested[:6] == without
-    # the means pass up to 100: bisection between 64 and 128 until the point estimate is within 1.25
-    assert tested[6:] == [96, 112]
-    assert "point estimate: between 64 (within tolerance by its mean) and 128 (not)" in with_means[6].why
+    # 128 and 256 out of tolerance by their means: the gap above 8, the largest fine, is bisected as below a
+    # degraded size; then, the means passing up to 100, between 64 and 128 until the point estimate is within 1.25
+    assert tested[6:] == [12, 10, 96, 112]
+    assert "point estimate: between 64 (within tolerance by its mean) and 128 (not)" in with_means[8].why
+
+
+def test_two_sizes_out_of_tolerance_end_the_way_up_though_nothing_is_decided() -> None:
+    # 2 seeds a size decide nothing at the Bonferroni level: without the means the search climbs to the top
+    sizes = lattice(8, 4096, 1.25)
+    undecided = lambda b: "fine" if b <= 16 else "undecided"  # noqa: E731
+    climb = [d.batch_size for d in run_plan(sizes, undecided) if d.kind == "test"]
+    assert climb == [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    plan = run_plan(sizes, undecided, passes=lambda b: b <= 40)
+    tested = [d.batch_size for d in plan if d.kind == "test"]
+    # 64 and 128 are out of tolerance: no higher; the gap above 16 (fine) narrows, then the point estimate
+    assert tested[:5] == [8, 16, 32, 64, 128] and max(tested) == 128
+    assert tested[5:] == [24, 20, 48, 40]
+    assert plan[-1].kind == "done" and "48 and 64 are out of tolerance by their means: no higher" in plan[-1].why
+    # one size out of tolerance is what noise or one divergence can make: the way up goes on past it
+    lone = run_plan(sizes, undecided, passes=lambda b: b != 64)
+    assert 4096 in [d.batch_size for d in lone if d.kind == "test"]
+    # the trial cap still bounds every outcome (the plan tests fewer sizes, never more)
+    fewest, most = search_bounds(tuple(sizes), 2.0, 1.25)
+    assert fewest <= len(tested) <= most and len(climb) <= most
 
 
 def test_the_plan_waits_for_a_size_still_running() -> None:

@@ -46,3 +46,28 @@ def test_the_budgets_are_whole_lattice_units_growth_apart(bench: ModuleType) -> 
     assert budgets == [bench.bs.TOKEN_BUDGET * g for g in (1, 4, 16)]
     assert all(b % bench.bs.TOKEN_BUDGET == 0 for b in bench.budgets_of(4, 2.5))
     assert math.isclose(bench.EXPONENT_LEVEL, 0.90)
+
+
+@pytest.mark.slow  # ~18 s: three scales' sweeps, simulated
+def test_a_grown_study_whose_speculation_meets_a_dropped_size_ends(bench: ModuleType) -> None:
+    """Noise-scale problem 2, a study on the grown axis with transfer: a speculative size is dropped above the
+    second size out of tolerance, and a later speculation's plan (its confirming sizes taken as fine) points at
+    it again. Opened again, its study's running trial was failed and the search stalled (`sweeps.simulate`
+    raises where the searcher suggests nothing and no trial runs, where Tune would wait forever): speculation
+    opens no size that has a cell."""
+    import numpy as np
+
+    from sweeps.simulate import simulate_study
+
+    budgets = bench.budgets_of(bench.SCALES, bench.GROWTH)
+    study = bench.study_of(True, 0.01, budgets)
+    base = bench.bs.make_problem("noise-scale", 2, study.sweep_specs()[0].lattice, base_seed=0, tolerance=0.01)
+    alpha = float(np.random.default_rng([0, 2, 37]).uniform(0.3, 0.7))  # as run_problem draws it
+    problems = {t: bench.scaled(base, (t / budgets[0]) ** alpha) for t in budgets}
+    result = simulate_study(study, bench.objective_of(problems), seed=base.seed)
+    assert len(result.scales) == len(budgets)
+    for spec, r in result.scales:
+        for opt, o in r.report.optimizers.items():
+            dropped = [s for s in o.search_steps if "not needed" in s.why]
+            assert len({s.batch_size for s in o.search_steps}) == len(o.search_steps), (spec.name, opt)
+            assert all(s.chosen == "speculative" for s in dropped)
