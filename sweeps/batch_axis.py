@@ -158,12 +158,12 @@ def plan_for_reference(
     if smallest_degraded is None:
         top = tested[-1]
         twice = out_of_tolerance_twice(verdicts, passes) if passes is not None else None
-        hi = next((b for b in tested if largest_fine is not None and b > largest_fine), None)
-        if twice is not None and largest_fine is not None and hi is not None:
-            # the way up ends; the fine end still narrows, as below a degraded size
-            lo = largest_fine
-            between = [b for b in sizes if lo < b < hi and b not in verdicts]
-            if hi / lo > resolution + 1e-12 and between:
+        if twice is not None and largest_fine is not None:
+            # the way up ends; the fine end still narrows, as below a degraded size (a speculation's hopeful
+            # verdicts can call every tested size fine: then there is no gap above it)
+            lo, hi = largest_fine, next((b for b in tested if b > largest_fine), None)
+            between = [b for b in sizes if hi is not None and lo < b < hi and b not in verdicts]
+            if hi is not None and hi / lo > resolution + 1e-12 and between:
                 mid = _nearest(between, math.sqrt(lo * hi))
                 return Decision("test", mid, "bisect", f"between {lo} (fine) and {hi} ({verdicts[hi]})")
         if top >= sizes[-1] or twice is not None:
