@@ -48,6 +48,19 @@ def test_the_budgets_are_whole_lattice_units_growth_apart(bench: ModuleType) -> 
     assert math.isclose(bench.EXPONENT_LEVEL, 0.90)
 
 
+def test_a_coarser_resolution_searches_and_judges_on_its_own_lattice(bench: ModuleType) -> None:
+    study = bench.study_of(False, 0.01, bench.budgets_of(3, 4), resolution=2.0)
+    axes = [spec.lattice for spec in study.sweep_specs()]
+    assert axes[0] == [8, 16, 32, 64, 128, 256]
+    assert axes[-1][-1] == 4096 and all(b == 2 * a for a, b in zip(axes[-1], axes[-1][1:], strict=False))
+    problem = bench.bs.make_problem("cliffs", 0, axes[0], base_seed=0, tolerance=0.01)
+    coarse, fine = bench.truth_at(problem, 2.0), bench.truth_at(problem)
+    for opt, b in coarse.items():
+        # the coarse lattice's answer: a power of 2, at most the fine lattice's and within a factor 2 of it
+        assert b is not None and fine[opt] is not None and b & (b - 1) == 0
+        assert b <= fine[opt] < 2 * b, (opt, b, fine[opt])
+
+
 @pytest.mark.slow  # ~18 s: three scales' sweeps, simulated
 def test_a_grown_study_whose_speculation_meets_a_dropped_size_ends(bench: ModuleType) -> None:
     """Noise-scale problem 2, a study on the grown axis with transfer: a speculative size is dropped above the
