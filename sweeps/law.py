@@ -8,8 +8,8 @@ says nothing. The model, in natural logs:
 
     ln B* = a + b ln(tokens) [+ c ln(params)] + e,    e ~ Normal(0, sigma^2),
 
-fitted by maximum likelihood. A scale with its own estimate of B* (`Scale.point`: the centre of its answer and
-the next size it tested) adds the density of ln point, Normal with the variance of that estimate
+fitted by maximum likelihood. A scale with its own estimate of B* (`Scale.point`: where its fitted loss crosses
+the tolerance line between its answer and the next size it tested, `crossing`) adds the density of ln point, Normal with the variance of that estimate
 (`Scale.point_sd`, from the lattice step it spans: `point_sd`) plus sigma^2. A scale with a bracket alone adds
 ln(Phi(z_hi) - Phi(z_lo)), z = (ln bound - mean) / sd, its sd the points' median point_sd and sigma together.
 Without any point `sigma` (the scatter of B* about the law) has a floor, the resolution of the brackets
@@ -42,12 +42,15 @@ import scipy.special
 import scipy.stats
 from pydantic import BaseModel, ConfigDict
 
+from sweeps.report import reference_loss, target_loss_of
+
 __all__ = [
     "LOG_EXCESS_MAX",
     "SIGMA_FLOOR",
     "Confirmation",
     "bracket_holds",
     "confirm_laws",
+    "crossing",
     "OptimizerLaw",
     "study_laws",
     "lr_points_of",
@@ -71,8 +74,9 @@ SIGMA_FLOOR = 0.05  # ln units: the floor's floor, for brackets far narrower tha
 # probability is ~0 there), and the optimisers' line searches may step the parameter past a float's range
 LOG_EXCESS_MAX = 30.0
 LEVEL = 0.95
-# how often a sweep's point lies within one lattice step of the true B*: 0.75 (noise-scale) and 0.88 (cliffs)
-# over the scales of benchmarks/study_transfer.py's problems, 0.80 of both; its sd follows (`point_sd`)
+# how often a sweep's point lies within one lattice step of the true B*: 0.72-0.79 (noise-scale) and 0.89-0.91
+# (cliffs) over the scales of benchmarks/study_transfer.py's problems at resolution 1.25, 0.80 of both; its sd
+# follows (`point_sd`). At resolution 2 it is 0.92-0.98, so the sd is wider there than the error it stands for
 POINT_WITHIN_STEP = 0.80
 
 if TYPE_CHECKING:
@@ -82,9 +86,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Scale:
     """One sweep's scale and its bracket of B*, in sequences. `params`: the model's parameter count (None:
-    one model size in the study, or unknown); `point`: the sweep's own estimate of B*, the geometric centre of
-    its answer (the largest degradation-free batch size) and the next size it tested (None: no answer, none
-    tested above it, or not known), with `point_sd` the sd of ln point as an estimate of ln B* (`point_sd`)."""
+    one model size in the study, or unknown); `point`: the sweep's own estimate of B*, between its answer (the
+    largest degradation-free batch size) and the next size it tested (`scale_of`; None: no answer, none tested
+    above it, or not known), with `point_sd` the sd of ln point as an estimate of ln B* (`point_sd`)."""
 
     tokens: float
     largest_fine: int | None
@@ -128,8 +132,20 @@ class Scale:
         return self.decided or self.point is not None
 
 
+def crossing(answer: tuple[int, float], above: tuple[int, float], line: float) -> float:
+    """The batch size at which the loss reaches `line` between two tested sizes, linear in ln B: `answer` (size,
+    fitted loss at or under the line) and `above` (the next size, its fitted loss over it). crossing((64, 3.0),
+    (128, 3.2), 3.1) = 64 x 2^0.5 = 90.5; at the answer's own loss, the answer."""
+    (b_lo, f_lo), (b_hi, f_hi) = answer, above
+    if not (b_lo < b_hi and f_lo <= line < f_hi):
+        raise ValueError(
+            f"a crossing needs sizes in order and losses on each side of the line, got {answer}, {above}, {line}"
+        )
+    return math.exp(math.log(b_lo) + (line - f_lo) / (f_hi - f_lo) * math.log(b_hi / b_lo))
+
+
 def point_sd(step: float) -> float:
-    """The sd of ln B* about a sweep's point (the centre of its answer and the next size tested, `step` x
+    """The sd of ln B* about a sweep's point (between its answer and the next size tested, `step` x
     larger): a Normal error within one step either way POINT_WITHIN_STEP of the time, ln(step) / z.
     point_sd(1.25) = 0.174, point_sd(2) = 0.541."""
     if not step > 1:
@@ -512,20 +528,32 @@ def _tokens_of(report: Report) -> float:
 
 def scale_of(report: Report, optimizer: str, against: str = "baseline", params: float | None = None) -> Scale:
     """One finished sweep as a scale of the law: its token budget, `optimizer`'s bracket against `against`
-    ("self" or "baseline") and its point (the geometric centre of its answer and the next size it tested) with
-    that point's sd (`point_sd` of the step between the two)."""
+    ("self" or "baseline") and its point with that point's sd (`point_sd` of the step between its answer and
+    the next size it tested). The point is where the two sizes' fitted losses cross the tolerance line
+    (`crossing`); the geometric centre of the two where they do not straddle it (the next size unstable, or
+    an unstable answer's walk). Why the crossing: B* lies nearer the size whose loss lies nearer the line, and
+    the centre is off by up to half a step where it need not be (the study table in docs/researchers.md)."""
     if optimizer not in report.optimizers:
         raise ValueError(
             f"report of {report.sweep} has no optimizer {optimizer!r}; it has {', '.join(report.optimizers)}"
         )
-    b = getattr(report.optimizers[optimizer].bracket, against)
-    answer = getattr(report.optimizers[optimizer].largest_degradation_free_batch_size, against)
-    above = [c.batch_size for c in report.optimizers[optimizer].cells if answer is not None and c.batch_size > answer]
+    opt = report.optimizers[optimizer]
+    b = getattr(opt.bracket, against)
+    answer = getattr(opt.largest_degradation_free_batch_size, against)
+    above = [c for c in opt.cells if answer is not None and c.batch_size > answer]
     if answer is None or not above:
         return Scale(_tokens_of(report), b.largest_fine, b.smallest_degraded, params)
-    step = min(above) / answer
-    point = math.sqrt(answer * min(above))
-    return Scale(_tokens_of(report), b.largest_fine, b.smallest_degraded, params, point, point_sd(step))
+    nxt = min(above, key=lambda c: c.batch_size)
+    at = next(c for c in opt.cells if c.batch_size == answer)
+    f_lo, f_hi = getattr(at.val_loss_fitted, against), getattr(nxt.val_loss_fitted, against)
+    line = target_loss_of(reference_loss(report, optimizer, against), report.tolerance)
+    if line is not None and f_lo is not None and f_hi is not None and f_lo <= line < f_hi:
+        point = crossing((answer, f_lo), (nxt.batch_size, f_hi), line)
+    else:
+        point = math.sqrt(answer * nxt.batch_size)
+    return Scale(
+        _tokens_of(report), b.largest_fine, b.smallest_degraded, params, point, point_sd(nxt.batch_size / answer)
+    )
 
 
 def lr_points_of(report: Report, optimizer: str, params: float | None = None) -> list[LrPoint]:

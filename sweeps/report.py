@@ -252,6 +252,17 @@ def self_reference(opt: OptimizerReport, reference_batch_size: int) -> float | N
     return fitted if fitted is not None else opt.reference_val_loss.self
 
 
+def reference_loss(report: Report, optimizer: str, against: str) -> float | None:
+    """The reference loss `optimizer`'s verdicts against `against` ("self" or "baseline") compare with: its own
+    self reference, or the baseline optimizer's (`self_reference`). None without one."""
+    if against not in ("self", "baseline"):
+        raise ValueError(f"against must be 'self' or 'baseline', got against={against!r}")
+    name = optimizer if against == "self" else report.baseline
+    if name not in report.optimizers:
+        return None
+    return self_reference(report.optimizers[name], report.reference_batch_size)
+
+
 # ---- the report in words ----------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from sweeps.law import (
     Scale,
     _Data,
     _neg_log_likelihood,
+    crossing,
     fit_batch_law,
     fit_lr_law,
     leave_largest_out,
@@ -80,6 +81,15 @@ def test_the_likelihood_of_a_bracket_exact_values() -> None:
     )
     capped = SIGMA_FLOOR + math.exp(LOG_EXCESS_MAX)
     assert huge == pytest.approx(-math.log(scipy.stats.norm.sf((math.log(32) - math.log(40)) / capped)), rel=1e-12)
+
+
+def test_a_scale_s_point_is_where_its_two_sizes_cross_the_line_exact_values() -> None:
+    assert crossing((64, 3.0), (128, 3.2), 3.1) == pytest.approx(64 * math.sqrt(2), rel=1e-12)  # halfway in ln B
+    assert crossing((64, 3.0), (128, 3.2), 3.0) == pytest.approx(64, rel=1e-12)  # the answer on the line
+    assert crossing((80, 3.0), (100, 3.4), 3.1) == pytest.approx(80 * 1.25**0.25, rel=1e-12)
+    for bad in (((64, 3.0), (128, 3.2), 3.2), ((64, 3.05), (128, 3.2), 3.0), ((128, 3.0), (64, 3.2), 3.1)):
+        with pytest.raises(ValueError, match="a crossing needs sizes in order and losses on each side"):
+            crossing(*bad)
 
 
 def test_the_likelihood_of_a_point_exact_values() -> None:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from harness import tiny_spec
 
-from sweeps.law import BatchLaw, bracket_holds, scale_of
+from sweeps.law import BatchLaw, bracket_holds, crossing, scale_of
+from sweeps.report import reference_loss
 from sweeps.simulate import Run, simulate_study
 from sweeps.study import StudySpec, confirm_spec, extrapolated_answer
 
@@ -65,8 +66,18 @@ def test_a_study_is_rehearsed_scale_by_scale_its_law_comes_back_and_the_target_c
         bracket = result.report.optimizers["adamw"].bracket.self
         want = max(b for b in spec.batch_sizes if b <= critical(spec.trained_tokens))
         assert bracket.largest_fine == want and bracket.smallest_degraded == 2 * want
-        # the scale's own estimate: between its answer and the next size it tested
-        assert scale_of(result.report, "adamw", "self").point == pytest.approx(math.sqrt(want * 2 * want))
+        # the scale's own estimate: where the fitted losses of its answer and the next size it tested cross the
+        # tolerance line, linear in ln B; the objective's loss is flat to critical and rises after, so B* lies
+        # past the centre of the two only where the line is crossed late
+        cells = {c.batch_size: c.val_loss_fitted.self for c in result.report.optimizers["adamw"].cells}
+        line = 1.01 * reference_loss(result.report, "adamw", "self")  # type: ignore[operator]
+        point = scale_of(result.report, "adamw", "self").point
+        assert point == pytest.approx(crossing((want, cells[want]), (2 * want, cells[2 * want]), line), rel=1e-12)
+        assert want < point < 2 * want and point != pytest.approx(math.sqrt(want * 2 * want), rel=1e-3)
+        # the baseline's reference is its own: one line for both references
+        assert reference_loss(result.report, "adamw", "baseline") == reference_loss(result.report, "adamw", "self")
+    with pytest.raises(ValueError, match="against must be 'self' or 'baseline', got against='base'"):
+        reference_loss(rehearsal.scales[0][1].report, "adamw", "base")
     assert rehearsal.tokens_trained == sum(r.tokens_trained for _, r in rehearsal.scales)
     law = rehearsal.law("adamw", "self")
     assert isinstance(law, BatchLaw), law
