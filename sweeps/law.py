@@ -9,9 +9,10 @@ says nothing. The model, in natural logs:
     ln B* = a + b ln(tokens) [+ c ln(params)] + e,    e ~ Normal(0, sigma^2),
 
 fitted by maximum likelihood. A scale with its own estimate of B* (`Scale.point`: where its fitted loss crosses
-the tolerance line between its answer and the next size it tested, `crossing`) adds the density of ln point, Normal with the variance of that estimate
-(`Scale.point_sd`, from the lattice step it spans: `point_sd`) plus sigma^2. A scale with a bracket alone adds
-ln(Phi(z_hi) - Phi(z_lo)), z = (ln bound - mean) / sd, its sd the points' median point_sd and sigma together.
+the tolerance line between its answer and the next size it tested, `crossing`) adds the density of ln point,
+Normal with the variance of that estimate (`Scale.point_sd`, from the lattice step it spans: `point_sd`) plus
+sigma^2. A scale with a bracket alone adds ln(Phi(z_hi) - Phi(z_lo)), z = (ln bound - mean) / sd, its sd the
+points' median point_sd and sigma together.
 Without any point `sigma` (the scatter of B* about the law) has a floor, the resolution of the brackets
 themselves (`sigma_floor`: the sd of a point spread evenly over a typical bracket, ln 2 / sqrt 12 = 0.2 for
 brackets a factor 2 wide): such brackets are met by many lines exactly, the likelihood would otherwise grow
