@@ -9,8 +9,8 @@ same scales swept from scratch.
 Problems: a family of benchmarks/search_efficiency.py on the batch-search lattice of
 benchmarks/batch_search.py (8..256 at `--resolution`, the spec's default 1.25; adamw and merit), at `--scales`
 token budgets `--growth` x apart; the critical batch grows with the budget: B_noise (the noise-scale family) or
-b_crit (cliffs, bowls) x (T / T0)^alpha, alpha drawn per problem in [growth-min, growth-max] (Power Lines, Zhang et al.: the critical
-batch is a power law in the data). The truth of each scale is that scale's noise-free answer
+b_crit (cliffs, bowls) x (T / T0)^alpha, alpha drawn per problem in [growth-min, growth-max] (Power Lines,
+Zhang et al.: the critical batch is a power law in the data). The truth of each scale is that scale's noise-free answer
 (search_efficiency.true_answers) against the baseline. A law is judged against B* itself, the size where the
 noise-free loss crosses the tolerance (`boundary`: on a lattice 1.01 apart, continued to 8192), as the law
 models it: at the target, 4x past the largest budget, and in the truth's exponent (the slope of ln B* over
@@ -155,7 +155,8 @@ def run_problem(
     target_truth = {"lattice": truth_at(target_problem, resolution), "boundary": boundary(target_problem)}
     # the truth's own exponent: the slope of ln B* over ln tokens through every scale's and the target's (the
     # family's alpha scales B_noise or b_crit; the stability edge can hold B* back from it)
-    truths = [boundary(problems[t]) for t in budgets] + [target_truth["boundary"]]
+    b_stars = {t: boundary(problems[t]) for t in budgets}  # each scale's B*, per optimizer
+    truths = [*b_stars.values(), target_truth["boundary"]]
     slopes = {
         o: float(np.polyfit(np.log([*budgets, target]), np.log([t[o] for t in truths]), 1)[0])
         for o in se.OPTIMIZERS
@@ -187,8 +188,7 @@ def run_problem(
                     "slope": slopes.get(opt),
                     "target": {"tokens": target, "b_star": target_truth["boundary"][opt]},
                     "scales": [
-                        scale_record(r.report, opt, boundary(problems[spec.trained_tokens])[opt])
-                        for spec, r in result.scales
+                        scale_record(r.report, opt, b_stars[spec.trained_tokens][opt]) for spec, r in result.scales
                     ],
                 }
             )
@@ -227,8 +227,8 @@ def law_outcomes(
     """Per optimizer, the law an arm's study fitted against the truth: whether it was fitted, whether its
     exponent's interval (the law's, at sweeps.law.LEVEL, and the same scales' at EXPONENT_LEVEL) holds the
     truth's exponent (`slopes`), whether its prediction at the target lies within one resolution step
-    (`resolution`) of B* there (`truth["boundary"]`) and of the lattice's answer (`truth["lattice"]`), and whether its
-    prediction interval holds B*."""
+    (`resolution`) of B* there (`truth["boundary"]`) and of the lattice's answer (`truth["lattice"]`), and
+    whether its prediction interval holds B*."""
     from sweeps.law import BatchLaw, fit_batch_law, scale_of
 
     out = []

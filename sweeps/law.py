@@ -531,8 +531,8 @@ def scale_of(report: Report, optimizer: str, against: str = "baseline", params: 
     """One finished sweep as a scale of the law: its token budget, `optimizer`'s bracket against `against`
     ("self" or "baseline") and its point with that point's sd (`point_sd` of the step between its answer and
     the next size it tested). The point is where the two sizes' fitted losses cross the tolerance line
-    (`crossing`); the geometric centre of the two where they do not straddle it (the next size unstable, or
-    an unstable answer's walk). Why the crossing: B* lies nearer the size whose loss lies nearer the line, and
+    (`crossing`); the geometric centre of the two where they do not straddle it (the next size unstable: no
+    fitted loss). Why the crossing: B* lies nearer the size whose loss lies nearer the line, and
     the centre is off by up to half a step where it need not be (the study table in docs/researchers.md)."""
     if optimizer not in report.optimizers:
         raise ValueError(
